@@ -1,0 +1,114 @@
+"""Self-attention: the textbook reference path, the fused fast path, and the multi-head module.
+
+The reference `attention()` spells out every step (scores, scale, mask, softmax, weighted sum)
+and returns the weights, so it can be read, inspected and tested against worked examples. The
+module uses `F.scaled_dot_product_attention` by default, which computes the same thing in one
+fused kernel (flash attention on a GPU) without materialising the T x T weights.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+
+
+def causal_mask(T: int, S: int | None = None, device=None) -> torch.Tensor:
+    """Boolean (T, S) mask, True where query i may attend to key j.
+
+    The T queries are the last T of S positions (S > T while decoding with a KV cache), so query i
+    sits at absolute position S - T + i and sees keys 0 .. S - T + i.
+    """
+    S = T if S is None else S
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
+def _as_tensor(x) -> torch.Tensor:
+    x = torch.as_tensor(x) if isinstance(x, np.ndarray) else x
+    return x if x.is_floating_point() else x.float()
+
+
+def attention(q, k, v, causal: bool = False, mask=None, scale: float | None = None):
+    """Scaled dot-product attention, step by step. Returns (out, weights).
+
+    q, k: (..., T, d_k) and (..., S, d_k); v: (..., S, d_v); torch tensors or numpy arrays.
+    scale: None means 1/sqrt(d_k), 1.0 means unscaled.
+    mask: boolean (True = may attend) or additive (added to the scores), broadcastable to (..., T, S).
+    causal: hide future keys (with S > T the queries are the last T positions, see causal_mask).
+
+    A row whose keys are all masked attends to nothing: its weights are all zero and its output
+    is zero. (A plain softmax over all -inf would give NaN.) Every other row of weights sums to 1.
+    """
+    q, k, v = _as_tensor(q), _as_tensor(k), _as_tensor(v)
+    T, S, d_k = q.size(-2), k.size(-2), q.size(-1)
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+
+    scores = q @ k.transpose(-2, -1)  # (..., T, S)
+    scores = scores * scale
+    if causal:
+        scores = scores.masked_fill(~causal_mask(T, S, device=scores.device), float("-inf"))
+    if mask is not None:
+        mask = torch.as_tensor(mask, device=scores.device)
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., T, 1) rows with no visible key
+    scores = scores.masked_fill(dead, 0.0)  # keep softmax finite; the row is zeroed just below
+    weights = torch.softmax(scores, dim=-1).masked_fill(dead, 0.0)  # (..., T, S)
+    out = weights @ v  # (..., T, d_v)
+    return out, weights
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with a fused QKV projection.
+
+    `forward(x, rope, cache, layer)`: `rope` rotates q and k (rotary positions); `cache` is a
+    KVCache whose keys and values this layer appends to (the model advances its position once
+    all layers have run). With `return_weights=True` the reference path is used and the
+    per-head weights (B, H, T, S) are returned beside the output.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+        self.fast = cfg.attention == "sdpa"
+
+    def forward(self, x, rope=None, cache=None, layer: int = 0, return_weights: bool = False):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        offset = cache.pos if cache is not None else 0
+        if rope is not None:
+            q, k = rope(q, offset), rope(k, offset)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, H, S, D) with S = offset + T
+        S = k.size(2)
+
+        weights = None
+        if self.fast and not return_weights:
+            p = self.dropout if self.training else 0.0
+            if S == T:  # no cache, or prefill from empty: plain causal
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            elif T == 1:  # one new token sees every cached key
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p,
+                                                   attn_mask=causal_mask(T, S, device=x.device))
+        else:
+            y, weights = attention(q, k, v, causal=True)  # (B, H, T, D), (B, H, T, S)
+            if self.training and self.dropout > 0:
+                y = F.dropout(weights, self.dropout) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side
+        y = self.resid_dropout(self.c_proj(y))
+        return (y, weights) if return_weights else y

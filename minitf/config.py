@@ -1,0 +1,289 @@
+"""Typed configuration: one dataclass per YAML section, loaded from a file plus dotted overrides.
+
+Every mistake (unknown key, wrong type, bad value) raises ConfigError with one line that names
+the key and what is allowed, so it never surfaces later as a traceback from inside torch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+
+class MinitfError(Exception):
+    """A user mistake or an environment problem: the scripts print it as one line, no traceback."""
+
+
+class ConfigError(MinitfError, ValueError):
+    """A configuration key or value that cannot be used."""
+
+
+def _suggest(name: str, allowed) -> str:
+    close = difflib.get_close_matches(name, list(allowed), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(sorted(allowed))})"
+
+
+def _coerce(where: str, value: Any, typ: Any) -> Any:
+    """Check `value` against a field's annotation (int, float, bool, str, or X | None)."""
+    args = typing.get_args(typ)
+    if args:  # X | None
+        if value is None:
+            return None
+        typ = next(a for a in args if a is not type(None))
+    if typ is float and isinstance(value, str):
+        try:  # YAML reads '1e-3' as a string
+            return float(value)
+        except ValueError:
+            pass
+    if typ is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if typ is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+    if not ok:
+        raise ConfigError(f"{where} must be {typ.__name__}{' or null' if args else ''}, got {value!r}")
+    return value
+
+
+class _Section:
+    """Shared checks for the config dataclasses: types first, then each section's own rules."""
+
+    _section: ClassVar[str] = ""
+    _choices: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            where = f"{self._section}.{f.name}"
+            setattr(self, f.name, _coerce(where, getattr(self, f.name), hints[f.name]))
+            if f.name in self._choices and getattr(self, f.name) not in self._choices[f.name]:
+                raise ConfigError(f"{where} must be one of {'|'.join(self._choices[f.name])}, "
+                                  f"got {getattr(self, f.name)!r}")
+        self.validate()
+
+    def validate(self) -> None:
+        pass
+
+    def _positive(self, *names: str) -> None:
+        for n in names:
+            v = getattr(self, n)
+            if v is not None and v <= 0:
+                raise ConfigError(f"{self._section}.{n} must be positive, got {v}")
+
+
+@dataclass
+class RunConfig(_Section):
+    _section = "run"
+    _choices = {"device": ("auto", "cpu", "cuda", "mps")}
+    name: str = "shakespeare"
+    out_dir: str = "runs/shakespeare"
+    seed: int = 1337
+    device: str = "auto"
+
+
+@dataclass
+class DataConfig(_Section):
+    _section = "data"
+    source: str = "shakespeare"         # shakespeare | file:<path|dir|glob> | hf:<dataset>[:<config>]
+    vocab_size: int = 4096
+    val_fraction: float = 0.1
+    text_field: str = "text"            # column holding the text in hf: datasets
+    streaming: bool = False             # stream hf: datasets instead of downloading them whole
+    max_documents: int | None = None    # cap on documents read from a source
+    num_proc: int | None = None         # tokenizer processes; None = one per core
+
+    def validate(self) -> None:
+        if not (self.source == "shakespeare" or self.source.startswith(("file:", "hf:"))):
+            raise ConfigError(f"data.source must be 'shakespeare', 'file:<path>' or 'hf:<dataset>', "
+                              f"got {self.source!r}")
+        if self.vocab_size < 257:
+            raise ConfigError(f"data.vocab_size must be at least 257 (256 bytes + <|endoftext|>), "
+                              f"got {self.vocab_size}")
+        if not 0 < self.val_fraction <= 0.5:
+            raise ConfigError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction}")
+        self._positive("max_documents", "num_proc")
+
+
+@dataclass
+class ModelConfig(_Section):
+    _section = "model"
+    _choices = {"positions": ("learned", "sinusoidal", "rope"), "attention": ("sdpa", "reference"),
+                "norm": ("layernorm", "rmsnorm"), "ffn": ("gelu", "swiglu"), "gelu": ("tanh", "exact")}
+    vocab_size: int | None = None       # set from the tokenizer, not from the file
+    block_size: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 256
+    positions: str = "learned"
+    attention: str = "sdpa"
+    norm: str = "layernorm"
+    ffn: str = "gelu"
+    gelu: str = "tanh"                  # tanh approximation, as GPT-2
+    dropout: float = 0.0
+    bias: bool = True
+    tie_embeddings: bool = True
+    rope_base: float = 10000.0
+
+    def validate(self) -> None:
+        self._positive("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "rope_base")
+        if self.n_embd % self.n_head:
+            raise ConfigError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
+        if self.positions == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ConfigError(f"model.positions=rope needs an even head size, got n_embd/n_head = "
+                              f"{self.n_embd // self.n_head}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+
+@dataclass
+class TrainConfig(_Section):
+    _section = "train"
+    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16")}
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_steps: int = 2000
+    max_seconds: float | None = None    # wall-clock budget; the LR schedule then follows elapsed time
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0              # 0 disables clipping (the norm is still logged)
+    eval_every: int = 200
+    eval_batches: int = 20
+    ckpt_every: int = 200
+    log_every: int = 10
+    dtype: str = "auto"
+    compile: bool = False
+    max_bad_steps: int = 10             # non-finite steps in a row before training stops
+
+    def validate(self) -> None:
+        self._positive("batch_size", "grad_accum", "max_steps", "max_seconds", "lr", "eval_every",
+                       "eval_batches", "ckpt_every", "log_every", "max_bad_steps")
+        if self.min_lr < 0 or self.min_lr > self.lr:
+            raise ConfigError(f"train.min_lr must be in [0, train.lr={self.lr}], got {self.min_lr}")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
+            raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
+        for n in ("beta1", "beta2"):
+            if not 0 <= getattr(self, n) < 1:
+                raise ConfigError(f"train.{n} must be in [0, 1), got {getattr(self, n)}")
+
+
+@dataclass
+class SampleConfig(_Section):
+    _section = "sample"
+    prompt: str = "ROMEO:"
+    max_new_tokens: int = 300
+    temperature: float = 0.8            # 0 = greedy
+    top_k: int | None = 50
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def validate(self) -> None:
+        check_sampling(self.max_new_tokens, self.temperature, self.top_k, self.top_p,
+                       self.repetition_penalty, prefix="sample.")
+
+
+def check_sampling(max_new_tokens, temperature, top_k, top_p, repetition_penalty, prefix="") -> None:
+    """Sampling settings are checked here once, for the config file and for generate() alike."""
+    if max_new_tokens <= 0:
+        raise ConfigError(f"{prefix}max_new_tokens must be positive, got {max_new_tokens}")
+    if temperature < 0:
+        raise ConfigError(f"{prefix}temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 0:
+        raise ConfigError(f"{prefix}top_k must be >= 0 (0 or null = off), got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ConfigError(f"{prefix}top_p must be in (0, 1], got {top_p}")
+    if repetition_penalty <= 0:
+        raise ConfigError(f"{prefix}repetition_penalty must be positive (1 = off), got {repetition_penalty}")
+
+
+@dataclass
+class Config:
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        if not isinstance(d, dict):
+            raise ConfigError(f"a config must be a mapping of sections, got {type(d).__name__}")
+        sections = {f.name: f.type for f in dataclasses.fields(cls)}
+        hints = typing.get_type_hints(cls)
+        built = {}
+        for name, body in d.items():
+            if name not in sections:
+                raise ConfigError(f"unknown config section '{name}'{_suggest(name, sections)}")
+            body = body or {}
+            if not isinstance(body, dict):
+                raise ConfigError(f"config section '{name}' must be a mapping, got {body!r}")
+            keys = {f.name for f in dataclasses.fields(hints[name])}
+            for key in body:
+                if key not in keys:
+                    raise ConfigError(f"unknown config key '{name}.{key}'{_suggest(key, keys)}")
+            built[name] = hints[name](**body)
+        return cls(**built)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def apply_overrides(d: dict, overrides) -> dict:
+    """Apply 'section.key=value' strings to a nested dict; values are parsed as YAML scalars."""
+    for item in overrides:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise ConfigError(f"override {item!r} must look like section.key=value, e.g. model.n_layer=2")
+        dotted, raw = item.split("=", 1)
+        section, key = dotted.strip().split(".", 1)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        d.setdefault(section, {})
+        if not isinstance(d[section], dict):
+            raise ConfigError(f"config section '{section}' must be a mapping")
+        d[section][key] = value
+    return d
+
+
+def load_config(path: str | Path | None = None, overrides=()) -> Config:
+    """Read a YAML config (None = all defaults) and apply dotted overrides like 'model.n_layer=2'."""
+    d: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} not found; pass an existing YAML file, "
+                              f"e.g. configs/shakespeare.yaml")
+        try:
+            d = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    return Config.from_dict(apply_overrides(d, overrides))
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def describe_keys() -> str:
+    """All keys with their defaults, for --help."""
+    lines = []
+    for sec in dataclasses.fields(Config):
+        obj = sec.default_factory()
+        lines.append(f"  {sec.name}:")
+        for f in dataclasses.fields(obj):
+            lines.append(f"    {sec.name}.{f.name} = {getattr(obj, f.name)!r}")
+    return "\n".join(lines)

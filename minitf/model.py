@@ -1,0 +1,148 @@
+"""The decoder-only transformer, read top-down: norm -> feed-forward -> block -> language model."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .attention import CausalSelfAttention
+from .config import ConfigError, ModelConfig
+from .positions import LearnedPositions, Rotary, SinusoidalPositions
+
+VOCAB_MULTIPLE = 64  # embedding rows are padded to this for faster matmuls
+
+
+def padded_vocab(vocab_size: int) -> int:
+    return math.ceil(vocab_size / VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.norm == "rmsnorm":
+        return nn.RMSNorm(cfg.n_embd, eps=1e-5)
+    return nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+
+
+def swiglu_hidden(n_embd: int) -> int:
+    """About 8/3 of the width, so SwiGLU's three matrices cost what GELU's two 4x ones do."""
+    return max(64, 64 * round(8 * n_embd / 3 / 64))
+
+
+class FeedForward(nn.Module):
+    """Position-wise MLP: gelu (d -> 4d -> d) or swiglu (silu(x W_gate) * (x W_up) -> d)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.swiglu = cfg.ffn == "swiglu"
+        hidden = swiglu_hidden(cfg.n_embd) if self.swiglu else 4 * cfg.n_embd
+        # swiglu's gate and up projections are fused in one matrix, split after the matmul
+        self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if self.swiglu else hidden, bias=cfg.bias)
+        self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
+        self.act = nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.c_fc(x)  # (B, T, hidden) or (B, T, 2*hidden)
+        if self.swiglu:
+            gate, up = h.chunk(2, dim=-1)
+            h = F.silu(gate) * up  # (B, T, hidden)
+        else:
+            h = self.act(h)
+        return self.dropout(self.c_proj(h))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.ln_1 = make_norm(cfg)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = make_norm(cfg)
+        self.mlp = FeedForward(cfg)
+
+    def forward(self, x, rope=None, cache=None, layer: int = 0):
+        x = x + self.attn(self.ln_1(x), rope=rope, cache=cache, layer=layer)
+        return x + self.mlp(self.ln_2(x))
+
+
+class Transformer(nn.Module):
+    """Token embedding + positions -> n_layer blocks -> final norm -> LM head (tied by default)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        if cfg.vocab_size is None:
+            raise ConfigError("model.vocab_size is not set: it comes from the tokenizer "
+                              "(ModelConfig(vocab_size=tokenizer.vocab_size, ...))")
+        self.config = cfg
+        self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)
+        self.wpe = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
+        self.wpe = self.wpe(cfg.block_size, cfg.n_embd) if self.wpe else None
+        self.rope = Rotary(cfg.block_size, cfg.head_dim, cfg.rope_base) if cfg.positions == "rope" else None
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = make_norm(cfg)
+        self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg.vocab_size), bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self) -> None:
+        """Every weight's initial value, in one place.
+
+        - Linear and Embedding weights: normal(0, 0.02) (GPT-2).
+        - Output projections that write into the residual stream (attn.c_proj, mlp.c_proj):
+          normal(0, 0.02 / sqrt(2 * n_layer)), so the stream's variance stays about constant
+          with depth; each block adds two such terms.
+        - Biases: zero. Norm weights: one (their modules' own reset).
+        - Embedding rows past vocab_size (padding): zero; they are never fed or predicted.
+        """
+        resid_std = 0.02 / math.sqrt(2 * self.config.n_layer)
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, 0.0, resid_std)
+            elif p.dim() == 2:  # linear and embedding matrices
+                nn.init.normal_(p, 0.0, 0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        for m in self.modules():
+            if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+                m.reset_parameters()
+        self.wte.weight[self.config.vocab_size :].zero_()
+
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; by default without position embeddings (as nanoGPT counts), since
+        the token embedding is also the output layer when tied and so does real compute."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and isinstance(self.wpe, LearnedPositions):
+            n -= self.wpe.wpe.weight.numel()
+        return n
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None):
+        """idx (B, T) token ids -> (logits (B, T, vocab_size), loss or None).
+
+        targets (B, T): next-token ids, -100 where no loss is wanted. cache: a KVCache to read
+        and extend; the model advances cache.pos by T after all layers have run.
+        """
+        B, T = idx.shape
+        offset = cache.pos if cache is not None else 0
+        if offset + T > self.config.block_size:
+            raise ValueError(f"sequence of {offset + T} tokens exceeds block_size "
+                             f"{self.config.block_size}; crop the input to the last block_size tokens")
+        x = self.wte(idx)  # (B, T, C)
+        if self.wpe is not None:
+            x = x + self.wpe(T, offset)  # (B, T, C) + (T, C)
+        x = self.drop(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
+        if cache is not None:
+            cache.advance(T)
+        x = self.ln_f(x)
+        logits = self.lm_head(x)[..., : self.config.vocab_size]  # (B, T, V): padding never predicted
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                                   ignore_index=-100)
+        return logits, loss

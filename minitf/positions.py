@@ -1,0 +1,64 @@
+"""Position information: learned or sinusoidal vectors added to the embeddings, or rotary (RoPE)
+rotations applied to queries and keys. Each takes an `offset`, the absolute position of the first
+token, which KV-cache decoding needs (the new token is not at position 0).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+def sinusoidal_table(n_pos: int, dim: int) -> torch.Tensor:
+    """PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(pos / 10000^(2i/dim))."""
+    pos = torch.arange(n_pos, dtype=torch.float64).unsqueeze(1)  # (P, 1)
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64)  # (ceil(dim/2),)
+    angle = pos / 10000.0 ** (two_i / dim)  # (P, ceil(dim/2))
+    pe = torch.zeros(n_pos, dim, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle[:, : dim // 2])
+    return pe.float()
+
+
+class LearnedPositions(nn.Module):
+    """One trained vector per position, up to block_size (GPT-2's `wpe`)."""
+
+    def __init__(self, block_size: int, dim: int):
+        super().__init__()
+        self.wpe = nn.Embedding(block_size, dim)
+
+    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
+        pos = torch.arange(offset, offset + T, device=self.wpe.weight.device)
+        return self.wpe(pos)  # (T, C)
+
+
+class SinusoidalPositions(nn.Module):
+    """The fixed table of "Attention Is All You Need"; nothing to train."""
+
+    def __init__(self, block_size: int, dim: int):
+        super().__init__()
+        self.register_buffer("table", sinusoidal_table(block_size, dim), persistent=False)
+
+    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
+        return self.table[offset : offset + T]  # (T, C)
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding (RoPE), rotate-half layout: dimension i is paired with i + D/2.
+
+    Each pair is rotated by the angle pos * base^(-2i/D), so q·k after rotation depends only on
+    the distance between the two positions, and vector norms are unchanged.
+    """
+
+    def __init__(self, block_size: int, head_dim: int, base: float = 10000.0):
+        super().__init__()
+        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
+        angle = torch.outer(torch.arange(block_size, dtype=torch.float64), inv_freq)  # (P, D/2)
+        self.register_buffer("cos", angle.cos().float(), persistent=False)
+        self.register_buffer("sin", angle.sin().float(), persistent=False)
+
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        T = x.size(-2)
+        cos = self.cos[offset : offset + T].to(x.dtype)  # (T, D/2)
+        sin = self.sin[offset : offset + T].to(x.dtype)  # (T, D/2)
+        x1, x2 = x.chunk(2, dim=-1)  # (..., T, D/2) each
+        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., T, D)

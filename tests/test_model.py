@@ -1,0 +1,95 @@
+"""The Transformer: shapes, padding, init, causality for every variant, and that it learns."""
+import itertools
+import math
+
+import pytest
+import torch
+
+import minitf
+from minitf.model import padded_vocab, swiglu_hidden
+
+VARIANTS = list(itertools.product(["learned", "sinusoidal", "rope"], ["sdpa", "reference"],
+                                  ["layernorm", "rmsnorm"], ["gelu", "swiglu"]))
+
+
+def tiny(**kw):
+    base = dict(vocab_size=100, block_size=32, n_layer=2, n_head=2, n_embd=32)
+    return minitf.ModelConfig(**{**base, **kw})
+
+
+def test_forward_shapes_loss_and_padding():
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny())
+    assert m.wte.weight.shape == (128, 32)  # 100 padded to a multiple of 64
+    assert torch.all(m.wte.weight[100:] == 0)
+    assert m.lm_head.weight is m.wte.weight  # tied
+    idx = torch.randint(0, 100, (3, 20))
+    logits, loss = m(idx)
+    assert logits.shape == (3, 20, 100) and loss is None  # padded ids are never predicted
+    targets = idx.clone()
+    targets[:, :5] = -100
+    _, loss = m(idx, targets)
+    ref = torch.nn.functional.cross_entropy(logits[:, 5:].reshape(-1, 100), idx[:, 5:].reshape(-1))
+    torch.testing.assert_close(loss, ref)
+    assert abs(loss.item() - math.log(100)) < 0.6  # small init: near uniform
+
+
+def test_num_params_and_sizes():
+    m = minitf.Transformer(tiny())
+    total = sum(p.numel() for p in m.parameters())
+    assert m.num_params(non_embedding=False) == total
+    assert m.num_params() == total - 32 * 32  # learned positions not counted
+    # hand count: wte 128*32; per block: 2 LN (2*64) + qkv (32*96+96) + proj (32*32+32)
+    #   + fc (32*128+128) + proj (128*32+32); final LN 64
+    per_block = 2 * 64 + 32 * 96 + 96 + 32 * 32 + 32 + 32 * 128 + 128 + 128 * 32 + 32
+    assert total == 128 * 32 + 32 * 32 + 2 * per_block + 64
+    assert padded_vocab(64) == 64 and padded_vocab(65) == 128
+    assert swiglu_hidden(256) == 704 and swiglu_hidden(768) == 2048
+
+
+def test_init_scales_residual_projections():
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny(n_layer=8, n_embd=256, n_head=4))
+    std_proj = m.blocks[0].attn.c_proj.weight.std().item()
+    std_fc = m.blocks[0].mlp.c_fc.weight.std().item()
+    assert abs(std_fc - 0.02) < 0.001
+    assert abs(std_proj - 0.02 / math.sqrt(16)) < 0.0005
+    assert torch.all(m.blocks[0].attn.c_attn.bias == 0)
+
+
+def test_too_long_input_is_a_clear_error():
+    m = minitf.Transformer(tiny())
+    with pytest.raises(ValueError, match="exceeds block_size 32"):
+        m(torch.zeros(1, 33, dtype=torch.long))
+    with pytest.raises(minitf.ConfigError, match="vocab_size is not set"):
+        minitf.Transformer(minitf.ModelConfig())
+
+
+@pytest.mark.parametrize("positions, attention, norm, ffn", VARIANTS)
+def test_causality(positions, attention, norm, ffn):
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny(positions=positions, attention=attention, norm=norm, ffn=ffn, bias=False)).eval()
+    a = torch.randint(0, 100, (2, 24))
+    b = a.clone()
+    t = 11
+    b[:, t + 1:] = torch.randint(0, 100, (2, 24 - t - 1))
+    la, _ = m(a)
+    lb, _ = m(b)
+    torch.testing.assert_close(la[:, : t + 1], lb[:, : t + 1], atol=1e-5, rtol=1e-5)
+    assert (la[:, t + 1:] - lb[:, t + 1:]).abs().max() > 1e-3  # the future did change
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_learns_one_batch(positions):
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny(positions=positions))
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+    x = torch.randint(0, 100, (4, 33))
+    for step in range(300):
+        _, loss = m(x[:, :-1], x[:, 1:])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.1:
+            break
+    assert loss.item() < 0.1, f"loss {loss.item():.3f} after {step + 1} steps"

@@ -1,0 +1,48 @@
+"""Positions: the sinusoidal formula element by element, and rotary's two defining properties."""
+import math
+
+import torch
+
+from minitf.positions import LearnedPositions, Rotary, SinusoidalPositions, sinusoidal_table
+
+
+def test_sinusoidal_table_matches_formula():
+    P, d = 50, 16
+    pe = sinusoidal_table(P, d)
+    for pos in range(P):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert abs(pe[pos, 2 * i].item() - math.sin(angle)) < 1e-6
+            assert abs(pe[pos, 2 * i + 1].item() - math.cos(angle)) < 1e-6
+
+
+def test_sinusoidal_and_learned_offsets():
+    s = SinusoidalPositions(20, 8)
+    torch.testing.assert_close(s(3, offset=5), sinusoidal_table(20, 8)[5:8])
+    lp = LearnedPositions(20, 8)
+    torch.testing.assert_close(lp(3, offset=5), lp.wpe.weight[5:8])
+
+
+def test_rotary_preserves_norms():
+    rope = Rotary(64, 8)
+    x = torch.randn(2, 3, 10, 8)
+    y = rope(x, offset=7)
+    torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
+    assert not torch.allclose(y, x)
+
+
+def test_rotary_dot_product_depends_only_on_distance():
+    rope = Rotary(128, 8)
+    q, k = torch.randn(8), torch.randn(8)
+
+    def dot(m, n):  # q at position m, k at position n
+        qm = rope(q.view(1, 1, 8), offset=m)[0, 0]
+        kn = rope(k.view(1, 1, 8), offset=n)[0, 0]
+        return (qm @ kn).item()
+
+    for dist in (0, 1, 5, 17):
+        vals = [dot(m + dist, m) for m in (0, 3, 40, 100)]
+        assert max(vals) - min(vals) < 1e-4, vals
+    assert abs(dot(5, 0) - dot(0, 5)) > 1e-3  # and it does depend on the direction
+    # position 0 is the identity rotation
+    torch.testing.assert_close(rope(q.view(1, 1, 8), 0)[0, 0], q)
