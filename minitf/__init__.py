@@ -1,0 +1,23 @@
+"""minitf: a minimal, trainable transformer framework.
+
+    cfg = minitf.load_config("configs/shakespeare.yaml", overrides=["model.n_layer=2"])
+    minitf.train(cfg)
+    model, tok, cfg = minitf.load_run("runs/shakespeare")
+    print(minitf.generate(model, tok, "ROMEO:", max_new_tokens=100))
+"""
+from . import attention
+from .checkpoint import load_run
+from .config import (Config, ConfigError, DataConfig, MinitfError, ModelConfig, RunConfig,
+                     SampleConfig, TrainConfig, load_config)
+from .generate import KVCache, generate, sample_next_token, stream
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+__version__ = "0.1.0"
+
+
+def train(cfg: Config, resume: bool = False, log=print):
+    """Train per cfg and return the run directory (see minitf.trainer.train)."""
+    from .trainer import train as _train  # imported on use: sampling never pays for the training stack
+
+    return _train(cfg, resume=resume, log=log)

@@ -1,0 +1,208 @@
+"""Sampling text from a trained model: a preallocated KV cache, a pure `sample_next_token`,
+`generate` (returns the text) and `stream` (yields it piece by piece).
+
+With the cache the prompt is run through the model once (prefill) and each new token after that
+costs one position, not the whole context. Past block_size the context window slides: when it
+is full, the oldest tokens are dropped so that the newest block_size // 2 remain, and the cache
+is refilled from those once. The uncached path uses the very same window, so greedy decoding
+gives identical tokens with and without the cache.
+"""
+from __future__ import annotations
+
+import torch
+
+from .config import check_sampling
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+
+class KVCache:
+    """Keys and values of every layer, preallocated to block_size: (L, B, H, block_size, D) each.
+
+    `pos` is how many positions are filled; a layer appends its new keys with `update`, and the
+    model calls `advance` once all layers have seen the same new tokens.
+    """
+
+    def __init__(self, model: Transformer, batch_size: int = 1):
+        c = model.config
+        p = next(model.parameters())
+        shape = (c.n_layer, batch_size, c.n_head, c.block_size, c.head_dim)
+        self.k = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        self.v = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        self.pos = 0
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
+        """Store k, v (B, H, T, D) at positions pos .. pos+T; return all keys and values so far."""
+        end = self.pos + k.size(2)
+        self.k[layer, :, :, self.pos : end] = k
+        self.v[layer, :, :, self.pos : end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, H, end, D) each
+
+    def advance(self, n: int) -> None:
+        self.pos += n
+
+    def reset(self) -> None:
+        self.pos = 0
+
+    def repeat(self, n: int) -> "KVCache":
+        """A batch-n copy of a batch-1 cache: prefill a shared prompt once, then sample n ways."""
+        out = object.__new__(KVCache)
+        out.k = self.k.repeat(1, n, 1, 1, 1)
+        out.v = self.v.repeat(1, n, 1, 1, 1)
+        out.pos = self.pos
+        return out
+
+
+def window_start(n: int, block_size: int) -> int:
+    """Index of the first token the model sees when predicting token n (the context window).
+
+    Up to block_size tokens it sees them all. Then the window jumps: it keeps the newest
+    block_size // 2, grows back to block_size, and jumps again.
+    """
+    if n <= block_size:
+        return 0
+    keep = max(1, block_size // 2)
+    period = block_size - keep + 1
+    return n - keep - (n - block_size - 1) % period
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                      top_p: float | None = None, generator: torch.Generator | None = None,
+                      history: torch.Tensor | None = None, repetition_penalty: float = 1.0) -> torch.Tensor:
+    """Pick the next token of each row from logits (B, V); returns ids (B,). A pure function.
+
+    repetition_penalty (CTRL): tokens already in `history` (B, n) get their logit divided by it
+    when positive, multiplied when negative. temperature 0 is greedy. top_k keeps the k likeliest
+    tokens (0 or None = all); top_p keeps the smallest set whose probability reaches p.
+    """
+    logits = logits.float()
+    if repetition_penalty != 1.0 and history is not None and history.numel():
+        seen = logits.gather(1, history)  # (B, n)
+        seen = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
+        logits = logits.scatter(1, history, seen)
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    logits = logits / temperature
+    if top_k and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+        probs = sorted_logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs >= top_p  # mass before this token already reaches p
+        logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+    probs = logits.softmax(dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+
+
+@torch.no_grad()
+def generate_tokens(model: Transformer, prompt_ids: list[int], max_new_tokens: int, temperature: float = 1.0,
+                    top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
+                    seed: int | None = None, num_samples: int = 1, use_cache: bool = True):
+    """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt."""
+    block = model.config.block_size
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    seq = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, n)
+    cache, cache_start = None, None
+    for _ in range(max_new_tokens):
+        start = window_start(seq.size(1), block)
+        if not use_cache:
+            logits = model(seq[:, start:])[0][:, -1]  # (B, V): the whole window, every step
+        elif start != cache_start:  # first step, or the window jumped: fill the cache afresh
+            cache = KVCache(model, seq.size(0)) if cache is None else cache
+            cache.reset()
+            logits = model(seq[:, start:], cache=cache)[0][:, -1]
+            cache_start = start
+        else:
+            logits = model(seq[:, -1:], cache=cache)[0][:, -1]  # (B, V): one new position
+        if seq.size(0) < num_samples:  # after the shared prefill, branch into num_samples rows
+            seq, logits = seq.repeat(num_samples, 1), logits.repeat(num_samples, 1)
+            cache = cache.repeat(num_samples) if cache is not None else None
+        nxt = sample_next_token(logits, temperature, top_k, top_p, generator, seq, repetition_penalty)
+        seq = torch.cat([seq, nxt[:, None]], dim=1)
+        yield nxt
+
+
+class _TextAssembler:
+    """One sample's ids -> text pieces: whole characters only, cut at <|endoftext|> or a stop string."""
+
+    def __init__(self, tokenizer: Tokenizer, stop: list[str]):
+        self.tok, self.stop = tokenizer, [s for s in stop if s]
+        self.pending: list[int] = []  # ids whose bytes do not yet end on a whole character
+        self.text, self.emitted, self.done = "", 0, False
+
+    def push(self, token: int) -> str:
+        if token == self.tok.eot_id:
+            self.done = True
+            return self._emit(final=True)
+        self.pending.append(token)
+        piece = self.tok.decode(self.pending)
+        if piece.endswith("\ufffd") and len(self.pending) < 4:  # a UTF-8 character cut in two
+            return ""
+        self.text += piece
+        self.pending = []
+        for s in self.stop:
+            i = self.text.find(s)
+            if i >= 0:
+                self.text, self.done = self.text[:i], True
+        return self._emit(final=self.done)
+
+    def _emit(self, final: bool) -> str:
+        safe = len(self.text)
+        if not final:  # hold back a tail that could still become a stop string
+            for s in self.stop:
+                for k in range(min(len(s) - 1, len(self.text)), 0, -1):
+                    if self.text.endswith(s[:k]):
+                        safe = min(safe, len(self.text) - k)
+                        break
+        out, self.emitted = self.text[self.emitted : safe], max(self.emitted, safe)
+        return out
+
+
+def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
+            stop, seed, num_samples, use_cache):
+    """Yield, per step, the new text piece of every sample (until all samples are done)."""
+    check_sampling(max_new_tokens, temperature, top_k, top_p, repetition_penalty)
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]  # empty: start a new document
+    block = model.config.block_size
+    if len(ids) > block:
+        import warnings
+
+        warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block}; keeping its last {block}")
+        ids = ids[-block:]
+    stop = [stop] if isinstance(stop, str) else list(stop or [])
+    texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
+    for nxt in generate_tokens(model, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
+                               seed, num_samples, use_cache):
+        yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]
+        if all(t.done for t in texts):
+            return
+    yield [t._emit(final=True) for t in texts]
+
+
+def generate(model, tokenizer, prompt: str = "", max_new_tokens: int = 100, temperature: float = 0.8,
+             top_k: int | None = 50, top_p: float | None = None, repetition_penalty: float = 1.0,
+             stop=None, seed: int | None = None, num_samples: int = 1, use_cache: bool = True):
+    """The text that follows `prompt` (not including it); a list of num_samples texts when > 1.
+
+    Generation ends at max_new_tokens, at <|endoftext|>, or as soon as the text contains a stop
+    string (the text before it is returned). An empty prompt starts a new document.
+    """
+    out = [""] * num_samples
+    for step in _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
+                        repetition_penalty, stop, seed, num_samples, use_cache):
+        out = [o + p for o, p in zip(out, step)]
+    return out[0] if num_samples == 1 else out
+
+
+def stream(model, tokenizer, prompt: str = "", max_new_tokens: int = 100, temperature: float = 0.8,
+           top_k: int | None = 50, top_p: float | None = None, repetition_penalty: float = 1.0,
+           stop=None, seed: int | None = None, use_cache: bool = True):
+    """Like generate, but yields text pieces as they are decoded, never half a character."""
+    for step in _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
+                        repetition_penalty, stop, seed, 1, use_cache):
+        if step[0]:
+            yield step[0]

@@ -1,0 +1,173 @@
+"""Training: optimizer groups, schedule, exact resume, crash safety and bad input."""
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import minitf
+from minitf import checkpoint as ckpt
+from minitf import trainer
+from minitf.config import MinitfError, TrainConfig
+
+from conftest import ROOT, tiny_config
+
+
+def test_optimizer_groups_decay_only_linear_matrices():
+    m = minitf.Transformer(minitf.ModelConfig(vocab_size=100, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    opt = trainer.make_optimizer(m, TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    decay, no_decay = opt.param_groups
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in m.named_parameters()}
+    decayed = sorted(names[id(p)] for p in decay["params"])
+    # 4 linear matrices per block; not the tied embedding/head, positions, norms or biases
+    assert decayed == sorted(f"blocks.{i}.{w}.weight" for i in range(2)
+                             for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(m.parameters()))
+
+
+def test_lr_schedule_warmup_then_cosine():
+    tc = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=100)
+    assert trainer.lr_at(0, 0.0, tc) == pytest.approx(0.1)  # (0+1)/10 of the peak
+    assert trainer.lr_at(9, 0.09, tc) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.09)))
+    assert trainer.lr_at(50, 0.5, tc) == pytest.approx(0.55)
+    assert trainer.lr_at(100, 1.0, tc) == pytest.approx(0.1)
+    assert trainer.lr_at(100, 1.7, tc) == pytest.approx(0.1)  # past a time budget it stays at min_lr
+
+
+def test_train_writes_a_complete_run(tmp_path, corpus):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus), log=lambda *a: None)
+    for name in ("config.yaml", "tokenizer.json", "model.safetensors", "best.safetensors", "state.pt",
+                 "metrics.jsonl", "loss.png"):
+        assert (run / name).is_file(), name
+    rows = ckpt.read_metrics(run)
+    assert [r["step"] for r in rows] == [4, 8]
+    assert set(rows[0]) >= {"step", "train_loss", "val_loss", "val_bpb", "lr", "grad_norm", "tokens_per_s",
+                            "elapsed_s"}
+    assert rows[1]["train_loss"] < rows[0]["train_loss"] < math.log(300) + 0.5
+    weights = load_file(run / "model.safetensors")
+    assert not any(k.startswith("_orig_mod.") for k in weights)
+    model, tok, cfg = minitf.load_run(run)
+    assert cfg.model.vocab_size == tok.vocab_size and cfg.train.max_steps == 8
+    state = torch.load(run / "state.pt", weights_only=True)
+    assert state["step"] == 8
+
+
+def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
+    # dropout on, so the torch RNG state must come back too
+    cfg = lambda d: tiny_config(tmp_path / d, corpus, "model.dropout=0.1", "train.grad_accum=2")
+    snapshot = tmp_path / "at-step-4"
+    real_save_state = ckpt.save_state
+
+    def save_and_snapshot(state, path):
+        real_save_state(state, path)
+        if state["step"] == 4 and not snapshot.exists():
+            shutil.copytree(path.parent, snapshot)
+
+    monkeypatch.setattr(ckpt, "save_state", save_and_snapshot)
+    straight = minitf.train(cfg("straight"), log=lambda *a: None)  # 8 steps, snapshot after 4
+    monkeypatch.setattr(ckpt, "save_state", real_save_state)
+    resumed = minitf.train(tiny_config(snapshot, corpus, "model.dropout=0.1", "train.grad_accum=2"),
+                           resume=True, log=lambda *a: None)
+    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    assert [r["step"] for r in ckpt.read_metrics(resumed)] == [4, 8]
+
+
+def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
+    with pytest.raises(MinitfError, match="already holds a run; pass --resume"):
+        minitf.train(tiny_config(run, corpus), log=lambda *a: None)
+    with pytest.raises(minitf.ConfigError, match=r"different model config \(model.n_layer\)"):
+        minitf.train(tiny_config(run, corpus, "model.n_layer=3"), resume=True, log=lambda *a: None)
+    with pytest.raises(MinitfError, match="no checkpoint to resume"):
+        minitf.train(tiny_config(tmp_path / "new", corpus), resume=True, log=lambda *a: None)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(minitf.ConfigError, match="is a file"):
+        minitf.train(tiny_config(tmp_path / "afile", corpus), log=lambda *a: None)
+
+
+def test_disk_full_keeps_previous_checkpoint(tmp_path, corpus, monkeypatch):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
+    before = (run / "model.safetensors").read_bytes()
+    real_replace = os.replace
+
+    def full(src, dst):
+        if str(dst).endswith(".safetensors"):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ckpt.os, "replace", full)
+    with pytest.raises(MinitfError, match="No space left on device; the previous checkpoint there is intact"):
+        minitf.train(tiny_config(run, corpus, "train.max_steps=8"), resume=True, log=lambda *a: None)
+    assert (run / "model.safetensors").read_bytes() == before
+    assert not list(run.glob(".*.tmp"))
+    minitf.load_run(run)  # still loads
+
+
+def test_non_finite_steps_are_skipped_then_stop(tmp_path, corpus, monkeypatch):
+    real_forward = minitf.Transformer.forward
+
+    def nan_after_4(self, idx, targets=None, cache=None):
+        logits, loss = real_forward(self, idx, targets, cache)
+        if targets is not None and self.training and nan_after_4.calls >= 4:
+            loss = loss * float("nan")
+        nan_after_4.calls += self.training
+        return logits, loss
+
+    nan_after_4.calls = 0
+    monkeypatch.setattr(minitf.Transformer, "forward", nan_after_4)
+    logs = []
+    with pytest.raises(MinitfError, match="3 non-finite steps in a row at step 6"):
+        minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_bad_steps=3", "train.max_steps=20"),
+                     log=logs.append)
+    assert sum("step skipped" in line for line in logs) == 3
+    state = torch.load(tmp_path / "run" / "state.pt", weights_only=True)
+    assert state["step"] == 4  # the last good checkpoint stays
+    w = load_file(tmp_path / "run" / "model.safetensors")
+    assert all(torch.isfinite(t).all() for t in w.values())
+
+
+def _script(*args, **kw):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=300, **kw)
+
+
+def test_script_errors_are_one_line(tmp_path):
+    r = _script("scripts/train.py", "--config", "configs/tiny.yaml", "model.n_layers=2")
+    assert r.returncode == 2
+    assert r.stderr.strip() == "error: unknown config key 'model.n_layers' (did you mean 'n_layer'?)"
+    r = _script("scripts/train.py", "--help")
+    assert r.returncode == 0 and "train.max_steps = 2000" in r.stdout
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume(tmp_path, corpus):
+    run = tmp_path / "run"
+    args = ["scripts/train.py", "--config", "configs/tiny.yaml", f"run.out_dir={run}", f"data.source=file:{corpus}",
+            "data.vocab_size=300", "model.n_embd=32", "model.block_size=32", "train.batch_size=4",
+            "train.max_steps=100000", "train.ckpt_every=5", "train.eval_every=1000", "train.eval_batches=1"]
+    env = {**os.environ, "MINITF_CACHE": os.environ["MINITF_CACHE"]}
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (run / "state.pt").is_file() and torch.load(run / "state.pt", weights_only=True)["step"] >= 10:
+            break
+        time.sleep(0.2)
+    proc.kill()  # SIGKILL: no chance to clean up
+    proc.wait()
+    killed_at = torch.load(run / "state.pt", weights_only=True)["step"]
+    assert killed_at >= 10 and killed_at % 5 == 0
+    minitf.load_run(run)  # the last complete checkpoint reads
+    r = _script(*args[:-4], f"train.max_steps={killed_at + 5}", "train.ckpt_every=5", "train.eval_every=5",
+                "train.eval_batches=1", "--resume", env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"resuming {run} at step {killed_at}" in r.stdout
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == killed_at + 5
