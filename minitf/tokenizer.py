@@ -1,0 +1,147 @@
+"""Byte-level BPE over HF `tokenizers`: text -> token ids -> text, losslessly for any string.
+
+Every string is first turned into UTF-8 bytes and each byte into one of 256 base tokens, so any
+input encodes (no unknown token) and decode(encode(s)) == s. BPE merges are learned on top of
+those bytes. One special token, <|endoftext|>, separates documents in the token stream.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Iterable
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from .config import ConfigError, MinitfError
+
+EOT = "<|endoftext|>"
+MIN_VOCAB = 256 + 1  # every byte, plus <|endoftext|>
+
+
+class Tokenizer:
+    """A trained byte-level BPE tokenizer; saved as a standard `tokenizer.json`.
+
+    The file loads with `tokenizers.Tokenizer.from_file` and with transformers'
+    `PreTrainedTokenizerFast(tokenizer_file=...)`. A literal "<|endoftext|>" inside a text
+    encodes as the separator token (as GPT-2 in transformers does) and decodes back to itself.
+    """
+
+    def __init__(self, backend: HFTokenizer):
+        eot = backend.token_to_id(EOT)
+        if eot is None:
+            raise MinitfError(f"this tokenizer has no {EOT} token; train one with minitf.Tokenizer.train")
+        self.backend = backend  # the HF tokenizers object, for anything not wrapped here
+        self._eot_id = eot
+        self._hash: str | None = None
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int) -> "Tokenizer":
+        """Learn BPE merges from `texts` (an iterable of documents) up to `vocab_size` tokens.
+
+        The result can be smaller than `vocab_size` when the corpus runs out of pairs to merge.
+        The same texts and vocab_size always give a byte-identical tokenizer.json.
+        """
+        if not isinstance(vocab_size, int) or vocab_size < MIN_VOCAB:
+            raise ConfigError(f"vocab_size must be at least {MIN_VOCAB} (256 bytes + {EOT}), got {vocab_size}")
+        backend = HFTokenizer(models.BPE())
+        # use_regex splits words GPT-2 style, so merges never cross word/space boundaries
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, seen or not
+        )
+        backend.train_from_iterator(texts, trainer)
+        return cls(backend)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer":
+        """Read a tokenizer.json, or the tokenizer.json inside a directory (e.g. a run directory)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        if not path.is_file():
+            raise MinitfError(f"no tokenizer at {path}; pass a tokenizer.json or a run directory that "
+                              f"holds one, or train a new one with minitf.Tokenizer.train")
+        try:
+            backend = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
+        except Exception as e:  # tokenizers raises plain Exception for malformed JSON
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise MinitfError(f"{path} is not a valid tokenizer.json ({first}); delete it and "
+                              f"train a new tokenizer") from None
+        return cls(backend)
+
+    def save(self, path: str | Path) -> None:
+        """Write tokenizer.json to `path` (a file path, or a directory to hold tokenizer.json)."""
+        path = Path(path)
+        if path.is_dir():
+            path = path / "tokenizer.json"
+        path.write_text(self.to_json(), encoding="utf-8")
+
+    def to_json(self) -> str:
+        return self.backend.to_str(pretty=True)
+
+    @property
+    def hash(self) -> str:
+        """sha256 of the tokenizer.json text: equal hashes mean identical tokenization."""
+        if self._hash is None:
+            self._hash = hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+        return self._hash
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size()  # includes <|endoftext|>
+
+    @property
+    def eot_id(self) -> int:
+        return self._eot_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`; no special tokens are added."""
+        try:
+            return self.backend.encode(text, add_special_tokens=False).ids
+        except TypeError:  # tokenizers' message ("TextInputSequence must be str") hides the cause
+            _check_texts([text])
+            raise
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, encoded in parallel threads."""
+        texts = list(texts)
+        # encode_batch_fast (tokenizers >= 0.20) skips the character offsets we never use
+        fast = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)
+        try:
+            return [e.ids for e in fast(texts, add_special_tokens=False)]
+        except TypeError:
+            _check_texts(texts)
+            raise
+
+    def decode(self, ids) -> str:
+        """Text of a 1-D sequence of ids (list, tuple, numpy array or tensor).
+
+        Byte sequences that are not valid UTF-8 (e.g. a character cut in half) come out as U+FFFD.
+        """
+        if hasattr(ids, "tolist"):  # tensor or numpy array, without importing either here
+            ids = ids.tolist()
+        ids = list(ids)
+        if ids and not isinstance(ids[0], int):
+            raise ValueError(f"decode takes a 1-D sequence of token ids, got elements of type "
+                             f"{type(ids[0]).__name__}")
+        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}")
+        return self.backend.decode(ids, skip_special_tokens=False)
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab_size={self.vocab_size}, hash={self.hash[:12]})"
+
+
+def _check_texts(texts: list) -> None:
+    """Explain why tokenizers refused a text: not a str, or a str that is not valid Unicode."""
+    for text in texts:
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes str, got {type(text).__name__}")
+        try:  # a lone surrogate (e.g. from errors='surrogateescape') has no UTF-8 form
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"text is not valid Unicode: lone surrogate {text[e.start]!r} at index "
+                             f"{e.start}; decode the source with errors='replace'") from None

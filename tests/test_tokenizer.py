@@ -1,0 +1,162 @@
+"""Byte-level BPE: lossless round trips, determinism, the tokenizer.json format, bad input."""
+import hashlib
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tokenizers
+import torch
+
+from minitf.config import ConfigError, DataConfig, MinitfError
+from minitf.tokenizer import EOT, Tokenizer
+
+WORDS = ("the of and to a in that is was he for it with as his on be at by I this had not are but "
+         "from or have an they which you were her all she there would their we him been has when "
+         "ROMEO JULIET thou thee thy doth hath love night fair sweet death").split()
+
+
+def corpus(n_docs: int = 8, n_lines: int = 200, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return ["".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + rng.choice(".,;!?") + "\n"
+                    for _ in range(n_lines)) for _ in range(n_docs)]
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer.train(corpus(), vocab_size=400)
+
+
+HARD = [
+    "",
+    "hello world",
+    "emoji 🎉👩‍👩‍👧 done",
+    "日本語の文章と中文和한국어",
+    "NUL \x00 in the middle\x00",
+    "combining e\u0301 n\u0303 a\u030a\u0323",
+    "windows\r\nline endings\r\n\r\n",
+    "spaces" + " " * 257 + "then\t\t\ttabs  \n  \n",
+    "right-to-left שלום עליכם and ﷽",
+    f"a literal {EOT} inside",
+    "\ufffd replacement char and \U0010ffff the last code point",
+]
+
+
+def test_round_trip_of_hard_strings(tok):
+    for s in HARD:
+        assert tok.decode(tok.encode(s)) == s, repr(s)
+    assert tok.encode_batch(HARD) == [tok.encode(s) for s in HARD]
+    assert tok.encode("") == []
+
+
+def test_round_trip_of_random_code_points(tok):
+    rng = random.Random(1)
+    points = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000][::97]  # no lone surrogates
+    for _ in range(20):
+        s = "".join(chr(rng.choice(points)) for _ in range(rng.randint(1, 200)))
+        assert tok.decode(tok.encode(s)) == s
+
+
+def test_every_byte_is_in_the_vocab_and_no_unknown_token(tok):
+    alphabet = set(tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    assert len(alphabet) == 256 and alphabet <= set(tok.backend.get_vocab())
+    assert tok.backend.model.unk_token is None
+    assert len(tok.encode("ẞ")) == 3  # 3 UTF-8 bytes never seen in training: one byte token each
+
+
+def test_vocab_size_and_eot(tok):
+    assert tok.vocab_size == 400 == tok.backend.get_vocab_size()
+    assert tok.eot_id == tok.backend.token_to_id(EOT)
+    assert tok.encode(EOT) == [tok.eot_id] and tok.decode([tok.eot_id]) == EOT
+    merged = tok.encode(" the")
+    assert len(merged) == 1  # a frequent word became one token
+
+
+def test_training_is_deterministic_byte_for_byte(tok, tmp_path):
+    again = Tokenizer.train(iter(corpus()), vocab_size=400)  # an iterator works as well as a list
+    assert again.to_json() == tok.to_json() and again.hash == tok.hash
+    # in a fresh process too, where the Rust HashMaps get other random seeds
+    code = ("import random, sys; sys.path.insert(0, %r); from test_tokenizer import corpus; "
+            "from minitf.tokenizer import Tokenizer; "
+            "Tokenizer.train(corpus(), vocab_size=400).save(sys.argv[1])" % os.path.dirname(__file__))
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.json")], check=True,
+                   env={**os.environ, "PYTHONHASHSEED": "123"})
+    assert (tmp_path / "t.json").read_text(encoding="utf-8") == tok.to_json()
+    assert Tokenizer.train(corpus(seed=5), vocab_size=400).hash != tok.hash
+
+
+def test_save_and_load_as_tokenizer_json(tok, tmp_path):
+    tok.save(tmp_path / "tokenizer.json")
+    data = (tmp_path / "tokenizer.json").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == tok.hash
+    for where in (tmp_path / "tokenizer.json", tmp_path):  # the file, or its directory
+        loaded = Tokenizer.load(where)
+        assert loaded.hash == tok.hash and loaded.encode(HARD[2]) == tok.encode(HARD[2])
+    plain = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    assert plain.encode(HARD[3], add_special_tokens=False).ids == tok.encode(HARD[3])
+    (tmp_path / "run").mkdir()
+    tok.save(tmp_path / "run")  # a directory gets a tokenizer.json inside
+    assert (tmp_path / "run" / "tokenizer.json").read_bytes() == data
+
+
+def test_transformers_can_load_it(tok, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    tok.save(tmp_path / "tokenizer.json")
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    for s in HARD:
+        ids = fast.encode(s, add_special_tokens=False)
+        assert ids == tok.encode(s)
+        assert fast.decode(ids, clean_up_tokenization_spaces=False) == s
+
+
+def test_decode_accepts_tensors_and_arrays(tok):
+    ids = tok.encode("thou art fair")
+    assert tok.decode(torch.tensor(ids)) == tok.decode(np.array(ids)) == tok.decode(tuple(ids)) == "thou art fair"
+    with pytest.raises(ValueError, match="1-D"):
+        tok.decode(torch.tensor([ids]))
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 400\)"):
+        tok.decode([1, 400])
+
+
+def test_decode_of_a_cut_character_gives_replacement_char(tok):
+    ids = tok.encode("🎉")  # four bytes, four tokens: no merges learned for it
+    assert len(ids) == 4
+    assert tok.decode(ids[:2]) == "\ufffd" and tok.decode(ids[:2] + ids[2:]) == "🎉"
+
+
+def test_bad_input_to_encode(tok):
+    with pytest.raises(TypeError, match="encode takes str, got bytes"):
+        tok.encode(b"bytes")
+    with pytest.raises(ValueError, match="lone surrogate"):
+        tok.encode("a\ud800b")
+    with pytest.raises(ValueError, match="lone surrogate"):
+        tok.encode_batch(["fine", "bad \udcff"])
+
+
+def test_vocab_smaller_than_the_byte_alphabet_is_refused():
+    with pytest.raises(ConfigError, match=r"at least 257 \(256 bytes \+ <\|endoftext\|>\), got 256"):
+        Tokenizer.train(["abc"], vocab_size=256)
+    with pytest.raises(ConfigError, match="data.vocab_size must be at least 257"):
+        DataConfig(vocab_size=200)
+
+
+def test_small_corpus_gives_a_smaller_vocab():
+    tiny = Tokenizer.train(["ab ab ab"], vocab_size=1000)
+    assert 257 <= tiny.vocab_size < 1000
+    assert tiny.decode(tiny.encode("ab ba")) == "ab ba"
+
+
+def test_load_missing_or_corrupt(tmp_path):
+    with pytest.raises(MinitfError, match="no tokenizer at"):
+        Tokenizer.load(tmp_path / "nope.json")
+    with pytest.raises(MinitfError, match="no tokenizer at"):
+        Tokenizer.load(tmp_path)  # a directory without tokenizer.json
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(MinitfError, match="is not a valid tokenizer.json"):
+        Tokenizer.load(tmp_path)
+    plain = tokenizers.Tokenizer(tokenizers.models.BPE())
+    plain.save(str(tmp_path / "tokenizer.json"))
+    with pytest.raises(MinitfError, match="has no <\\|endoftext\\|> token"):
+        Tokenizer.load(tmp_path)
