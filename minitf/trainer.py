@@ -127,6 +127,27 @@ def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
     return out
 
 
+def forward_backward(model, raw_model, next_batch, optimizer, scaler, autocast, tc: TrainConfig,
+                     distributed: bool = False):
+    """Gradients of one step over grad_accum micro-batches, unscaled and clipped.
+
+    Returns (mean loss, grad norm) as tensors: nothing here waits for the device. Under DDP the
+    gradients are all-reduced only on the last micro-batch.
+    """
+    loss_sum = None
+    for micro in range(tc.grad_accum):
+        x, y = next_batch()
+        sync = not distributed or micro == tc.grad_accum - 1
+        with (contextlib.nullcontext() if sync else model.no_sync()), autocast:
+            _, loss = model(x, y)
+            loss = loss / tc.grad_accum
+        scaler.scale(loss).backward()
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+    scaler.unscale_(optimizer)
+    norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
+    return loss_sum, norm
+
+
 def rng_state(gen: torch.Generator) -> dict:
     np_state = np.random.get_state()
     return {"python": random.getstate(), "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()),
@@ -224,11 +245,14 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         step, elapsed_before, best_val = state["step"], state["elapsed"], state["best_val"]
-        rngs = state["rng"]
-        if len(rngs) == d.world:
-            set_rng_state(rngs[d.rank], gen)
+        set_rng_state(state["rng"], gen)
+        if len(state["rank_rng"]) == d.world:
+            torch_rng, data_rng = state["rank_rng"][d.rank].split(len(torch.get_rng_state()))
+            torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
+            gen.set_state(data_rng.clone())
         else:  # another world size: fresh, distinct streams per rank
-            log(f"warning: checkpoint from {len(rngs)} processes resumed on {d.world}; batches are reseeded")
+            log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {d.world}; "
+                f"batches are reseeded")
             gen.manual_seed(cfg.run.seed + d.rank + 1000 * step)
         if d.main:
             ckpt.truncate_metrics(run_dir, step)
@@ -252,15 +276,18 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
     flops_step = flops_per_token(raw_model) * tokens_per_step
 
     def save(final_step: int) -> None:
-        rngs = [None] * d.world
+        # every rank's torch RNG and batch generator, so each resumes its own stream
+        mine = torch.cat([torch.get_rng_state(), gen.get_state()]).to(device)  # uint8
+        per_rank = [torch.empty_like(mine) for _ in range(d.world)]
         if d.world > 1:
-            dist.all_gather_object(rngs, rng_state(gen))
+            dist.all_gather(per_rank, mine)
         else:
-            rngs = [rng_state(gen)]
+            per_rank = [mine]
         if not d.main:
             return
         state = {"step": final_step, "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                 "rng": rngs, "elapsed": elapsed_before + time.time() - t0, "best_val": best_val}
+                 "rng": rng_state(gen), "rank_rng": [t.cpu() for t in per_rank],
+                 "elapsed": elapsed_before + time.time() - t0, "best_val": best_val}
         ckpt.save_weights(raw_model, run_dir / ckpt.WEIGHTS, final_step)
         ckpt.save_state(state, run_dir / ckpt.STATE)
 
@@ -279,17 +306,8 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
-            loss_sum = torch.zeros((), device=device)
-            for micro in range(tc.grad_accum):
-                x, y = data.get_batch("train", B, T, gen, device)
-                sync = micro == tc.grad_accum - 1 or d.world == 1
-                with (contextlib.nullcontext() if sync else model.no_sync()), autocast:
-                    _, loss = model(x, y)
-                    loss = loss / tc.grad_accum
-                scaler.scale(loss).backward()
-                loss_sum += loss.detach()
-            scaler.unscale_(optimizer)
-            norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
+            loss_sum, norm = forward_backward(model, raw_model, lambda: data.get_batch("train", B, T, gen, device),
+                                              optimizer, scaler, autocast, tc, distributed=d.world > 1)
 
             # one small collective keeps every rank's decisions (skip, stop) identical
             elapsed = elapsed_before + time.time() - t0
