@@ -4,12 +4,14 @@
     minitf.train(cfg)
     model, tok, cfg = minitf.load_run("runs/shakespeare")
     print(minitf.generate(model, tok, "ROMEO:", max_new_tokens=100))
+    steps = minitf.inspect(model, tok, "ROMEO: O")     # Q, K, V, scores, weights of every head
 """
 from . import attention
 from .checkpoint import load_run
 from .config import (Config, ConfigError, DataConfig, MinitfError, ModelConfig, RunConfig,
                      SampleConfig, TrainConfig, load_config)
 from .generate import KVCache, generate, sample_next_token, stream
+from .inspection import inspect
 from .model import Transformer
 from .tokenizer import Tokenizer
 

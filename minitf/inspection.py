@@ -1,0 +1,147 @@
+"""Look inside a model: every textbook step of attention, for every layer and head, on real text.
+
+`inspect(model, tokenizer, text)` runs the model's own modules one step at a time and keeps what
+each step made: per layer, the queries, keys and values of every head, the raw scores q·k, the
+scaled scores, the causally masked scores, the softmax weights and the heads' outputs, then what
+attention and the feed-forward network each add to the residual stream. Adding those pieces back
+up reproduces the model's logits (tests/test_inspect.py does exactly that).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .attention import causal_mask
+from .config import MinitfError
+from .model import Transformer
+from .tokenizer import Tokenizer
+
+
+@dataclass
+class LayerSteps:
+    """One block, step by step: attention head by head, then the FFN (H heads, T tokens, head size D, width C)."""
+
+    q: torch.Tensor         # (H, T, D) queries; for rope, after the rotation
+    k: torch.Tensor         # (H, T, D) keys; for rope, after the rotation
+    v: torch.Tensor         # (H, T, D) values
+    scores: torch.Tensor    # (H, T, T) raw scores q @ k^T
+    scaled: torch.Tensor    # (H, T, T) scores / sqrt(D)
+    masked: torch.Tensor    # (H, T, T) scaled, with -inf where a query would see a later key
+    weights: torch.Tensor   # (H, T, T) softmax of each row of masked: every row sums to 1
+    heads: torch.Tensor     # (H, T, D) weights @ v, each head's output
+    attn_out: torch.Tensor  # (T, C) heads side by side, through the output projection c_proj
+    ffn_out: torch.Tensor   # (T, C) the feed-forward network's output
+
+
+@dataclass
+class Inspection:
+    """What `inspect` returns. The residual stream starts at `embeddings`, and block i adds
+    layers[i].attn_out, then layers[i].ffn_out; the final norm and LM head then give `logits`."""
+
+    ids: list[int]
+    tokens: list[str]       # each token decoded on its own (a leading space is part of the token)
+    embeddings: torch.Tensor  # (T, C) token embeddings plus learned or sinusoidal positions
+    layers: list[LayerSteps]
+    logits: torch.Tensor    # (T, vocab_size)
+
+    @property
+    def n_layer(self) -> int:
+        return len(self.layers)
+
+    @property
+    def n_head(self) -> int:
+        return self.layers[0].q.size(0)
+
+
+@torch.no_grad()
+def inspect(model: Transformer, tokenizer: Tokenizer, text: str) -> Inspection:
+    """Run `text` through `model` keeping every intermediate step; tensors come back on the CPU.
+
+    The model is put in eval mode for the pass (dropout off) and restored after.
+    """
+    ids = tokenizer.encode(text) if text else []
+    if not ids:
+        raise MinitfError("the text to inspect is empty; pass at least one character, e.g. --text 'The cat'")
+    block = model.config.block_size
+    if len(ids) > block:
+        raise MinitfError(f"the text is {len(ids)} tokens but the model sees at most block_size={block}; "
+                          f"shorten the text")
+    was_training = model.training
+    model.eval()
+    try:
+        idx = torch.tensor([ids], device=model.wte.weight.device)  # (1, T)
+        x = model.wte(idx)  # (1, T, C)
+        if model.wpe is not None:
+            x = x + model.wpe(len(ids))  # (1, T, C) + (T, C)
+        embeddings, layers = x, []
+        for blk in model.blocks:
+            steps = _attention_steps(blk.attn, blk.ln_1(x), model.rope)
+            x = x + steps["attn_out"]
+            steps["ffn_out"] = blk.mlp(blk.ln_2(x))  # (1, T, C)
+            x = x + steps["ffn_out"]
+            layers.append(LayerSteps(**{name: _one(t) for name, t in steps.items()}))
+        logits = model.lm_head(model.ln_f(x))[..., : model.config.vocab_size]  # (1, T, V)
+    finally:
+        model.train(was_training)
+    return Inspection(ids=ids, tokens=[tokenizer.decode([i]) for i in ids], embeddings=_one(embeddings),
+                      layers=layers, logits=_one(logits))
+
+
+def _one(t: torch.Tensor) -> torch.Tensor:
+    """Drop the batch dimension of one; float32 on the CPU, ready to plot or print."""
+    return t[0].float().cpu()
+
+
+def _attention_steps(attn, x: torch.Tensor, rope) -> dict[str, torch.Tensor]:
+    """The steps of CausalSelfAttention.forward for a (1, T, C) input, each kept."""
+    B, T, C = x.shape
+    H, D = attn.n_head, attn.head_dim
+    q, k, v = attn.c_attn(x).split(C, dim=2)  # 3 x (1, T, C)
+    q = q.view(B, T, H, D).transpose(1, 2)  # (1, H, T, D)
+    k = k.view(B, T, H, D).transpose(1, 2)  # (1, H, T, D)
+    v = v.view(B, T, H, D).transpose(1, 2)  # (1, H, T, D)
+    if rope is not None:
+        q, k = rope(q), rope(k)
+    scores = q @ k.transpose(-2, -1)  # (1, H, T, T)
+    scaled = scores / math.sqrt(D)
+    masked = scaled.masked_fill(~causal_mask(T, device=x.device), float("-inf"))
+    weights = torch.softmax(masked, dim=-1)  # (1, H, T, T): the diagonal is always visible, no empty row
+    heads = weights @ v  # (1, H, T, D)
+    attn_out = attn.c_proj(heads.transpose(1, 2).reshape(B, T, C))  # (1, T, C): heads side by side
+    return dict(q=q, k=k, v=v, scores=scores, scaled=scaled, masked=masked, weights=weights, heads=heads,
+                attn_out=attn_out)
+
+
+def check_layer_head(ins: Inspection, layer: int, head: int | None) -> tuple[int, int | None]:
+    """Layer and head as non-negative indices (negative ones count from the end, as in Python)."""
+    if not -ins.n_layer <= layer < ins.n_layer:
+        raise MinitfError(f"layer {layer} is out of range: the model has {ins.n_layer} layers, "
+                          f"pass --layer 0..{ins.n_layer - 1}")
+    if head is not None and not -ins.n_head <= head < ins.n_head:
+        raise MinitfError(f"head {head} is out of range: the model has {ins.n_head} heads per layer, "
+                          f"pass --head 0..{ins.n_head - 1}")
+    return layer % ins.n_layer, None if head is None else head % ins.n_head
+
+
+def token_label(token: str, width: int | None = None) -> str:
+    """A token as a readable label: spaces as ␣ and newlines as ↵, so ' cat' and 'cat' differ."""
+    label = token.replace(" ", "\u2423").replace("\n", "\u21b5").replace("\t", "\u2192").replace("\r", "")
+    label = label or "\u2205"  # a token that decodes to nothing on its own (half a character)
+    return label if width is None or len(label) <= width else label[: width - 1] + "\u2026"
+
+
+def format_weights(ins: Inspection, layer: int, head: int) -> str:
+    """One head's attention weights as a text table: a row per query token, a column per key."""
+    layer, head = check_layer_head(ins, layer, head)
+    w = ins.layers[layer].weights[head]  # (T, T)
+    labels = [token_label(t, 8) for t in ins.tokens]
+    col = max(6, max(len(s) for s in labels) + 1)
+    lines = [f"layer {layer}, head {head}: attention weights (row: query token, column: key token; "
+             f"blank = masked, a later token)",
+             " " * col + "".join(s.rjust(col) for s in labels)]
+    for i, row_label in enumerate(labels):
+        cells = "".join(f"{w[i, j]:.2f}".rjust(col) for j in range(i + 1))
+        lines.append(row_label.ljust(col) + cells)
+    return "\n".join(lines)

@@ -1,0 +1,27 @@
+"""Write a trained run as a Hugging Face GPT-2 directory (needs the hf extra: pip install 'minitf[hf]').
+
+    python scripts/export_hf.py --run runs/shakespeare --out hf/shakespeare
+    python -c "from transformers import pipeline; print(pipeline('text-generation', 'hf/shakespeare')('ROMEO:'))"
+
+Only models GPT-2 can express export: positions=learned, norm=layernorm, ffn=gelu, gelu=tanh,
+bias=true, tie_embeddings=true. Anything else is refused with the setting named.
+"""
+import argparse
+
+from minitf.checkpoint import load_run
+from minitf.cli import newest_run, run_main
+from minitf.hf import to_hf_gpt2
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="run directory (default: the newest under runs/)")
+    p.add_argument("--best", action="store_true", help="export best.safetensors (lowest val loss)")
+    p.add_argument("--out", required=True, help="directory to write (config.json, model.safetensors, tokenizer)")
+    a = p.parse_args()
+    model, tok, _ = load_run(a.run or newest_run(), best=a.best)
+    print(f"wrote {to_hf_gpt2(model, tok, a.out)}")
+
+
+if __name__ == "__main__":
+    run_main(main)

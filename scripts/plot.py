@@ -1,0 +1,22 @@
+"""Draw train and val loss curves (and val bits per byte) from runs' metrics.jsonl, several runs on one chart.
+
+    python scripts/plot.py                                              # the newest run under runs/
+    python scripts/plot.py --run runs/shakespeare --out loss.png
+    python scripts/plot.py --run runs/learned --run runs/rope --out compare.png
+"""
+import argparse
+
+from minitf.cli import newest_run, run_main
+from minitf.plotting import plot_runs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", action="append", help="run directory (repeatable; default: the newest under runs/)")
+    p.add_argument("--out", default="loss.png", help="PNG to write (default: loss.png)")
+    a = p.parse_args()
+    print(f"wrote {plot_runs(a.run or [newest_run()], a.out)}")
+
+
+if __name__ == "__main__":
+    run_main(main)

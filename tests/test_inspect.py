@@ -1,0 +1,133 @@
+"""minitf.inspect: the textbook steps of every head, which added back up give the model's own logits."""
+import itertools
+import math
+
+import matplotlib.image as mpimg
+import pytest
+import torch
+
+import minitf
+from minitf.attention import attention
+from minitf.inspection import check_layer_head, format_weights, token_label
+from minitf.plotting import plot_attention
+
+TEXT = "ROMEO: O love, sweet night! The cat sat on the mat."
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return minitf.Tokenizer.train([TEXT * 3, "JULIET: O gentle day, fair heaven."] * 10, vocab_size=290)
+
+
+def random_model(tok, **kw) -> minitf.Transformer:
+    """A tiny model whose every parameter (biases and norm weights too) is far from its init value,
+    so a piece left out or mixed up in the recombination shows in the logits."""
+    torch.manual_seed(0)
+    cfg = dict(vocab_size=tok.vocab_size, block_size=64, n_layer=2, n_head=2, n_embd=16)
+    model = minitf.Transformer(minitf.ModelConfig(**{**cfg, **kw}))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return model.eval()
+
+
+@pytest.mark.parametrize("positions, norm, ffn", list(itertools.product(
+    ["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"])))
+def test_pieces_recombine_into_the_models_logits(tok, positions, norm, ffn):
+    model = random_model(tok, positions=positions, norm=norm, ffn=ffn)
+    ins = minitf.inspect(model, tok, TEXT)
+    ids = torch.tensor([tok.encode(TEXT)])
+    T, H, D = ids.size(1), 2, 8
+    assert ins.ids == ids[0].tolist() and "".join(ins.tokens) == TEXT and ins.n_layer == 2 and ins.n_head == H
+
+    with torch.no_grad():
+        x = model.wte(ids)[0]  # (T, C)
+        if positions != "rope":
+            x = x + model.wpe(T)
+        torch.testing.assert_close(ins.embeddings, x)
+        for block, s in zip(model.blocks, ins.layers):
+            # Q, K, V from this block's input, split into heads; rope rotates Q and K
+            q, k, v = block.attn.c_attn(block.ln_1(x)).split(16, dim=-1)  # 3 x (T, C)
+            q, k, v = (t.view(T, H, D).transpose(0, 1) for t in (q, k, v))  # (H, T, D)
+            if positions == "rope":
+                assert not torch.allclose(q, s.q)  # really rotated, not the raw projection
+                q, k = model.rope(q), model.rope(k)
+            for mine, theirs in ((q, s.q), (k, s.k), (v, s.v)):
+                torch.testing.assert_close(theirs, mine, atol=1e-5, rtol=1e-5)
+            # the textbook steps, each from the previous one
+            torch.testing.assert_close(s.scores, s.q @ s.k.transpose(-2, -1))
+            torch.testing.assert_close(s.scaled, s.scores / math.sqrt(D))
+            future = torch.ones(T, T, dtype=torch.bool).triu(1)
+            assert torch.isneginf(s.masked[:, future]).all()
+            torch.testing.assert_close(s.masked[:, ~future], s.scaled[:, ~future])
+            torch.testing.assert_close(s.weights, torch.softmax(s.masked, dim=-1))
+            torch.testing.assert_close(s.weights.sum(-1), torch.ones(H, T))
+            torch.testing.assert_close(s.heads, s.weights @ s.v)
+            out, w = attention(s.q, s.k, s.v, causal=True)  # the reference path agrees
+            torch.testing.assert_close(w, s.weights)
+            torch.testing.assert_close(out, s.heads)
+            # heads side by side through c_proj, then the FFN: the residual stream
+            torch.testing.assert_close(s.attn_out, block.attn.c_proj(s.heads.transpose(0, 1).reshape(T, 16)))
+            x = x + s.attn_out
+            torch.testing.assert_close(s.ffn_out, block.mlp(block.ln_2(x)), atol=1e-5, rtol=1e-5)
+            x = x + s.ffn_out
+        logits = model.lm_head(model.ln_f(x))[:, : tok.vocab_size]  # (T, V)
+        expected = model(ids)[0][0]  # the model's own forward (fused SDPA attention)
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ins.logits, expected, atol=1e-4, rtol=1e-4)
+    assert (logits - expected).abs().max() < 1e-4 and expected.std() > 0.1  # not trivially equal
+
+
+def test_trained_run_and_training_mode_is_restored(tiny_run):
+    model, tok, cfg = minitf.load_run(tiny_run)
+    model.train()
+    ins = minitf.inspect(model, tok, "ROMEO: O love")
+    assert model.training  # put back as it was
+    s = ins.layers[-1]
+    T = len(ins.ids)
+    assert s.weights.shape == (cfg.model.n_head, T, T) and s.q.shape == (cfg.model.n_head, T, cfg.model.head_dim)
+    assert s.weights.triu(1).abs().max() == 0 and s.weights[:, 0, 0].tolist() == [1.0] * cfg.model.n_head
+    torch.testing.assert_close(ins.logits, model.eval()(torch.tensor([ins.ids]))[0][0], atol=1e-4, rtol=1e-4)
+
+
+def test_bad_text_and_indices(tok):
+    model = random_model(tok, block_size=8)
+    with pytest.raises(minitf.MinitfError, match="text to inspect is empty"):
+        minitf.inspect(model, tok, "")
+    with pytest.raises(minitf.MinitfError, match="at most block_size=8; shorten"):
+        minitf.inspect(model, tok, TEXT)
+    ins = minitf.inspect(model, tok, "ROMEO")
+    assert check_layer_head(ins, -1, -2) == (1, 0) and check_layer_head(ins, 0, None) == (0, None)
+    with pytest.raises(minitf.MinitfError, match=r"layer 2 is out of range: the model has 2 layers, "
+                                                 r"pass --layer 0..1"):
+        check_layer_head(ins, 2, 0)
+    with pytest.raises(minitf.MinitfError, match=r"head -3 is out of range: .* pass --head 0..1"):
+        check_layer_head(ins, 0, -3)
+
+
+def test_print_table_holds_the_weights(tok):
+    ins = minitf.inspect(random_model(tok), tok, "The cat sat on the mat")
+    table = format_weights(ins, 1, 1).splitlines()
+    assert table[0].startswith("layer 1, head 1: attention weights")
+    assert table[1].split() == [token_label(t) for t in ins.tokens]
+    assert table[1].split() == ["The", "␣cat", "␣sat", "␣on", "␣the", "␣mat"]
+    w = ins.layers[1].weights[1]
+    for i, line in enumerate(table[2:]):
+        label, *cells = line.split()
+        assert label == token_label(ins.tokens[i]) and len(cells) == i + 1  # blank above the diagonal
+        assert [float(c) for c in cells] == pytest.approx(w[i, : i + 1].tolist(), abs=0.005)
+    assert token_label("\n \t") == "↵␣→" and token_label("abcdefghij", 8) == "abcdefg…"
+
+
+@pytest.mark.parametrize("text_tokens, head", [(1, 0), (6, None), (200, 1)])
+def test_heatmap_png(tok, tmp_path, text_tokens, head):
+    model = random_model(tok, block_size=256)
+    ids = (tok.encode(TEXT) * 50)[:text_tokens]
+    ins = minitf.inspect(model, tok, tok.decode(ids))
+    assert len(ins.ids) == text_tokens
+    out = plot_attention(ins, tmp_path / "attn.png", layer=-1, head=head)
+    img = mpimg.imread(out)  # (height, width, 4) floats
+    assert img.shape[0] > 300 and img.shape[1] > 300
+    grey = (abs(img[..., :3] - 230 / 255) < 0.01).all(-1).mean()  # the masked (future) triangle
+    assert (grey > 0.05) == (text_tokens > 1)  # one token has no future to mask
+    assert img[..., :3].std() > 0.1  # a picture, not a blank canvas
