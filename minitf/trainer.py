@@ -294,7 +294,11 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
 
     t0 = time.time()
     t_last, step_last, tok_s, elapsed = t0, step, 0.0, elapsed_before
-    bar = tqdm(total=tc.max_steps, initial=step, disable=not d.main, dynamic_ncols=True, unit="step")
+    # under a time budget the bar counts seconds, so its ETA is the budget's, not max_steps'
+    budget = tc.max_seconds is not None
+    bar = tqdm(total=tc.max_seconds if budget else tc.max_steps, initial=elapsed_before if budget else step,
+               disable=not d.main, dynamic_ncols=True, unit="s" if budget else "step",
+               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]" if budget else None)
     model.train()
     stop_reason = "max_steps"
     with _StopFlag() as interrupted:
@@ -331,13 +335,13 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
                 raise MinitfError(f"{bad_steps} non-finite steps in a row at step {step}; training stopped and "
                                   f"the last good checkpoint in {run_dir} is intact. Lower train.lr or use float32")
             step += 1
-            bar.update(1)
+            bar.update(min(elapsed, tc.max_seconds) - bar.n if budget else 1)
 
             if step % tc.log_every == 0 or step == tc.max_steps:
                 now = time.time()
                 tok_s = tokens_per_step * (step - step_last) / max(now - t_last, 1e-9)
                 t_last, step_last = now, step
-                post = {"loss": f"{loss_val:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_s:,.0f}"}
+                post = {"step": step, "loss": f"{loss_val:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_s:,.0f}"}
                 if peak:
                     post["mfu"] = f"{100 * flops_step * tok_s / tokens_per_step / (peak * d.world):.1f}%"
                 bar.set_postfix(post)
