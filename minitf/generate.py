@@ -82,20 +82,20 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
         logits = logits.scatter(1, history, seen)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
-    logits = logits / temperature
-    if top_k and top_k < logits.size(-1):
-        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+    logits, ids = logits / temperature, None
+    if top_k and top_k < logits.size(-1):  # sample among the k best only: cheaper than masking all V
+        logits, ids = torch.topk(logits, top_k, dim=-1)  # (B, k) each, sorted descending
     if top_p is not None and top_p < 1.0:
-        sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
-        probs = sorted_logits.softmax(dim=-1)
-        drop = probs.cumsum(dim=-1) - probs >= top_p  # mass before this token already reaches p
-        logits = logits.masked_fill(drop.scatter(1, order, drop), float("-inf"))
-    probs = logits.softmax(dim=-1)  # (B, V)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+        if ids is None:
+            logits, ids = logits.sort(dim=-1, descending=True)  # (B, V) each
+        probs = logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs >= top_p  # the mass before this token already reaches p
+        logits = logits.masked_fill(drop, float("-inf"))
+    choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)
+    return (choice if ids is None else ids.gather(1, choice)).squeeze(1)  # (B,)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate_tokens(model: Transformer, prompt_ids: list[int], max_new_tokens: int, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
                     seed: int | None = None, num_samples: int = 1, use_cache: bool = True):
