@@ -109,7 +109,7 @@ def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, b
 
 def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
     """BPE training time and encode throughput on the default corpus (fetched once, then cached)."""
-    from .data import shakespeare_files
+    from .corpus import shakespeare_files
     from .tokenizer import Tokenizer
 
     texts = [f.read_text(encoding="utf-8") for f in shakespeare_files(log)]
@@ -126,7 +126,8 @@ def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
 
 def data_prep_speed(cfg: Config) -> dict:
     """prepare_data cold (empty token cache; the downloaded corpus is reused) and then cached."""
-    from .data import prepare_data, shakespeare_files
+    from .corpus import shakespeare_files
+    from .data import prepare_data
 
     corpus = shakespeare_files(lambda *a: None)[0].parent if cfg.data.source == "shakespeare" else None
     old = os.environ.get("MINITF_CACHE")

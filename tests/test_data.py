@@ -14,8 +14,8 @@ import tokenizers
 import torch
 
 from minitf.config import ConfigError, DataConfig, MinitfError
-from minitf.data import (_SHAKESPEARE_TEXT, TokenData, _pieces, bits_per_byte, cache_dir,
-                         prepare_data, token_dtype, val_rule)
+from minitf.corpus import _SHAKESPEARE_TEXT, cache_dir, val_rule
+from minitf.data import TokenData, _pieces, bits_per_byte, prepare_data, token_dtype
 from minitf.tokenizer import EOT, Tokenizer
 
 WORDS = ("the of and to a in that is was he for it with as his on be at by I this had not are but "
