@@ -149,19 +149,17 @@ def forward_backward(model, raw_model, next_batch, optimizer, scaler, autocast, 
     return loss_sum, norm
 
 
-def rng_state(gen: torch.Generator) -> dict:
+def host_rng_state() -> dict:
+    """The RNGs shared by all ranks (python, numpy, CUDA); per-rank ones are saved beside them."""
     np_state = np.random.get_state()
     return {"python": random.getstate(), "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()),
                                                     *np_state[2:]),
-            "torch": torch.get_rng_state(), "data": gen.get_state(),
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
-def set_rng_state(s: dict, gen: torch.Generator) -> None:
+def set_host_rng_state(s: dict) -> None:
     random.setstate(s["python"])
     np.random.set_state((s["numpy"][0], s["numpy"][1].numpy(), *s["numpy"][2:]))
-    torch.set_rng_state(s["torch"])
-    gen.set_state(s["data"])
     if s["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(s["cuda"])
 
@@ -246,7 +244,7 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         step, elapsed_before, best_val = state["step"], state["elapsed"], state["best_val"]
-        set_rng_state(state["rng"], gen)
+        set_host_rng_state(state["rng"])
         if len(state["rank_rng"]) == d.world:
             torch_rng, data_rng = state["rank_rng"][d.rank].split(len(torch.get_rng_state()))
             torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
@@ -287,7 +285,7 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
         if not d.main:
             return
         state = {"step": final_step, "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                 "rng": rng_state(gen), "rank_rng": [t.cpu() for t in per_rank],
+                 "rng": host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
                  "elapsed": elapsed_before + time.time() - t0, "best_val": best_val}
         ckpt.save_weights(raw_model, run_dir / ckpt.WEIGHTS, final_step)
         ckpt.save_state(state, run_dir / ckpt.STATE)
