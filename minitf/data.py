@@ -24,6 +24,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from .checkpoint import atomic_write
 from .config import DataConfig, MinitfError
 from .corpus import Source, cache_dir
 from .tokenizer import Tokenizer
@@ -116,7 +117,8 @@ def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None,
             tokenizer = Tokenizer.train(texts, cfg.vocab_size)
             log(f"data: trained a {tokenizer.vocab_size}-token BPE on {texts.chars / 1e6:.2f}M characters "
                 f"in {time.perf_counter() - t0:.1f} s")
-            _atomic_write(tok_file, tokenizer.to_json())
+            tok_file.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(tok_file, lambda tmp: Path(tmp).write_text(tokenizer.to_json(), encoding="utf-8"))
             out = _tokens_dir(settings, tokenizer)
         if not (out / "meta.json").is_file():  # (it can be, if only the tokenizer file was deleted)
             _build(ds, is_val, tokenizer, out, settings, cfg.num_proc, log)
@@ -228,14 +230,6 @@ def _digest(settings: dict, **extra) -> str:
 
 def _tokens_dir(settings: dict, tok: Tokenizer) -> Path:
     return cache_dir() / "tokens" / _digest(settings, tokenizer=tok.hash)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 @contextlib.contextmanager
