@@ -276,12 +276,10 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
 
     def save(final_step: int) -> None:
         # every rank's torch RNG and batch generator, so each resumes its own stream
-        mine = torch.cat([torch.get_rng_state(), gen.get_state()]).to(device)  # uint8
-        per_rank = [torch.empty_like(mine) for _ in range(d.world)]
+        per_rank = [torch.cat([torch.get_rng_state(), gen.get_state()]).to(device)]  # uint8
         if d.world > 1:
+            mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(d.world)]
             dist.all_gather(per_rank, mine)
-        else:
-            per_rank = [mine]
         if not d.main:
             return
         state = {"step": final_step, "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
@@ -312,15 +310,16 @@ def train(cfg: Config, resume: bool = False, log=print) -> Path:
             loss_sum, norm = forward_backward(model, raw_model, lambda: data.get_batch("train", B, T, gen, device),
                                               optimizer, scaler, autocast, tc, distributed=d.world > 1)
 
-            # one small collective keeps every rank's decisions (skip, stop) identical
+            # one small collective keeps every rank's decisions (skip, stop) identical; the grad
+            # norm is already equal on all ranks after DDP's all-reduce, so averaging keeps it
             elapsed = elapsed_before + time.time() - t0
-            stats = torch.tensor([0.0, elapsed, float(interrupted.set)], device=device, dtype=torch.float64)
-            stats[0] = loss_sum
+            host = torch.tensor([elapsed, float(interrupted.set)], dtype=torch.float64, device=device)
+            stats = torch.cat([torch.stack([loss_sum.double(), norm.double()]), host])
             if d.world > 1:
                 dist.all_reduce(stats)
                 stats /= d.world
-            loss_val, elapsed, stop_now = stats[0].item(), stats[1].item(), stats[2].item() > 0
-            norm_val = norm.item()
+            loss_val, norm_val, elapsed, stop_flag = stats.tolist()  # the step's one host sync
+            stop_now = stop_flag > 0
             if math.isfinite(loss_val) and math.isfinite(norm_val):
                 scaler.step(optimizer)
                 scaler.update()
