@@ -9,6 +9,8 @@ gives identical tokens with and without the cache.
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .config import check_sampling
@@ -135,18 +137,23 @@ class _TextAssembler:
     def push(self, token: int) -> str:
         if token == self.tok.eot_id:
             self.done = True
-            return self._emit(final=True)
+            return self.flush()
         self.pending.append(token)
         piece = self.tok.decode(self.pending)
         if piece.endswith("\ufffd") and len(self.pending) < 4:  # a UTF-8 character cut in two
             return ""
+        start = len(self.text)
         self.text += piece
         self.pending = []
-        for s in self.stop:
-            i = self.text.find(s)
+        for s in self.stop:  # only where the new piece could complete a stop string
+            i = self.text.find(s, max(0, start - len(s) + 1))
             if i >= 0:
                 self.text, self.done = self.text[:i], True
         return self._emit(final=self.done)
+
+    def flush(self) -> str:
+        """Everything not yet handed out, held-back tail included: generation has ended."""
+        return self._emit(final=True)
 
     def _emit(self, final: bool) -> str:
         safe = len(self.text)
@@ -169,8 +176,6 @@ def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
     ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]  # empty: start a new document
     block = model.config.block_size
     if len(ids) > block:
-        import warnings
-
         warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block}; keeping its last {block}")
         ids = ids[-block:]
     stop = [stop] if isinstance(stop, str) else list(stop or [])
@@ -180,7 +185,7 @@ def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
         yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]
         if all(t.done for t in texts):
             return
-    yield [t._emit(final=True) for t in texts]
+    yield [t.flush() for t in texts]
 
 
 def generate(model, tokenizer, prompt: str = "", max_new_tokens: int = 100, temperature: float = 0.8,
