@@ -88,25 +88,25 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        offset = cache.pos if cache is not None else 0
-        if rope is not None:
-            q, k = rope(q, offset), rope(k, offset)
+        mask = None  # None: query i sees keys 0 .. S - T + i, the plain causal rule
         if cache is not None:
-            k, v = cache.update(layer, k, v)  # (B, H, S, D) with S = offset + T
-        S = k.size(2)
+            if rope is not None:
+                q, k = rope(q, cache.pos), rope(k, cache.pos)
+            mask = cache.attn_mask(T)  # (T, S) bool, or None where the causal rule says the same
+            k, v = cache.update(layer, k, v)  # (B, H, S, D)
+        elif rope is not None:
+            q, k = rope(q), rope(k)
 
         weights = None
-        if self.fast and not return_weights:
+        # a static cache is there for torch.compile, which fuses the written-out path's mask and
+        # softmax around its two small matmuls: faster than the fused kernel's fixed cost per call
+        if self.fast and not return_weights and not (cache is not None and cache.static):
             p = self.dropout if self.training else 0.0
-            if S == T:  # no cache, or prefill from empty: plain causal
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-            elif T == 1:  # one new token sees every cached key
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=p,
-                                                   attn_mask=causal_mask(T, S, device=x.device))
+            # is_causal is top-left aligned, right only when S == T; one query (T == 1) sees every key
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                               is_causal=mask is None and T > 1)
         else:
-            y, weights = attention(q, k, v, causal=True)  # (B, H, T, D), (B, H, T, S)
+            y, weights = attention(q, k, v, causal=mask is None, mask=mask)  # (B, H, T, D), (B, H, T, S)
             if self.training and self.dropout > 0:
                 y = F.dropout(weights, self.dropout) @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): heads side by side

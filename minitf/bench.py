@@ -91,20 +91,26 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
 
 @torch.no_grad()
 def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, batch: int = 1,
-                     use_cache: bool = True) -> dict:
-    """New tokens per second (all rows counted) for one prompt token, sampled with top-k."""
+                     use_cache: bool = True, compile: bool = False) -> dict:
+    """New tokens per second (all rows counted) for one prompt token, sampled with top-k.
+    A first short run warms up; with compile=True its time, mostly compilation, is reported too."""
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(device).eval()
     run = lambda n: sum(1 for _ in generate_tokens(model, [0], n, temperature=1.0, top_k=50, seed=0,
-                                                    num_samples=batch, use_cache=use_cache))
+                                                    num_samples=batch, use_cache=use_cache, compile=compile))
+    t0 = time.perf_counter()
     run(5)  # warm-up
     _sync(device)
+    warmup_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     n = run(new_tokens)
     _sync(device)
     dt = time.perf_counter() - t0
-    return {"batch": batch, "cache": use_cache, "new_tokens": n, "seconds": round(dt, 3),
-            "tokens_per_s": round(n * batch / dt, 1)}
+    out = {"batch": batch, "cache": use_cache, "compile": compile, "new_tokens": n, "seconds": round(dt, 3),
+           "tokens_per_s": round(n * batch / dt, 1)}
+    if compile:
+        out["first_call_s"] = round(warmup_s, 1)
+    return out
 
 
 def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
@@ -181,15 +187,18 @@ def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts
             + (f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else "") + ")")
     if "generate" in parts:
         res["generate"] = []
-        for batch in (1, 8):
-            for cache in (True, False):
-                r = generation_speed(cfg, device, new_tokens, batch, cache)
-                res["generate"].append(r)
-                log(f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {batch}, "
-                    f"{'KV cache' if cache else 'no cache'}, {r['new_tokens']} new tokens in {r['seconds']} s")
-        for batch in (1, 8):
-            on, off = (next(r for r in res["generate"] if r["batch"] == batch and r["cache"] == c) for c in (True, False))
-            log(f"generate  KV cache speed-up at batch {batch}: {on['tokens_per_s'] / off['tokens_per_s']:.1f}x")
+        for batch, cache, compile in [(1, True, False), (1, False, False), (8, True, False), (8, False, False),
+                                      (1, True, True)]:
+            r = generation_speed(cfg, device, new_tokens, batch, cache, compile)
+            res["generate"].append(r)
+            log(f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {batch}, "
+                f"{'KV cache' if cache else 'no cache'}{', compiled' if compile else ''}, "
+                f"{r['new_tokens']} new tokens in {r['seconds']} s"
+                + (f" (first call, compiling: {r['first_call_s']} s)" if compile else ""))
+        rate = {(r["batch"], r["cache"], r["compile"]): r["tokens_per_s"] for r in res["generate"]}
+        for batch, compile in [(1, False), (8, False), (1, True)]:
+            log(f"generate  KV cache speed-up at batch {batch}{' (compiled)' if compile else ''}: "
+                f"{rate[batch, True, compile] / rate[batch, False, False]:.1f}x")
     if "tokenizer" in parts:
         r = res["tokenizer"] = tokenizer_speed(cfg.data.vocab_size, log=log)
         log(f"tokenizer BPE {r['vocab']} trained on {r['corpus_mb']} MB in {r['train_s']} s; encode "

@@ -13,45 +13,69 @@ import warnings
 
 import torch
 
+from .attention import causal_mask
 from .config import check_sampling
 from .model import Transformer
 from .tokenizer import Tokenizer
 
 
 class KVCache:
-    """Keys and values of every layer, preallocated to block_size: (L, B, H, block_size, D) each.
+    """Keys and values of every layer, preallocated to block_size: L tensors (B, H, block_size, D) each.
 
     `pos` is how many positions are filled; a layer appends its new keys with `update`, and the
     model calls `advance` once all layers have seen the same new tokens.
+
+    static=True keeps every shape fixed, for torch.compile: `pos` is a 0-d tensor, new keys are
+    written at tensor positions, and attention reads all block_size slots behind a mask, so one
+    compiled graph serves every step. The default slices to the filled part instead, which is
+    cheaper without compilation.
     """
 
-    def __init__(self, model: Transformer, batch_size: int = 1):
+    def __init__(self, model: Transformer, batch_size: int = 1, static: bool = False):
         c = model.config
         p = next(model.parameters())
-        shape = (c.n_layer, batch_size, c.n_head, c.block_size, c.head_dim)
-        self.k = torch.zeros(shape, dtype=p.dtype, device=p.device)
-        self.v = torch.zeros(shape, dtype=p.dtype, device=p.device)
-        self.pos = 0
+        shape = (batch_size, c.n_head, c.block_size, c.head_dim)
+        # one tensor per layer: under torch.compile a write into a slice of one big buffer
+        # would copy the whole buffer every step
+        self.k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(c.n_layer)]
+        self.v = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(c.n_layer)]
+        self.static = static
+        self.pos = torch.zeros((), dtype=torch.long, device=p.device) if static else 0
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store k, v (B, H, T, D) at positions pos .. pos+T; return all keys and values so far."""
+        """Store k, v (B, H, T, D) at positions pos .. pos+T; return the keys and values to attend to."""
+        if self.static:
+            idx = self.pos + torch.arange(k.size(2), device=k.device)  # (T,)
+            self.k[layer].index_copy_(2, idx, k)
+            self.v[layer].index_copy_(2, idx, v)
+            return self.k[layer], self.v[layer]  # (B, H, block_size, D): attn_mask hides the empty slots
         end = self.pos + k.size(2)
-        self.k[layer, :, :, self.pos : end] = k
-        self.v[layer, :, :, self.pos : end] = v
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]  # (B, H, end, D) each
+        self.k[layer][:, :, self.pos : end] = k
+        self.v[layer][:, :, self.pos : end] = v
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]  # (B, H, end, D) each
+
+    def attn_mask(self, T: int) -> torch.Tensor | None:
+        """Which stored keys each of T new queries may see, (T, S) bool; None where the plain causal
+        rule (query i sees keys 0 .. S - T + i) says the same."""
+        if self.static:
+            block = self.k[0].size(2)
+            q_pos = self.pos + torch.arange(T, device=self.pos.device)  # (T,)
+            return torch.arange(block, device=q_pos.device) <= q_pos[:, None]  # (T, block_size)
+        return None if T == 1 or self.pos == 0 else causal_mask(T, self.pos + T, device=self.k[0].device)
 
     def advance(self, n: int) -> None:
-        self.pos += n
+        self.pos += n  # in place when pos is a tensor
 
     def reset(self) -> None:
-        self.pos = 0
+        self.pos = self.pos.zero_() if self.static else 0
 
     def repeat(self, n: int) -> "KVCache":
         """A batch-n copy of a batch-1 cache: prefill a shared prompt once, then sample n ways."""
         out = object.__new__(KVCache)
-        out.k = self.k.repeat(1, n, 1, 1, 1)
-        out.v = self.v.repeat(1, n, 1, 1, 1)
-        out.pos = self.pos
+        out.k = [k.repeat(n, 1, 1, 1) for k in self.k]
+        out.v = [v.repeat(n, 1, 1, 1) for v in self.v]
+        out.static = self.static
+        out.pos = self.pos.clone() if self.static else self.pos
         return out
 
 
@@ -93,31 +117,63 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
         probs = logits.softmax(dim=-1)
         drop = probs.cumsum(dim=-1) - probs >= top_p  # the mass before this token already reaches p
         logits = logits.masked_fill(drop, float("-inf"))
-    choice = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)  # (B, 1)
+    probs = logits.softmax(dim=-1)
+    # the exponential race: argmax_i p_i / E_i with E_i ~ Exp(1) picks i with probability p_i. It is
+    # what torch.multinomial does for one draw (same stream, same ids) without its input checks,
+    # which cost more than the draw itself when decoding one token at a time
+    race = torch.empty_like(probs).exponential_(generator=generator).clamp_min_(torch.finfo(probs.dtype).tiny)
+    choice = (probs / race).argmax(dim=-1, keepdim=True)  # (B, 1)
     return (choice if ids is None else ids.gather(1, choice)).squeeze(1)  # (B,)
+
+
+def _decode_step(model: Transformer, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    return model(idx, cache=cache)[0][:, -1]  # (B, V): the logits of the one new position
+
+
+_compiled = None
+
+
+def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checked: bool) -> torch.Tensor:
+    """`_decode_step` under torch.compile, compiled once per model and batch size: a static
+    KVCache keeps every shape fixed. checked: a step of this generation has already run with
+    torch.compile's guards checked; the next ones see the same model and cache, so checking
+    again (a quarter of a millisecond per token on a CPU) is skipped."""
+    global _compiled
+    if _compiled is None:  # made on first use: importing the compiler takes seconds
+        _compiled = torch.compile(_decode_step, dynamic=False)
+    with torch.compiler.set_stance(skip_guard_eval_unsafe=checked):
+        return _compiled(model, idx, cache)
 
 
 @torch.inference_mode()
 def generate_tokens(model: Transformer, prompt_ids: list[int], max_new_tokens: int, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
-                    seed: int | None = None, num_samples: int = 1, use_cache: bool = True):
-    """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt."""
+                    seed: int | None = None, num_samples: int = 1, use_cache: bool = True, compile: bool = False):
+    """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt.
+
+    compile=True decodes with a static KV cache and a torch.compile'd step (with use_cache only):
+    the first call for a model pays for compilation (seconds), later tokens come faster. The
+    tokens are those of the eager path up to float rounding.
+    """
     block = model.config.block_size
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    compile = compile and use_cache
     seq = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, n)
-    cache, cache_start = None, None
+    cache, cache_start, checked = None, None, False
     for _ in range(max_new_tokens):
         start = window_start(seq.size(1), block)
         if not use_cache:
             logits = model(seq[:, start:])[0][:, -1]  # (B, V): the whole window, every step
-        elif start != cache_start:  # first step, or the window jumped: fill the cache afresh
-            cache = KVCache(model, seq.size(0)) if cache is None else cache
+        elif start != cache_start:  # first step, or the window jumped: fill the cache afresh (eager)
+            cache = KVCache(model, seq.size(0), static=compile) if cache is None else cache
             cache.reset()
             logits = model(seq[:, start:], cache=cache)[0][:, -1]
             cache_start = start
         else:
-            logits = model(seq[:, -1:], cache=cache)[0][:, -1]  # (B, V): one new position
+            last = nxt[:, None]  # (B, 1): the token sampled last
+            logits = _compiled_step(model, last, cache, checked) if compile else _decode_step(model, last, cache)
+            checked = True
         if seq.size(0) < num_samples:  # after the shared prefill, branch into num_samples rows
             seq, logits = seq.repeat(num_samples, 1), logits.repeat(num_samples, 1)
             cache = cache.repeat(num_samples) if cache is not None else None
@@ -168,7 +224,7 @@ class _TextAssembler:
 
 
 def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
-            stop, seed, num_samples, use_cache):
+            stop, seed, num_samples, use_cache, compile):
     """Yield, per step, the new text piece of every sample (until all samples are done)."""
     check_sampling(max_new_tokens, temperature, top_k, top_p, repetition_penalty)
     if num_samples < 1:
@@ -181,7 +237,7 @@ def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
     stop = [stop] if isinstance(stop, str) else list(stop or [])
     texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
     for nxt in generate_tokens(model, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
-                               seed, num_samples, use_cache):
+                               seed, num_samples, use_cache, compile):
         yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]
         if all(t.done for t in texts):
             return
@@ -190,24 +246,26 @@ def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
 
 def generate(model, tokenizer, prompt: str = "", max_new_tokens: int = 100, temperature: float = 0.8,
              top_k: int | None = 50, top_p: float | None = None, repetition_penalty: float = 1.0,
-             stop=None, seed: int | None = None, num_samples: int = 1, use_cache: bool = True):
+             stop=None, seed: int | None = None, num_samples: int = 1, use_cache: bool = True,
+             compile: bool = False):
     """The text that follows `prompt` (not including it); a list of num_samples texts when > 1.
 
     Generation ends at max_new_tokens, at <|endoftext|>, or as soon as the text contains a stop
     string (the text before it is returned). An empty prompt starts a new document.
+    compile=True: a torch.compile'd decode step, see generate_tokens.
     """
     out = [""] * num_samples
     for step in _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
-                        repetition_penalty, stop, seed, num_samples, use_cache):
+                        repetition_penalty, stop, seed, num_samples, use_cache, compile):
         out = [o + p for o, p in zip(out, step)]
     return out[0] if num_samples == 1 else out
 
 
 def stream(model, tokenizer, prompt: str = "", max_new_tokens: int = 100, temperature: float = 0.8,
            top_k: int | None = 50, top_p: float | None = None, repetition_penalty: float = 1.0,
-           stop=None, seed: int | None = None, use_cache: bool = True):
+           stop=None, seed: int | None = None, use_cache: bool = True, compile: bool = False):
     """Like generate, but yields text pieces as they are decoded, never half a character."""
     for step in _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
-                        repetition_penalty, stop, seed, 1, use_cache):
+                        repetition_penalty, stop, seed, 1, use_cache, compile):
         if step[0]:
             yield step[0]

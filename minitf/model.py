@@ -128,7 +128,8 @@ class Transformer(nn.Module):
         """
         B, T = idx.shape
         offset = cache.pos if cache is not None else 0
-        if offset + T > self.config.block_size:
+        # a static cache's position is a tensor: checking it would cost a device sync per step
+        if isinstance(offset, int) and offset + T > self.config.block_size:
             raise ValueError(f"sequence of {offset + T} tokens exceeds block_size "
                              f"{self.config.block_size}; crop the input to the last block_size tokens")
         x = self.wte(idx)  # (B, T, C)

@@ -8,6 +8,15 @@ import torch
 import torch.nn as nn
 
 
+def position_ids(T: int, offset, device=None) -> torch.Tensor:
+    """Absolute positions offset .. offset + T - 1, shape (T,).
+
+    offset is an int, or a 0-d tensor when decoding with a static KV cache under torch.compile:
+    a tensor keeps the shapes fixed, so one compiled graph serves every position.
+    """
+    return torch.arange(T, device=device) + offset
+
+
 def sinusoidal_table(n_pos: int, dim: int) -> torch.Tensor:
     """PE[pos, 2i] = sin(pos / 10000^(2i/dim)), PE[pos, 2i+1] = cos(pos / 10000^(2i/dim))."""
     pos = torch.arange(n_pos, dtype=torch.float64).unsqueeze(1)  # (P, 1)
@@ -26,9 +35,8 @@ class LearnedPositions(nn.Module):
         super().__init__()
         self.wpe = nn.Embedding(block_size, dim)
 
-    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
-        pos = torch.arange(offset, offset + T, device=self.wpe.weight.device)
-        return self.wpe(pos)  # (T, C)
+    def forward(self, T: int, offset=0) -> torch.Tensor:
+        return self.wpe(position_ids(T, offset, self.wpe.weight.device))  # (T, C)
 
 
 class SinusoidalPositions(nn.Module):
@@ -38,8 +46,8 @@ class SinusoidalPositions(nn.Module):
         super().__init__()
         self.register_buffer("table", sinusoidal_table(block_size, dim), persistent=False)
 
-    def forward(self, T: int, offset: int = 0) -> torch.Tensor:
-        return self.table[offset : offset + T]  # (T, C)
+    def forward(self, T: int, offset=0) -> torch.Tensor:
+        return self.table[position_ids(T, offset, self.table.device)]  # (T, C)
 
 
 class Rotary(nn.Module):
@@ -56,9 +64,9 @@ class Rotary(nn.Module):
         self.register_buffer("cos", angle.cos().float(), persistent=False)
         self.register_buffer("sin", angle.sin().float(), persistent=False)
 
-    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        T = x.size(-2)
-        cos = self.cos[offset : offset + T].to(x.dtype)  # (T, D/2)
-        sin = self.sin[offset : offset + T].to(x.dtype)  # (T, D/2)
+    def forward(self, x: torch.Tensor, offset=0) -> torch.Tensor:
+        pos = position_ids(x.size(-2), offset, x.device)  # (T,)
+        cos = self.cos[pos].to(x.dtype)  # (T, D/2)
+        sin = self.sin[pos].to(x.dtype)  # (T, D/2)
         x1, x2 = x.chunk(2, dim=-1)  # (..., T, D/2) each
         return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., T, D)

@@ -30,13 +30,15 @@ def main() -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--interactive", action="store_true", help="read prompts, one per line, until end of input")
     p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the decode step: seconds to compile, then faster tokens (long outputs)")
     p.add_argument("--verbose", action="store_true", help="print tokens/s to stderr")
     a = p.parse_args()
     model, tok, cfg = load_run(a.run or newest_run(), best=a.best, device=a.device)
     s = vars(cfg.sample)  # the run's own sampling settings, unless given here
     pick = lambda name: s[name] if getattr(a, name) is None else getattr(a, name)
     opts = {n: pick(n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")}
-    opts["stop"] = a.stop
+    opts["stop"], opts["compile"] = a.stop, a.compile
     prompts = (line.rstrip("\n") for line in sys.stdin) if a.interactive else [pick("prompt")]
     for prompt in prompts:
         t0 = time.time()

@@ -16,7 +16,9 @@ def test_bench_smoke(tmp_path, tiny_run):
     res = json.loads(out.read_text())
     assert res["machine"]["cores"] >= 1 and res["machine"]["torch"]
     assert res["train"]["tokens_per_s"] > 0 and res["train"]["batch"] == 2 and res["train"]["vocab"] == 512
-    assert {(g["batch"], g["cache"]) for g in res["generate"]} == {(1, True), (1, False), (8, True), (8, False)}
+    assert {(g["batch"], g["cache"], g["compile"]) for g in res["generate"]} == {
+        (1, True, False), (1, False, False), (8, True, False), (8, False, False), (1, True, True)}
+    assert next(g for g in res["generate"] if g["compile"])["first_call_s"] > 0
     assert all(g["new_tokens"] == 8 for g in res["generate"])
     assert res["startup"]["ok"] and res["startup"]["first_token_s"] > 0
-    assert "KV cache speed-up at batch 1" in r.stdout
+    assert "KV cache speed-up at batch 1 (compiled)" in r.stdout
