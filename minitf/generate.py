@@ -160,7 +160,7 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], max_new_tokens: i
     generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
     compile = compile and use_cache
     seq = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, n)
-    cache, cache_start, checked = None, None, False
+    cache, cache_start, checked, nxt = None, None, False, None
     for _ in range(max_new_tokens):
         start = window_start(seq.size(1), block)
         if not use_cache:
