@@ -86,30 +86,59 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
     peak = peak_flops(device)
     if peak:
         out["mfu"] = round(flops_per_token(model) * tok_s / peak, 4)
+    elif device.type == "cpu":  # no datasheet peak: hold the step to this machine's own matmul rate
+        rate = matmul_flops(device)
+        out["matmul_gflops"] = round(rate / 1e9, 1)
+        out["matmul_ceiling_tokens_per_s"] = round(rate / flops_per_token(model))
     return out
 
 
+def matmul_flops(device: torch.device, n: int = 1024, seconds: float = 1.0) -> float:
+    """FLOP/s of float32 (n x n) @ (n x n) matmuls on this machine: what a training step could reach
+    if every one of its FLOPs ran as fast as one large, cache-friendly matmul."""
+    a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+    a @ b  # warm-up
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    _sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+GENERATION_RUNS = [(1, True, False), (1, False, False), (1, True, True), (8, True, False), (8, False, False)]
+
+
 @torch.no_grad()
-def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, batch: int = 1,
-                     use_cache: bool = True, compile: bool = False) -> dict:
-    """New tokens per second (all rows counted) for one prompt token, sampled with top-k.
-    A first short run warms up; with compile=True its time, mostly compilation, is reported too."""
+def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, rounds: int = 3) -> list[dict]:
+    """New tokens per second (all rows counted) from one prompt token, sampled with top-k, for each
+    (batch, KV cache, compiled) of GENERATION_RUNS.
+
+    The runs take turns, `rounds` times, and each reports its median: on a shared machine the speed
+    drifts over minutes, and turns keep the cached and uncached runs side by side. Each run is
+    warmed up first; for the compiled one that first call, mostly compilation, is reported too.
+    """
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(device).eval()
-    run = lambda n: sum(1 for _ in generate_tokens(model, [0], n, temperature=1.0, top_k=50, seed=0,
-                                                    num_samples=batch, use_cache=use_cache, compile=compile))
-    t0 = time.perf_counter()
-    run(5)  # warm-up
-    _sync(device)
-    warmup_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    n = run(new_tokens)
-    _sync(device)
-    dt = time.perf_counter() - t0
-    out = {"batch": batch, "cache": use_cache, "compile": compile, "new_tokens": n, "seconds": round(dt, 3),
-           "tokens_per_s": round(n * batch / dt, 1)}
-    if compile:
-        out["first_call_s"] = round(warmup_s, 1)
+
+    def run(n, batch, use_cache, compile):
+        t0 = time.perf_counter()
+        n = sum(1 for _ in generate_tokens(model, [0], n, temperature=1.0, top_k=50, seed=0,
+                                           num_samples=batch, use_cache=use_cache, compile=compile))
+        _sync(device)
+        return n, time.perf_counter() - t0
+
+    out = []
+    for batch, use_cache, compile in GENERATION_RUNS:
+        _, warmup_s = run(5, batch, use_cache, compile)
+        out.append({"batch": batch, "cache": use_cache, "compile": compile, "new_tokens": new_tokens,
+                    "rates": [], **({"first_call_s": round(warmup_s, 1)} if compile else {})})
+    for _ in range(rounds):
+        for r in out:
+            n, dt = run(new_tokens, r["batch"], r["cache"], r["compile"])
+            r["rates"].append(round(n * r["batch"] / dt, 1))
+    for r in out:
+        r["tokens_per_s"] = statistics.median(r["rates"])
     return out
 
 
@@ -169,7 +198,7 @@ def startup_to_first_token(run_dir: str | Path) -> dict:
 
 
 def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts, run_dir, new_tokens: int,
-              steps: int, log=print) -> dict:
+              steps: int, rounds: int = 3, log=print) -> dict:
     """Run the chosen measurements, print each as it finishes, and return them all."""
     from .cli import newest_run
     from .config import load_config
@@ -185,20 +214,23 @@ def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts
         log(f"train     {r['tokens_per_s']:>10,} tokens/s  {r['ms_per_step']} ms/step  ({r['params']:,} params, "
             f"batch {r['batch']} x {r['block']}, vocab {r['vocab']}, {r['dtype']}, compile {r['compile']}"
             + (f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else "") + ")")
+        if "matmul_ceiling_tokens_per_s" in r:
+            log(f"train     this machine's float32 matmuls run at {r['matmul_gflops']} GFLOP/s: a step with "
+                f"no other cost would give {r['matmul_ceiling_tokens_per_s']:,} tokens/s; measured "
+                f"{100 * r['tokens_per_s'] / r['matmul_ceiling_tokens_per_s']:.0f}% of that")
     if "generate" in parts:
-        res["generate"] = []
-        for batch, cache, compile in [(1, True, False), (1, False, False), (8, True, False), (8, False, False),
-                                      (1, True, True)]:
-            r = generation_speed(cfg, device, new_tokens, batch, cache, compile)
-            res["generate"].append(r)
-            log(f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {batch}, "
-                f"{'KV cache' if cache else 'no cache'}{', compiled' if compile else ''}, "
-                f"{r['new_tokens']} new tokens in {r['seconds']} s"
-                + (f" (first call, compiling: {r['first_call_s']} s)" if compile else ""))
-        rate = {(r["batch"], r["cache"], r["compile"]): r["tokens_per_s"] for r in res["generate"]}
+        res["generate"] = generation_speed(cfg, device, new_tokens, rounds)
+        for r in res["generate"]:
+            log(f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {r['batch']}, "
+                f"{'KV cache' if r['cache'] else 'no cache'}{', compiled' if r['compile'] else ''}, "
+                f"{r['new_tokens']} new tokens, median of {r['rates']}"
+                + (f" (first call, compiling: {r['first_call_s']} s)" if r["compile"] else ""))
+        rate = {(r["batch"], r["cache"], r["compile"]): r for r in res["generate"]}
         for batch, compile in [(1, False), (8, False), (1, True)]:
+            on, off = rate[batch, True, compile]["rates"], rate[batch, False, False]["rates"]
+            ratios = sorted(a / b for a, b in zip(on, off))  # per round: the two ran minutes apart at most
             log(f"generate  KV cache speed-up at batch {batch}{' (compiled)' if compile else ''}: "
-                f"{rate[batch, True, compile] / rate[batch, False, False]:.1f}x")
+                f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{x:.1f}' for x in ratios)})")
     if "tokenizer" in parts:
         r = res["tokenizer"] = tokenizer_speed(cfg.data.vocab_size, log=log)
         log(f"tokenizer BPE {r['vocab']} trained on {r['corpus_mb']} MB in {r['train_s']} s; encode "

@@ -140,7 +140,11 @@ def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checke
     again (a quarter of a millisecond per token on a CPU) is skipped."""
     global _compiled
     if _compiled is None:  # made on first use: importing the compiler takes seconds
-        _compiled = torch.compile(_decode_step, dynamic=False)
+        # no per-call size and alignment asserts on the ~60 inputs: in Python they cost more than a
+        # small model's kernels (a 5.5x speed-up over the uncached path instead of 4.5x, measured),
+        # and the guards have checked those shapes once per generation already
+        _compiled = torch.compile(_decode_step, dynamic=False,
+                                  options={"size_asserts": False, "alignment_asserts": False})
     with torch.compiler.set_stance(skip_guard_eval_unsafe=checked):
         return _compiled(model, idx, cache)
 

@@ -24,12 +24,13 @@ def main() -> None:
     p.add_argument("--run", help="a trained run for the start-up measurement (default: the newest under runs/)")
     p.add_argument("--new-tokens", type=int, default=500)
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
+    p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     a = p.parse_args()
     from minitf.bench import run_bench
 
-    results = run_bench(a.config, a.overrides, a.device, a.vocab, a.only, a.run, a.new_tokens, a.steps)
+    results = run_bench(a.config, a.overrides, a.device, a.vocab, a.only, a.run, a.new_tokens, a.steps, a.rounds)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -10,7 +10,7 @@ def test_bench_smoke(tmp_path, tiny_run):
     out = tmp_path / "bench.json"
     r = subprocess.run([sys.executable, "scripts/bench.py", "--config", "configs/tiny.yaml", "--only", "train",
                         "generate", "startup", "--run", str(tiny_run), "--new-tokens", "8", "--steps", "2",
-                        "--json", str(out), "model.n_embd=32", "train.batch_size=2"],
+                        "--rounds", "2", "--json", str(out), "model.n_embd=32", "train.batch_size=2"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
@@ -19,6 +19,6 @@ def test_bench_smoke(tmp_path, tiny_run):
     assert {(g["batch"], g["cache"], g["compile"]) for g in res["generate"]} == {
         (1, True, False), (1, False, False), (8, True, False), (8, False, False), (1, True, True)}
     assert next(g for g in res["generate"] if g["compile"])["first_call_s"] > 0
-    assert all(g["new_tokens"] == 8 for g in res["generate"])
+    assert all(g["new_tokens"] == 8 and len(g["rates"]) == 2 for g in res["generate"])
     assert res["startup"]["ok"] and res["startup"]["first_token_s"] > 0
     assert "KV cache speed-up at batch 1 (compiled)" in r.stdout
