@@ -20,7 +20,8 @@ def main() -> None:
     p.add_argument("--config", default=str(REPO / "configs" / "shakespeare.yaml"))
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
-    p.add_argument("--only", nargs="+", choices=PARTS, default=list(PARTS))
+    p.add_argument("--only", nargs="+", default=list(PARTS), metavar="PART",
+                   help=f"any of {', '.join(PARTS)} (default: all)")
     p.add_argument("--run", help="a trained run for the start-up measurement (default: the newest under runs/)")
     p.add_argument("--new-tokens", type=int, default=500)
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
@@ -28,6 +29,12 @@ def main() -> None:
     p.add_argument("--json", help="also write the results here")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     a = p.parse_args()
+    # --only takes several words, so overrides written after it land there: move them back
+    a.overrides += [w for w in a.only if "=" in w]
+    a.only = [w for w in a.only if "=" not in w]
+    unknown = [w for w in a.only if w not in PARTS]
+    if unknown:
+        p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
     from minitf.bench import run_bench
 
     results = run_bench(a.config, a.overrides, a.device, a.vocab, a.only, a.run, a.new_tokens, a.steps, a.rounds)

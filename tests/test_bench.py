@@ -8,9 +8,10 @@ from conftest import ROOT
 
 def test_bench_smoke(tmp_path, tiny_run):
     out = tmp_path / "bench.json"
+    # an override right after --only's words is still an override (batch 2 below)
     r = subprocess.run([sys.executable, "scripts/bench.py", "--config", "configs/tiny.yaml", "--only", "train",
-                        "generate", "startup", "--run", str(tiny_run), "--new-tokens", "8", "--steps", "2",
-                        "--rounds", "2", "--json", str(out), "model.n_embd=32", "train.batch_size=2"],
+                        "generate", "startup", "train.batch_size=2", "--run", str(tiny_run), "--new-tokens", "8",
+                        "--steps", "2", "--rounds", "2", "--json", str(out), "model.n_embd=32"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
