@@ -140,11 +140,14 @@ def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checke
     again (a quarter of a millisecond per token on a CPU) is skipped."""
     global _compiled
     if _compiled is None:  # made on first use: importing the compiler takes seconds
+        import torch._inductor.config as inductor_config
+
         # no per-call size and alignment asserts on the ~60 inputs: in Python they cost more than a
         # small model's kernels (a 5.5x speed-up over the uncached path instead of 4.5x, measured),
-        # and the guards have checked those shapes once per generation already
-        _compiled = torch.compile(_decode_step, dynamic=False,
-                                  options={"size_asserts": False, "alignment_asserts": False})
+        # and the guards have checked those shapes once per generation already. (Only the switches
+        # this torch has: older ones lack alignment_asserts.)
+        off = {k: False for k in ("size_asserts", "alignment_asserts") if hasattr(inductor_config, k)}
+        _compiled = torch.compile(_decode_step, dynamic=False, options=off)
     with torch.compiler.set_stance(skip_guard_eval_unsafe=checked):
         return _compiled(model, idx, cache)
 
