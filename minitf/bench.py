@@ -22,7 +22,8 @@ import torch
 from .config import Config, TrainConfig
 from .generate import generate_tokens
 from .model import Transformer
-from .trainer import flops_per_token, forward_backward, make_optimizer, peak_flops, resolve_dtype
+from .trainer import (flops_per_token, forward_backward, keep_freed_memory, make_optimizer, peak_flops,
+                      resolve_dtype)
 
 
 def machine(device: torch.device) -> dict:
@@ -50,6 +51,7 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup: int = 5, repeats: int = 3) -> dict:
     """Tokens/s of full training steps (forward, backward, clip, AdamW) on random tokens."""
+    keep_freed_memory()  # as train() does
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(device)
     tc: TrainConfig = cfg.train
