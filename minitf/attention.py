@@ -88,14 +88,13 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        if rope is not None:
+            offset = cache.pos if cache is not None else 0
+            q, k = rope(q, offset), rope(k, offset)
         mask = None  # None: query i sees keys 0 .. S - T + i, the plain causal rule
         if cache is not None:
-            if rope is not None:
-                q, k = rope(q, cache.pos), rope(k, cache.pos)
             mask = cache.attn_mask(T)  # (T, S) bool, or None where the causal rule says the same
             k, v = cache.update(layer, k, v)  # (B, H, S, D)
-        elif rope is not None:
-            q, k = rope(q), rope(k)
 
         weights = None
         # a static cache is there for torch.compile, which fuses the written-out path's mask and
