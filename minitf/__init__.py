@@ -8,9 +8,10 @@
 """
 from . import attention
 from .checkpoint import load_run
+from .cache import KVCache
 from .config import (Config, ConfigError, DataConfig, MinitfError, ModelConfig, RunConfig,
                      SampleConfig, TrainConfig, load_config)
-from .generate import KVCache, generate, sample_next_token, stream
+from .generate import generate, sample_next_token, stream
 from .inspection import inspect
 from .model import Transformer
 from .tokenizer import Tokenizer
@@ -18,8 +19,10 @@ from .tokenizer import Tokenizer
 __version__ = "0.1.0"
 
 
-def train(cfg: Config, resume: bool = False, log=print):
-    """Train per cfg and return the run directory (see minitf.trainer.train)."""
-    from .trainer import train as _train  # imported on use: sampling never pays for the training stack
+def train(cfg: Config, resume: bool = False, log=print, plot: bool = True):
+    """Train per cfg and return the run directory (see minitf.trainer.train); plot=True redraws
+    the run's loss.png after each evaluation."""
+    from .plotting import plot_loss  # imported on use: sampling never pays for the training stack
+    from .trainer import train as _train
 
-    return _train(cfg, resume=resume, log=log)
+    return _train(cfg, resume=resume, log=log, on_eval=plot_loss if plot else None)

@@ -10,7 +10,6 @@ unpickled: tensors come from safetensors, the training state from torch.load(wei
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -18,25 +17,13 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
-from .config import Config, MinitfError, load_config, save_config
+from .config import Config, ConfigError, MinitfError, load_config, save_config
+from .io import atomic_write
 from .model import Transformer
 from .tokenizer import Tokenizer
 
 WEIGHTS, BEST, STATE, CONFIG, TOKENIZER, METRICS = (
     "model.safetensors", "best.safetensors", "state.pt", "config.yaml", "tokenizer.json", "metrics.jsonl")
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call write(tmp_path), then move tmp_path over path. A failure leaves path untouched."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise MinitfError(f"could not write {path}: {e.strerror or e}; "
-                          f"the previous checkpoint there is intact") from None
 
 
 def save_weights(model: nn.Module, path: Path, step: int) -> None:
@@ -117,3 +104,23 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
 def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
     atomic_write(run_dir / CONFIG, lambda tmp: save_config(cfg, tmp))
     atomic_write(run_dir / TOKENIZER, lambda tmp: Path(tmp).write_text(tokenizer.to_json()))
+
+
+def check_run_dir(cfg: Config, resume: bool) -> Path:
+    run_dir = Path(cfg.run.out_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
+    has_ckpt = (run_dir / STATE).is_file()
+    if resume and not has_ckpt:
+        raise MinitfError(f"{run_dir} has no checkpoint to resume; drop --resume to start a new run")
+    if not resume and has_ckpt:
+        raise MinitfError(f"{run_dir} already holds a run; pass --resume to continue it, or set "
+                          f"run.out_dir to a new directory")
+    if resume:
+        saved = load_config(run_dir / CONFIG).model
+        saved.vocab_size = cfg.model.vocab_size = None
+        if saved != cfg.model:
+            diff = [k for k in vars(saved) if getattr(saved, k) != getattr(cfg.model, k)]
+            raise ConfigError(f"--resume with a different model config ({', '.join('model.' + k for k in diff)}"
+                              f"); resume with the run's own settings or start a new run.out_dir")
+    return run_dir

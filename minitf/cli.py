@@ -6,8 +6,6 @@ from pathlib import Path
 
 from .config import MinitfError
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def run_main(main) -> None:
     """Run main(); a MinitfError prints 'error: ...' and exits 2, Ctrl-C exits 130. No tracebacks."""

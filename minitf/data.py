@@ -24,9 +24,9 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from .checkpoint import atomic_write
 from .config import DataConfig, MinitfError
 from .corpus import Source, cache_dir
+from .io import atomic_write
 from .tokenizer import Tokenizer
 
 SPLITS = ("train", "val")
@@ -65,7 +65,7 @@ class TokenData:
         dtype = np.dtype(self.meta["dtype"])
         # Plain reads, not a memmap: pages read through a long-lived map count as this process's
         # memory, so a big split would creep into RAM over a long run (a fresh map per batch, as
-        # nanoGPT does, avoids that too but costs 3-4x more time in page faults).
+        # nanoGPT does, avoids that too but spends far more time in page faults).
         with open(self._bin(split), "rb", buffering=0) as f:
             n = os.fstat(f.fileno()).st_size // dtype.itemsize
             if n < block_size + 1:
@@ -98,7 +98,6 @@ def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None,
     The key covers the source's fingerprint, the tokenizer and the split settings. Without a
     tokenizer one is trained on the train split (vocab cfg.vocab_size), and cached too.
     """
-    cfg.validate()
     source = Source(cfg)
     settings = {"format": FORMAT, "source": cfg.source, "fingerprint": source.fingerprint,
                 "val_fraction": cfg.val_fraction, "max_documents": cfg.max_documents,

@@ -9,74 +9,16 @@ gives identical tokens with and without the cache.
 """
 from __future__ import annotations
 
+import dataclasses
 import warnings
+import weakref
 
 import torch
 
-from .attention import causal_mask
-from .config import check_sampling
+from .cache import KVCache
+from .config import ConfigError, SampleConfig
 from .model import Transformer
 from .tokenizer import Tokenizer
-
-
-class KVCache:
-    """Keys and values of every layer, preallocated to block_size: L tensors (B, H, block_size, D) each.
-
-    `pos` is how many positions are filled; a layer appends its new keys with `update`, and the
-    model calls `advance` once all layers have seen the same new tokens.
-
-    static=True keeps every shape fixed, for torch.compile: `pos` is a 0-d tensor, new keys are
-    written at tensor positions, and attention reads all block_size slots behind a mask, so one
-    compiled graph serves every step. The default slices to the filled part instead, which is
-    cheaper without compilation.
-    """
-
-    def __init__(self, model: Transformer, batch_size: int = 1, static: bool = False):
-        c = model.config
-        p = next(model.parameters())
-        shape = (batch_size, c.n_head, c.block_size, c.head_dim)
-        # one tensor per layer: under torch.compile a write into a slice of one big buffer
-        # would copy the whole buffer every step
-        self.k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(c.n_layer)]
-        self.v = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(c.n_layer)]
-        self.static = static
-        self.pos = torch.zeros((), dtype=torch.long, device=p.device) if static else 0
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store k, v (B, H, T, D) at positions pos .. pos+T; return the keys and values to attend to."""
-        if self.static:
-            idx = self.pos + torch.arange(k.size(2), device=k.device)  # (T,)
-            self.k[layer].index_copy_(2, idx, k)
-            self.v[layer].index_copy_(2, idx, v)
-            return self.k[layer], self.v[layer]  # (B, H, block_size, D): attn_mask hides the empty slots
-        end = self.pos + k.size(2)
-        self.k[layer][:, :, self.pos : end] = k
-        self.v[layer][:, :, self.pos : end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]  # (B, H, end, D) each
-
-    def attn_mask(self, T: int) -> torch.Tensor | None:
-        """Which stored keys each of T new queries may see, (T, S) bool; None where the plain causal
-        rule (query i sees keys 0 .. S - T + i) says the same."""
-        if self.static:
-            block = self.k[0].size(2)
-            q_pos = self.pos + torch.arange(T, device=self.pos.device)  # (T,)
-            return torch.arange(block, device=q_pos.device) <= q_pos[:, None]  # (T, block_size)
-        return None if T == 1 or self.pos == 0 else causal_mask(T, self.pos + T, device=self.k[0].device)
-
-    def advance(self, n: int) -> None:
-        self.pos += n  # in place when pos is a tensor
-
-    def reset(self) -> None:
-        self.pos = self.pos.zero_() if self.static else 0
-
-    def repeat(self, n: int) -> "KVCache":
-        """A batch-n copy of a batch-1 cache: prefill a shared prompt once, then sample n ways."""
-        out = object.__new__(KVCache)
-        out.k = [k.repeat(n, 1, 1, 1) for k in self.k]
-        out.v = [v.repeat(n, 1, 1, 1) for v in self.v]
-        out.static = self.static
-        out.pos = self.pos.clone() if self.static else self.pos
-        return out
 
 
 def window_start(n: int, block_size: int) -> int:
@@ -130,7 +72,9 @@ def _decode_step(model: Transformer, idx: torch.Tensor, cache: KVCache) -> torch
     return model(idx, cache=cache)[0][:, -1]  # (B, V): the logits of the one new position
 
 
-_compiled = None
+# one compiled decode step per model, dropped with the model; made on first use, since importing
+# the compiler takes seconds
+_compiled_steps: "weakref.WeakKeyDictionary[Transformer, object]" = weakref.WeakKeyDictionary()
 
 
 def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checked: bool) -> torch.Tensor:
@@ -138,37 +82,47 @@ def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checke
     KVCache keeps every shape fixed. checked: a step of this generation has already run with
     torch.compile's guards checked; the next ones see the same model and cache, so checking
     again (a quarter of a millisecond per token on a CPU) is skipped."""
-    global _compiled
-    if _compiled is None:  # made on first use: importing the compiler takes seconds
+    step = _compiled_steps.get(model)
+    if step is None:
         import torch._inductor.config as inductor_config
 
         # no per-call size and alignment asserts on the ~60 inputs: in Python they cost more than a
-        # small model's kernels (a 5.5x speed-up over the uncached path instead of 4.5x, measured),
-        # and the guards have checked those shapes once per generation already. (Only the switches
-        # this torch has: older ones lack alignment_asserts.)
+        # small model's kernels, and the guards have checked those shapes once per generation
+        # already. (Only the switches this torch has: older ones lack alignment_asserts.)
         off = {k: False for k in ("size_asserts", "alignment_asserts") if hasattr(inductor_config, k)}
-        _compiled = torch.compile(_decode_step, dynamic=False, options=off)
+        step = _compiled_steps[model] = torch.compile(_decode_step, dynamic=False, options=off)
     with torch.compiler.set_stance(skip_guard_eval_unsafe=checked):
-        return _compiled(model, idx, cache)
+        return step(model, idx, cache)
+
+
+def sample_settings(settings: SampleConfig | None = None, **overrides) -> SampleConfig:
+    """settings (default: SampleConfig()) with keyword overrides applied, validated as a whole."""
+    settings = settings or SampleConfig()
+    known = {f.name for f in dataclasses.fields(SampleConfig)}
+    for name in overrides:
+        if name not in known:
+            raise ConfigError(f"unknown sampling setting {name!r}; valid: {', '.join(sorted(known))}")
+    return dataclasses.replace(settings, **overrides) if overrides else settings
 
 
 @torch.inference_mode()
-def generate_tokens(model: Transformer, prompt_ids: list[int], max_new_tokens: int, temperature: float = 1.0,
-                    top_k: int | None = None, top_p: float | None = None, repetition_penalty: float = 1.0,
-                    seed: int | None = None, num_samples: int = 1, use_cache: bool = True, compile: bool = False):
+def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int = 1,
+                    use_cache: bool = True, compile: bool = False):
     """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt.
 
-    compile=True decodes with a static KV cache and a torch.compile'd step (with use_cache only):
-    the first call for a model pays for compilation (seconds), later tokens come faster. The
-    tokens are those of the eager path up to float rounding.
+    settings: max_new_tokens and how to sample (temperature, top_k, top_p, repetition_penalty,
+    seed); settings.prompt is not used. compile=True decodes with a static KV cache and a
+    torch.compile'd step (with use_cache only): the first call for a model pays for compilation
+    (seconds), later tokens come faster. The tokens are those of the eager path up to float rounding.
     """
+    s = settings
     block = model.config.block_size
     device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(seed) if seed is not None else None
+    generator = torch.Generator(device=device).manual_seed(s.seed) if s.seed is not None else None
     compile = compile and use_cache
     seq = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, n)
     cache, cache_start, checked, nxt = None, None, False, None
-    for _ in range(max_new_tokens):
+    for _ in range(s.max_new_tokens):
         start = window_start(seq.size(1), block)
         if not use_cache:
             logits = model(seq[:, start:])[0][:, -1]  # (B, V): the whole window, every step
@@ -184,7 +138,7 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], max_new_tokens: i
         if seq.size(0) < num_samples:  # after the shared prefill, branch into num_samples rows
             seq, logits = seq.repeat(num_samples, 1), logits.repeat(num_samples, 1)
             cache = cache.repeat(num_samples) if cache is not None else None
-        nxt = sample_next_token(logits, temperature, top_k, top_p, generator, seq, repetition_penalty)
+        nxt = sample_next_token(logits, s.temperature, s.top_k, s.top_p, generator, seq, s.repetition_penalty)
         seq = torch.cat([seq, nxt[:, None]], dim=1)
         yield nxt
 
@@ -230,10 +184,9 @@ class _TextAssembler:
         return out
 
 
-def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
-            stop, seed, num_samples, use_cache, compile):
-    """Yield, per step, the new text piece of every sample (until all samples are done)."""
-    check_sampling(max_new_tokens, temperature, top_k, top_p, repetition_penalty)
+def _text_steps(model, tokenizer, prompt: str, settings: SampleConfig, stop, num_samples: int,
+                use_cache: bool, compile: bool):
+    """Yield, per step, the new text of every sample (until all samples are done)."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be at least 1, got {num_samples}")
     ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]  # empty: start a new document
@@ -243,36 +196,35 @@ def _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
         ids = ids[-block:]
     stop = [stop] if isinstance(stop, str) else list(stop or [])
     texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
-    for nxt in generate_tokens(model, ids, max_new_tokens, temperature, top_k, top_p, repetition_penalty,
-                               seed, num_samples, use_cache, compile):
+    for nxt in generate_tokens(model, ids, settings, num_samples, use_cache, compile):
         yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]
         if all(t.done for t in texts):
             return
     yield [t.flush() for t in texts]
 
 
-def generate(model, tokenizer, prompt: str = "", max_new_tokens: int = 100, temperature: float = 0.8,
-             top_k: int | None = 50, top_p: float | None = None, repetition_penalty: float = 1.0,
-             stop=None, seed: int | None = None, num_samples: int = 1, use_cache: bool = True,
-             compile: bool = False):
+def generate(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, stop=None,
+             num_samples: int = 1, use_cache: bool = True, compile: bool = False, **overrides):
     """The text that follows `prompt` (not including it); a list of num_samples texts when > 1.
 
+    settings: a SampleConfig (default: SampleConfig()); keyword overrides of its fields
+    (max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed) apply on top, e.g.
+    generate(model, tok, "ROMEO:", max_new_tokens=100, temperature=0.8, top_k=50, seed=0).
     Generation ends at max_new_tokens, at <|endoftext|>, or as soon as the text contains a stop
     string (the text before it is returned). An empty prompt starts a new document.
     compile=True: a torch.compile'd decode step, see generate_tokens.
     """
+    settings = sample_settings(settings, **overrides)
     out = [""] * num_samples
-    for step in _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
-                        repetition_penalty, stop, seed, num_samples, use_cache, compile):
+    for step in _text_steps(model, tokenizer, prompt, settings, stop, num_samples, use_cache, compile):
         out = [o + p for o, p in zip(out, step)]
     return out[0] if num_samples == 1 else out
 
 
-def stream(model, tokenizer, prompt: str = "", max_new_tokens: int = 100, temperature: float = 0.8,
-           top_k: int | None = 50, top_p: float | None = None, repetition_penalty: float = 1.0,
-           stop=None, seed: int | None = None, use_cache: bool = True, compile: bool = False):
+def stream(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, stop=None,
+           use_cache: bool = True, compile: bool = False, **overrides):
     """Like generate, but yields text pieces as they are decoded, never half a character."""
-    for step in _pieces(model, tokenizer, prompt, max_new_tokens, temperature, top_k, top_p,
-                        repetition_penalty, stop, seed, 1, use_cache, compile):
+    settings = sample_settings(settings, **overrides)
+    for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile):
         if step[0]:
             yield step[0]

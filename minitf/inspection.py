@@ -8,12 +8,10 @@ up reproduces the model's logits (tests/test_inspect.py does exactly that).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from .attention import causal_mask
 from .config import MinitfError
 from .model import Transformer
 from .tokenizer import Tokenizer
@@ -77,7 +75,8 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str) -> Inspection:
             x = x + model.wpe(len(ids))  # (1, T, C) + (T, C)
         embeddings, layers = x, []
         for blk in model.blocks:
-            steps = _attention_steps(blk.attn, blk.ln_1(x), model.rope)
+            steps = blk.attn.steps(blk.ln_1(x), model.rope)  # the module's own math, every step kept
+            steps["attn_out"] = steps.pop("out")  # (1, T, C)
             x = x + steps["attn_out"]
             steps["ffn_out"] = blk.mlp(blk.ln_2(x))  # (1, T, C)
             x = x + steps["ffn_out"]
@@ -92,26 +91,6 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str) -> Inspection:
 def _one(t: torch.Tensor) -> torch.Tensor:
     """Drop the batch dimension of one; float32 on the CPU, ready to plot or print."""
     return t[0].float().cpu()
-
-
-def _attention_steps(attn, x: torch.Tensor, rope) -> dict[str, torch.Tensor]:
-    """The steps of CausalSelfAttention.forward for a (1, T, C) input, each kept."""
-    B, T, C = x.shape
-    H, D = attn.n_head, attn.head_dim
-    q, k, v = attn.c_attn(x).split(C, dim=2)  # 3 x (1, T, C)
-    q = q.view(B, T, H, D).transpose(1, 2)  # (1, H, T, D)
-    k = k.view(B, T, H, D).transpose(1, 2)  # (1, H, T, D)
-    v = v.view(B, T, H, D).transpose(1, 2)  # (1, H, T, D)
-    if rope is not None:
-        q, k = rope(q), rope(k)
-    scores = q @ k.transpose(-2, -1)  # (1, H, T, T)
-    scaled = scores / math.sqrt(D)
-    masked = scaled.masked_fill(~causal_mask(T, device=x.device), float("-inf"))
-    weights = torch.softmax(masked, dim=-1)  # (1, H, T, T): the diagonal is always visible, no empty row
-    heads = weights @ v  # (1, H, T, D)
-    attn_out = attn.c_proj(heads.transpose(1, 2).reshape(B, T, C))  # (1, T, C): heads side by side
-    return dict(q=q, k=k, v=v, scores=scores, scaled=scaled, masked=masked, weights=weights, heads=heads,
-                attn_out=attn_out)
 
 
 def check_layer_head(ins: Inspection, layer: int, head: int | None) -> tuple[int, int | None]:

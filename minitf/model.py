@@ -39,7 +39,7 @@ class FeedForward(nn.Module):
         # swiglu's gate and up projections are fused in one matrix, split after the matmul
         self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if self.swiglu else hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
-        self.act = nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
+        self.act = None if self.swiglu else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -77,8 +77,8 @@ class Transformer(nn.Module):
                               "(ModelConfig(vocab_size=tokenizer.vocab_size, ...))")
         self.config = cfg
         self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)
-        self.wpe = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
-        self.wpe = self.wpe(cfg.block_size, cfg.n_embd) if self.wpe else None
+        additive = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
+        self.wpe = additive(cfg.block_size, cfg.n_embd) if additive else None  # None: rope rotates q, k instead
         self.rope = Rotary(cfg.block_size, cfg.head_dim, cfg.rope_base) if cfg.positions == "rope" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
@@ -119,6 +119,12 @@ class Transformer(nn.Module):
         if non_embedding and isinstance(self.wpe, LearnedPositions):
             n -= self.wpe.wpe.weight.numel()
         return n
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: 6N for the matmuls forward and backward, plus 12·L·C·T for
+        attention's scores and weighted sum."""
+        c = self.config
+        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None):
         """idx (B, T) token ids -> (logits (B, T, vocab_size), loss or None).

@@ -1,38 +1,45 @@
-"""Pictures: loss curves from metrics.jsonl (train and val loss, val bits per byte) for one or more
-runs, and attention heatmaps from an Inspection (minitf.inspection)."""
+"""Loss curves from metrics.jsonl (train and val loss, val bits per byte), one or more runs.
+
+Figures are drawn on their own `Figure` with the Agg canvas, never through pyplot: a notebook's
+backend and pyplot's list of open figures stay as the caller had them.
+"""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-import numpy as np
-
-from .checkpoint import METRICS, atomic_write, read_metrics
+from .checkpoint import METRICS, read_metrics
 from .config import MinitfError
-from .inspection import Inspection, check_layer_head, token_label
+from .io import atomic_write
 
 
-def _pyplot():
-    import matplotlib  # imported on use: loading a run never pays for matplotlib
+def new_figure(**kw):
+    """A matplotlib Figure that renders to files only (imported on use: loading a run never pays
+    for matplotlib)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    fig = Figure(**kw)
+    FigureCanvasAgg(fig)
+    return fig
 
-    return plt
+
+def save_figure(fig, out_path, **kw) -> Path:
+    out_path = Path(out_path)
+    atomic_write(out_path, lambda tmp: fig.savefig(tmp, format="png", **kw))
+    return out_path
 
 
 def plot_runs(run_dirs, out_path) -> Path:
     """Draw every run's curves on one figure (loss on the left, val bpb on the right)."""
-    plt = _pyplot()
     run_dirs = [Path(d) for d in run_dirs]
     for run_dir in run_dirs:
         if not run_dir.is_dir():
             raise MinitfError(f"run directory {str(run_dir)!r} does not exist; pass --run DIR of a trained run")
-    fig, (ax_loss, ax_bpb) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig = new_figure(figsize=(11, 4.2))
+    ax_loss, ax_bpb = fig.subplots(1, 2)
     for run_dir in run_dirs:
         rows = [r for r in read_metrics(run_dir) if "val_loss" in r]
         if not rows:
-            plt.close(fig)
             raise MinitfError(f"{run_dir / METRICS} has no evaluations yet; train longer than train.eval_every")
         steps = [r["step"] for r in rows]
         label = run_dir.name if len(run_dirs) > 1 else ""
@@ -46,53 +53,9 @@ def plot_runs(run_dirs, out_path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    out_path = Path(out_path)
-    atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
-    return out_path
+    return save_figure(fig, out_path, dpi=110)
 
 
-def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None = None) -> Path:
-    """Heatmap of one head's attention weights, or a grid of every head of `layer` when head is None.
-
-    Rows are queries, columns the keys they attend to; the grey triangle is what the causal mask
-    hides. Panels grow with the text up to a cap; past that (about 45 tokens in a grid, 64 for one
-    head) every n-th token is labelled, so labels never overlap.
-    """
-    plt = _pyplot()
-    layer, head = check_layer_head(ins, layer, head)
-    heads = list(range(ins.n_head)) if head is None else [head]
-    T = len(ins.tokens)
-    ncols = math.ceil(math.sqrt(len(heads)))  # near square: 4 heads 2x2, 12 heads 4x3
-    nrows = math.ceil(len(heads) / ncols)
-    panel = min(max(2.5 + 0.2 * T, 4.0), 9.0) if len(heads) == 1 else min(max(2.0 + 0.12 * T, 3.2), 5.5)
-    font = 8 if len(heads) == 1 else 7
-    step = math.ceil(T / max(1, int(panel / (1.25 * font / 72))))  # a label per 1.25 text heights: no overlap
-    ticks = list(range(0, T, step))
-    labels = [token_label(ins.tokens[i], 12) for i in ticks]
-    cmap = plt.get_cmap("viridis").with_extremes(bad="#e6e6e6")  # bad = masked: the hidden future
-
-    fig, axes = plt.subplots(nrows, ncols, figsize=(ncols * panel + 1.2, nrows * panel + 0.8),
-                             squeeze=False, layout="constrained")
-    future = np.triu(np.ones((T, T), dtype=bool), k=1)
-    for ax, h in zip(axes.flat, heads):
-        w = np.ma.masked_array(ins.layers[layer].weights[h].numpy(), mask=future)  # (T, T)
-        im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
-        ax.set_title(f"layer {layer}, head {h}", fontsize=font + 2)
-        ax.set_xticks(ticks, labels, rotation=90, fontsize=font)
-        ax.set_yticks(ticks, labels, fontsize=font)
-        ax.tick_params(length=2, pad=1)
-    for ax in axes.flat[len(heads):]:
-        ax.axis("off")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("query (the token attending)")
-    for ax in axes[-1, :]:
-        ax.set_xlabel("key (the token attended to)" + (f", labelled every {step} tokens" if step > 1 else ""))
-    fig.colorbar(im, ax=axes, shrink=0.8 if nrows == 1 else 0.6, label="attention weight")
-    text = "".join(ins.tokens)
-    fig.suptitle(f"{text[:60]!r}{'…' if len(text) > 60 else ''}  ({T} token{'s' if T > 1 else ''})",
-                 fontsize=font + 3)
-    out_path = Path(out_path)
-    atomic_write(out_path, lambda tmp: fig.savefig(tmp, dpi=120, format="png", bbox_inches="tight"))
-    plt.close(fig)
-    return out_path
+def plot_loss(run_dir) -> Path:
+    """A run's own loss.png, from its metrics.jsonl (what training wires in after each evaluation)."""
+    return plot_runs([run_dir], Path(run_dir) / "loss.png")

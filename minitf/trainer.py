@@ -3,150 +3,203 @@
 One process, or one per GPU/CPU under torchrun (DistributedDataParallel). Resume is exact: the
 weights, optimizer, schedule position, every RNG and the batch sampler's generator are saved, so
 k steps + resume + (N - k) steps equal N steps bit for bit (on CPU in float32).
+
+Read `train` first: it is the loop. `start` builds a `Session` (the model, optimizer, data and
+counters of one run), `train_step` is one optimizer step, `record_eval` evaluates and logs, and
+`save_checkpoint` writes the run directory.
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
+import copy
 import math
-import os
-import random
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 from tqdm import tqdm
 
 from . import checkpoint as ckpt
-from .config import Config, ConfigError, MinitfError, TrainConfig, load_config
-from .data import TokenData, bits_per_byte, prepare_data
+from . import runtime
+from .config import Config, MinitfError, TrainConfig
+from .data import TokenData, prepare_data
+from .evaluate import evaluate
 from .model import Transformer
-from .plotting import plot_runs
+from .optim import lr_at, make_optimizer
 from .tokenizer import Tokenizer
 
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "4090": 165e12}
+
+def train(cfg: Config, resume: bool = False, log=print, on_eval: Callable[[Path], None] | None = None) -> Path:
+    """Train per `cfg` and return the run directory. `resume` continues its last checkpoint.
+
+    on_eval(run_dir) is called on rank 0 after each evaluation has been appended to metrics.jsonl
+    (minitf.train and scripts/train.py draw loss.png there). cfg itself is left unchanged.
+    """
+    cfg = copy.deepcopy(cfg)
+    s = start(cfg, resume, log)
+    tc = cfg.train
+    bar = _progress_bar(s)
+    with runtime.tf32_matmuls(s.device), runtime.StopFlag() as interrupted:
+        while s.step < tc.max_steps:
+            progress = s.step / tc.max_steps
+            if tc.max_seconds:
+                progress = max(progress, s.elapsed() / tc.max_seconds)
+            lr = lr_at(s.step, progress, tc)
+            loss, norm, elapsed, stop_now = train_step(s, lr, interrupted.set)
+            s.step += 1
+            bar.update(min(elapsed, tc.max_seconds) - bar.n if tc.max_seconds else 1)
+            if s.step % tc.log_every == 0 or s.step == tc.max_steps:
+                bar.set_postfix(s.meter.update(s.step, loss, lr))
+
+            out_of_time = tc.max_seconds is not None and elapsed >= tc.max_seconds
+            last = s.step == tc.max_steps or out_of_time or stop_now
+            if s.dist.main and (s.step % tc.eval_every == 0 or last):
+                record_eval(s, lr, norm, elapsed, bar.write, on_eval)
+            if s.step % tc.ckpt_every == 0 or last:
+                save_checkpoint(s)
+            if last:
+                s.stop_reason = "interrupted" if stop_now else "time budget" if out_of_time else "max_steps"
+                break
+    bar.close()
+    s.log(f"stopped at step {s.step} ({s.stop_reason}) after {s.elapsed():.0f}s; best val loss {s.best_val:.4f}")
+    s.log(f"run directory: {s.run_dir}\nsample from it: python scripts/generate.py --run {s.run_dir}")
+    if s.dist.world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return s.run_dir
+
+
+class Meter:
+    """Tokens per second (and MFU on a known GPU) between two log points, for the progress bar."""
+
+    def __init__(self, tokens_per_step: int, flops_per_step: float, peak: float | None, step: int):
+        self.tokens_per_step, self.flops_per_step, self.peak = tokens_per_step, flops_per_step, peak
+        self.t_last, self.step_last, self.tok_s = time.time(), step, 0.0
+
+    def update(self, step: int, loss: float, lr: float) -> dict:
+        now = time.time()
+        self.tok_s = self.tokens_per_step * (step - self.step_last) / max(now - self.t_last, 1e-9)
+        self.t_last, self.step_last = now, step
+        post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
+        if self.peak:
+            post["mfu"] = f"{100 * self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak:.1f}%"
+        return post
 
 
 @dataclass
-class Dist:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
+class Session:
+    """One training run in progress: what it trains, how, where it writes, and how far it is."""
 
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
+    cfg: Config
+    run_dir: Path
+    dist: runtime.Dist
+    device: torch.device
+    data: TokenData
+    model: nn.Module            # what the step calls: compiled and/or wrapped in DDP
+    raw_model: Transformer      # the plain module: evaluated and saved
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    autocast: contextlib.AbstractContextManager
+    batch_gen: torch.Generator  # this rank's batch sampler
+    meter: Meter
+    log: Callable = print       # rank 0's log; a no-op on the other ranks
+    step: int = 0
+    elapsed_before: float = 0.0  # seconds trained before this process (resume)
+    best_val: float = float("inf")
+    bad_steps: int = 0
+    stop_reason: str = "max_steps"
+    t0: float = 0.0
 
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.t0
 
-def setup_distributed(device_kind: str) -> Dist:
-    """torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; without them this is a single process."""
-    if "RANK" not in os.environ:
-        return Dist()
-    d = Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
-    return d
-
-
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("run.device=cuda but no CUDA GPU is visible; use run.device=auto or cpu")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("run.device=mps but MPS is not available; use run.device=auto or cpu")
-    return torch.device(f"cuda:{local_rank}") if name == "cuda" else torch.device(name)
-
-
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if cuda_bf16 else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    def next_batch(self):
+        tc = self.cfg.train
+        return self.data.get_batch("train", tc.batch_size, self.cfg.model.block_size, self.batch_gen, self.device)
 
 
-def keep_freed_memory() -> None:
-    """Have the C library keep freed memory for reuse instead of handing it back to the OS.
+def start(cfg: Config, resume: bool, log) -> Session:
+    """Set up device, data, model and optimizer; restore the checkpoint when resuming. Mutates cfg
+    (the model's vocab_size comes from the tokenizer): train() hands it a copy."""
+    d = runtime.setup_distributed("cuda" if cfg.run.device in ("auto", "cuda") and torch.cuda.is_available()
+                                  else "cpu")
+    log = log if d.main else (lambda *a, **k: None)
+    device = runtime.resolve_device(cfg.run.device, d.local_rank)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    run_dir = ckpt.check_run_dir(cfg, resume)
+    tc = cfg.train
 
-    glibc serves blocks of 32 MB and more (the default recipe's logits, 8 x 256 x 4096 floats,
-    and their gradients) from fresh mmap pages and unmaps them when freed, so every training
-    step faulted in and zero-filled ~50,000 pages again: measured 2.1 million page faults in 45
-    steps, and 25-35 % of the step time on 2 CPU cores. Without mmap and trimming those pages
-    stay with the process for the next step; peak memory is unchanged. Process-wide, so it is
-    called by train(), not on import. No-op where the C library has no mallopt (macOS).
+    # data: rank 0 builds the token cache, the others then find it ready
+    tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER) if resume else None
+    if d.main:
+        data = prepare_data(cfg.data, tokenizer, log=log)
+    if d.world > 1:
+        dist.barrier()
+    if not d.main:
+        data = prepare_data(cfg.data, tokenizer, log=log)
+    cfg.model.vocab_size = data.tokenizer.vocab_size
+
+    torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
+    model = Transformer(cfg.model).to(device)
+    dtype = runtime.resolve_dtype(tc.dtype, device)
+    tokens_per_step = tc.batch_size * cfg.model.block_size * tc.grad_accum * d.world
+    s = Session(cfg, run_dir, d, device, data, model, model, make_optimizer(model, tc, device),
+                torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+                runtime.autocast_for(dtype, device), torch.Generator().manual_seed(cfg.run.seed + d.rank),
+                Meter(tokens_per_step, model.flops_per_token() * tokens_per_step,
+                      (runtime.peak_flops(device) or 0) * d.world, 0), log)
+    if resume:
+        restore_checkpoint(s, log)
+    elif d.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ckpt.write_run_files(run_dir, cfg, data.tokenizer)
+
+    if tc.compile:
+        s.model = torch.compile(s.model)
+    if d.world > 1:
+        s.model = nn.parallel.DistributedDataParallel(s.model, device_ids=[device.index] if device.type == "cuda"
+                                                      else None)
+    log(f"model: {model.num_params():,} parameters | device {device} | dtype {str(dtype).split('.')[-1]}"
+        f" | global batch {tc.batch_size} x {tc.grad_accum} accum x {d.world} procs = "
+        f"{tc.batch_size * tc.grad_accum * d.world} sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens")
+    s.model.train()
+    s.meter.step_last, s.t0 = s.step, time.time()
+    return s
+
+
+def train_step(s: Session, lr: float, interrupted: bool) -> tuple[float, float, float, bool]:
+    """One optimizer step at learning rate lr; a non-finite loss or gradient skips it.
+
+    Returns (loss, grad norm, elapsed seconds, stop) as agreed by all ranks: one small collective
+    keeps every rank's decisions (skip, stop) identical. It is the step's one host sync.
     """
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, AttributeError, TypeError):
-        return
-    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
-    mallopt(M_MMAP_MAX, 0)
-    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
-
-
-def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW; weight decay only on the matrices of linear layers.
-
-    Decay pulls weights toward zero. That regularises the matrices that mix features, but on a
-    norm's gain or a bias it only fights the scale the layer needs, and on embeddings it would
-    shrink the rows of rare tokens, which get few gradient updates to push back.
-    """
-    decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
-    decay -= {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}  # tied head
-    params = list(dict.fromkeys(model.parameters()))  # tied weights once
-    groups = [{"params": [p for p in params if id(p) in decay], "weight_decay": tc.weight_decay},
-              {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0}]
-    # the fused kernel updates all tensors in one pass: ~15% faster steps on a small CPU model
-    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2),
-                             fused=device.type in ("cuda", "cpu"))
-
-
-def lr_at(step: int, progress: float, tc: TrainConfig) -> float:
-    """Linear warmup over warmup_steps, times a cosine from lr to min_lr over progress 0 -> 1.
-
-    progress is the fraction of max_steps done, or of max_seconds when that is the nearer limit,
-    so a time-budgeted run still anneals to min_lr.
-    """
-    warm = min(1.0, (step + 1) / tc.warmup_steps) if tc.warmup_steps else 1.0
-    cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-    return warm * (tc.min_lr + (tc.lr - tc.min_lr) * cosine)
-
-
-def flops_per_token(model: Transformer) -> float:
-    """6N for the matmuls forward and backward, plus 12·L·C·T for attention's scores and sum."""
-    c = model.config
-    return 6 * model.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
-
-
-def peak_flops(device: torch.device) -> float | None:
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((f for key, f in PEAK_BF16_FLOPS.items() if key in name), None)
-
-
-@torch.no_grad()
-def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
-    """Mean loss over eval_batches fixed batches per split (the same batches at every eval)."""
-    model.eval()
-    out = {}
-    for split in ("train", "val"):
-        g = torch.Generator().manual_seed(cfg.run.seed + 999)
-        losses = []
-        for _ in range(cfg.train.eval_batches):
-            x, y = data.get_batch(split, cfg.train.batch_size, cfg.model.block_size, g, device)
-            with autocast:
-                losses.append(model(x, y)[1].item())
-        out[split] = sum(losses) / len(losses)
-    model.train()
-    out["val_bpb"] = bits_per_byte(out["val"], data.bytes_per_token("val"))
-    return out
+    for group in s.optimizer.param_groups:
+        group["lr"] = lr
+    loss_sum, norm = forward_backward(s.model, s.raw_model, s.next_batch, s.optimizer, s.scaler, s.autocast,
+                                      s.cfg.train, distributed=s.dist.world > 1)
+    host = torch.tensor([s.elapsed(), float(interrupted)], dtype=torch.float64, device=s.device)
+    stats = torch.cat([torch.stack([loss_sum.double(), norm.double()]), host])
+    if s.dist.world > 1:  # the grad norm is equal on all ranks after DDP's all-reduce: averaging keeps it
+        dist.all_reduce(stats)
+        stats /= s.dist.world
+    loss, norm, elapsed, stop_flag = stats.tolist()
+    if math.isfinite(loss) and math.isfinite(norm):
+        s.scaler.step(s.optimizer)
+        s.scaler.update()
+        s.bad_steps = 0
+    else:
+        s.bad_steps += 1
+        s.log(f"warning: step {s.step}: non-finite loss {loss} or grad norm {norm}; step skipped")
+    s.optimizer.zero_grad(set_to_none=True)
+    if s.bad_steps >= s.cfg.train.max_bad_steps:
+        raise MinitfError(f"{s.bad_steps} non-finite steps in a row at step {s.step}; training stopped and "
+                          f"the last good checkpoint in {s.run_dir} is intact. Lower train.lr or use float32")
+    return loss, norm, elapsed, stop_flag > 0
 
 
 def forward_backward(model, raw_model, next_batch, optimizer, scaler, autocast, tc: TrainConfig,
@@ -170,222 +223,62 @@ def forward_backward(model, raw_model, next_batch, optimizer, scaler, autocast, 
     return loss_sum, norm
 
 
-def host_rng_state() -> dict:
-    """The RNGs shared by all ranks (python, numpy, CUDA); per-rank ones are saved beside them."""
-    np_state = np.random.get_state()
-    return {"python": random.getstate(), "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()),
-                                                    *np_state[2:]),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+def record_eval(s: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:
+    """Evaluate, append the metrics, keep best.safetensors (rank 0 only)."""
+    result = evaluate(s.raw_model, s.data, s.cfg, s.device, s.autocast)
+    ckpt.append_metrics(s.run_dir, {
+        "step": s.step, "train_loss": result["train"], "val_loss": result["val"], "val_bpb": result["val_bpb"],
+        "lr": lr, "grad_norm": norm, "tokens_per_s": round(s.meter.tok_s), "elapsed_s": round(elapsed, 2),
+        "tokens": s.step * s.meter.tokens_per_step})
+    if on_eval is not None:
+        on_eval(s.run_dir)
+    write(f"step {s.step}: train {result['train']:.4f} | val {result['val']:.4f} | val bpb {result['val_bpb']:.3f}")
+    if result["val"] < s.best_val:
+        s.best_val = result["val"]
+        ckpt.save_weights(s.raw_model, s.run_dir / ckpt.BEST, s.step)
 
 
-def set_host_rng_state(s: dict) -> None:
-    random.setstate(s["python"])
-    np.random.set_state((s["numpy"][0], s["numpy"][1].numpy(), *s["numpy"][2:]))
-    if s["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
+def save_checkpoint(s: Session) -> None:
+    """Weights and training state at s.step. Every rank's torch RNG and batch generator are
+    gathered, so each resumes its own stream; rank 0 writes."""
+    per_rank = [torch.cat([torch.get_rng_state(), s.batch_gen.get_state()]).to(s.device)]  # uint8
+    if s.dist.world > 1:
+        mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(s.dist.world)]
+        dist.all_gather(per_rank, mine)
+    if not s.dist.main:
+        return
+    state = {"step": s.step, "optimizer": s.optimizer.state_dict(), "scaler": s.scaler.state_dict(),
+             "rng": runtime.host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
+             "elapsed": s.elapsed(), "best_val": s.best_val}
+    ckpt.save_weights(s.raw_model, s.run_dir / ckpt.WEIGHTS, s.step)
+    ckpt.save_state(state, s.run_dir / ckpt.STATE)
 
 
-def check_run_dir(cfg: Config, resume: bool) -> Path:
-    run_dir = Path(cfg.run.out_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
-    has_ckpt = (run_dir / ckpt.STATE).is_file()
-    if resume and not has_ckpt:
-        raise MinitfError(f"{run_dir} has no checkpoint to resume; drop --resume to start a new run")
-    if not resume and has_ckpt:
-        raise MinitfError(f"{run_dir} already holds a run; pass --resume to continue it, or set "
-                          f"run.out_dir to a new directory")
-    if resume:
-        saved = load_config(run_dir / ckpt.CONFIG).model
-        saved.vocab_size = cfg.model.vocab_size = None
-        if saved != cfg.model:
-            diff = [k for k in vars(saved) if getattr(saved, k) != getattr(cfg.model, k)]
-            raise ConfigError(f"--resume with a different model config ({', '.join('model.' + k for k in diff)}"
-                              f"); resume with the run's own settings or start a new run.out_dir")
-    return run_dir
+def restore_checkpoint(s: Session, log) -> None:
+    """Weights, optimizer, counters and RNG streams from the run directory's last checkpoint."""
+    state = ckpt.load_state(s.run_dir / ckpt.STATE)
+    ckpt.load_weights(s.raw_model, s.run_dir / ckpt.WEIGHTS)
+    s.optimizer.load_state_dict(state["optimizer"])
+    s.scaler.load_state_dict(state["scaler"])
+    s.step, s.elapsed_before, s.best_val = state["step"], state["elapsed"], state["best_val"]
+    runtime.set_host_rng_state(state["rng"])
+    if len(state["rank_rng"]) == s.dist.world:
+        torch_rng, data_rng = state["rank_rng"][s.dist.rank].split(len(torch.get_rng_state()))
+        torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
+        s.batch_gen.set_state(data_rng.clone())
+    else:  # another world size: fresh, distinct streams per rank
+        log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {s.dist.world}; "
+            f"batches are reseeded")
+        s.batch_gen.manual_seed(s.cfg.run.seed + s.dist.rank + 1000 * s.step)
+    if s.dist.main:
+        ckpt.truncate_metrics(s.run_dir, s.step)
+    log(f"resuming {s.run_dir} at step {s.step}")
 
 
-class _StopFlag:
-    """Ctrl-C sets a flag; the loop finishes its step, saves and exits. A second Ctrl-C aborts."""
-
-    def __init__(self):
-        self.set = False
-
-    def __enter__(self):
-        self.old = signal.getsignal(signal.SIGINT)
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def _handle(self, *_):
-        if self.set:
-            raise KeyboardInterrupt
-        self.set = True
-
-    def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
-
-
-def train(cfg: Config, resume: bool = False, log=print) -> Path:
-    """Train per `cfg` and return the run directory. `resume` continues its last checkpoint."""
-    d = setup_distributed("cuda" if cfg.run.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu")
-    log = log if d.main else (lambda *a, **k: None)
-    device = resolve_device(cfg.run.device, d.local_rank)
-    keep_freed_memory()
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 matmuls: ~free speed, bf16 does the rest
-        torch.backends.cudnn.allow_tf32 = True
-    run_dir = check_run_dir(cfg, resume)
-    tc = cfg.train
-
-    # data: rank 0 builds the token cache, the others then find it ready
-    tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER) if resume else None
-    if d.main:
-        data = prepare_data(cfg.data, tokenizer, log=log)
-    if d.world > 1:
-        dist.barrier()
-    if not d.main:
-        data = prepare_data(cfg.data, tokenizer, log=log)
-    cfg.model.vocab_size = data.tokenizer.vocab_size
-
-    torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
-    model = Transformer(cfg.model).to(device)
-    optimizer = make_optimizer(model, tc, device)
-    dtype = resolve_dtype(tc.dtype, device)
-    autocast = (torch.autocast(device.type, dtype=dtype) if dtype != torch.float32
-                else contextlib.nullcontext())
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    gen = torch.Generator().manual_seed(cfg.run.seed + d.rank)  # each rank its own batches
-    step, elapsed_before, best_val, bad_steps = 0, 0.0, float("inf"), 0
-
-    if resume:
-        state = ckpt.load_state(run_dir / ckpt.STATE)
-        ckpt.load_weights(model, run_dir / ckpt.WEIGHTS)
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        step, elapsed_before, best_val = state["step"], state["elapsed"], state["best_val"]
-        set_host_rng_state(state["rng"])
-        if len(state["rank_rng"]) == d.world:
-            torch_rng, data_rng = state["rank_rng"][d.rank].split(len(torch.get_rng_state()))
-            torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
-            gen.set_state(data_rng.clone())
-        else:  # another world size: fresh, distinct streams per rank
-            log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {d.world}; "
-                f"batches are reseeded")
-            gen.manual_seed(cfg.run.seed + d.rank + 1000 * step)
-        if d.main:
-            ckpt.truncate_metrics(run_dir, step)
-        log(f"resuming {run_dir} at step {step}")
-    elif d.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        ckpt.write_run_files(run_dir, cfg, data.tokenizer)
-
-    raw_model = model
-    if tc.compile:
-        model = torch.compile(model)
-    if d.world > 1:
-        model = nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-
-    B, T = tc.batch_size, cfg.model.block_size
-    tokens_per_step = B * T * tc.grad_accum * d.world
-    log(f"model: {raw_model.num_params():,} parameters | device {device} | dtype {str(dtype).split('.')[-1]}"
-        f" | global batch {B} x {tc.grad_accum} accum x {d.world} procs = {B * tc.grad_accum * d.world}"
-        f" sequences of {T} = {tokens_per_step:,} tokens")
-    peak = peak_flops(device)
-    flops_step = flops_per_token(raw_model) * tokens_per_step
-
-    def save(final_step: int) -> None:
-        # every rank's torch RNG and batch generator, so each resumes its own stream
-        per_rank = [torch.cat([torch.get_rng_state(), gen.get_state()]).to(device)]  # uint8
-        if d.world > 1:
-            mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(d.world)]
-            dist.all_gather(per_rank, mine)
-        if not d.main:
-            return
-        state = {"step": final_step, "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                 "rng": host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
-                 "elapsed": elapsed_before + time.time() - t0, "best_val": best_val}
-        ckpt.save_weights(raw_model, run_dir / ckpt.WEIGHTS, final_step)
-        ckpt.save_state(state, run_dir / ckpt.STATE)
-
-    t0 = time.time()
-    t_last, step_last, tok_s, elapsed = t0, step, 0.0, elapsed_before
-    # under a time budget the bar counts seconds, so its ETA is the budget's, not max_steps'
-    budget = tc.max_seconds is not None
-    bar = tqdm(total=tc.max_seconds if budget else tc.max_steps, initial=elapsed_before if budget else step,
-               disable=not d.main, dynamic_ncols=True, unit="s" if budget else "step",
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]" if budget else None)
-    model.train()
-    stop_reason = "max_steps"
-    with _StopFlag() as interrupted:
-        while step < tc.max_steps:
-            elapsed = elapsed_before + time.time() - t0
-            progress = step / tc.max_steps
-            if tc.max_seconds:
-                progress = max(progress, elapsed / tc.max_seconds)
-            lr = lr_at(step, progress, tc)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-
-            loss_sum, norm = forward_backward(model, raw_model, lambda: data.get_batch("train", B, T, gen, device),
-                                              optimizer, scaler, autocast, tc, distributed=d.world > 1)
-
-            # one small collective keeps every rank's decisions (skip, stop) identical; the grad
-            # norm is already equal on all ranks after DDP's all-reduce, so averaging keeps it
-            elapsed = elapsed_before + time.time() - t0
-            host = torch.tensor([elapsed, float(interrupted.set)], dtype=torch.float64, device=device)
-            stats = torch.cat([torch.stack([loss_sum.double(), norm.double()]), host])
-            if d.world > 1:
-                dist.all_reduce(stats)
-                stats /= d.world
-            loss_val, norm_val, elapsed, stop_flag = stats.tolist()  # the step's one host sync
-            stop_now = stop_flag > 0
-            if math.isfinite(loss_val) and math.isfinite(norm_val):
-                scaler.step(optimizer)
-                scaler.update()
-                bad_steps = 0
-            else:
-                bad_steps += 1
-                log(f"warning: step {step}: non-finite loss {loss_val} or grad norm {norm_val}; step skipped")
-            optimizer.zero_grad(set_to_none=True)
-            if bad_steps >= tc.max_bad_steps:
-                raise MinitfError(f"{bad_steps} non-finite steps in a row at step {step}; training stopped and "
-                                  f"the last good checkpoint in {run_dir} is intact. Lower train.lr or use float32")
-            step += 1
-            bar.update(min(elapsed, tc.max_seconds) - bar.n if budget else 1)
-
-            if step % tc.log_every == 0 or step == tc.max_steps:
-                now = time.time()
-                tok_s = tokens_per_step * (step - step_last) / max(now - t_last, 1e-9)
-                t_last, step_last = now, step
-                post = {"step": step, "loss": f"{loss_val:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{tok_s:,.0f}"}
-                if peak:
-                    post["mfu"] = f"{100 * flops_step * tok_s / tokens_per_step / (peak * d.world):.1f}%"
-                bar.set_postfix(post)
-            out_of_time = tc.max_seconds is not None and elapsed >= tc.max_seconds
-            last = step == tc.max_steps or out_of_time or stop_now
-            if d.main and (step % tc.eval_every == 0 or last):
-                ev = evaluate(raw_model, data, cfg, device, autocast)
-                ckpt.append_metrics(run_dir, {
-                    "step": step, "train_loss": ev["train"], "val_loss": ev["val"], "val_bpb": ev["val_bpb"],
-                    "lr": lr, "grad_norm": norm_val, "tokens_per_s": round(tok_s),
-                    "elapsed_s": round(elapsed, 2), "tokens": step * tokens_per_step})
-                plot_runs([run_dir], run_dir / "loss.png")
-                bar.write(f"step {step}: train {ev['train']:.4f} | val {ev['val']:.4f} | val bpb {ev['val_bpb']:.3f}")
-                if ev["val"] < best_val:
-                    best_val = ev["val"]
-                    ckpt.save_weights(raw_model, run_dir / ckpt.BEST, step)
-            if step % tc.ckpt_every == 0 or last:
-                save(step)
-            if last:
-                stop_reason = "interrupted" if stop_now else "time budget" if out_of_time else "max_steps"
-                break
-    bar.close()
-    log(f"stopped at step {step} ({stop_reason}) after {elapsed:.0f}s; best val loss {best_val:.4f}")
-    log(f"run directory: {run_dir}\nsample from it: python scripts/generate.py --run {run_dir}")
-    if d.world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    return run_dir
+def _progress_bar(s: Session) -> tqdm:
+    """Steps, or under a time budget seconds, so the ETA is the budget's, not max_steps'."""
+    tc = s.cfg.train
+    if tc.max_seconds is None:
+        return tqdm(total=tc.max_steps, initial=s.step, disable=not s.dist.main, dynamic_ncols=True, unit="step")
+    return tqdm(total=tc.max_seconds, initial=s.elapsed_before, disable=not s.dist.main, dynamic_ncols=True,
+                unit="s", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]")

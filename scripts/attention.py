@@ -26,7 +26,7 @@ def main() -> None:
     if a.print:
         print(format_weights(ins, a.layer, 0 if a.head is None else a.head))
     if a.out or not a.print:
-        from minitf.plotting import plot_attention
+        from minitf.heatmaps import plot_attention
 
         print(f"wrote {plot_attention(ins, a.out or 'attention.png', a.layer, a.head)}")
 

@@ -9,15 +9,18 @@ with a description of the machine.
 """
 import argparse
 import json
+from pathlib import Path
 
-from minitf.cli import REPO, run_main
+from minitf.cli import run_main
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 PARTS = ("train", "generate", "tokenizer", "data", "startup")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=str(REPO / "configs" / "shakespeare.yaml"))
+    p.add_argument("--config", default=str(CONFIGS / "shakespeare.yaml"))
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
     p.add_argument("--only", nargs="+", default=list(PARTS), metavar="PART",
@@ -35,7 +38,7 @@ def main() -> None:
     unknown = [w for w in a.only if w not in PARTS]
     if unknown:
         p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
-    from minitf.bench import run_bench
+    from benchmarks import run_bench  # beside this script
 
     results = run_bench(a.config, a.overrides, a.device, a.vocab, a.only, a.run, a.new_tokens, a.steps, a.rounds)
     if a.json:

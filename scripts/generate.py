@@ -11,7 +11,9 @@ import time
 
 from minitf.checkpoint import load_run
 from minitf.cli import newest_run, run_main
-from minitf.generate import generate, stream
+from minitf.generate import generate, sample_settings, stream
+
+SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
 
 
 def main() -> None:
@@ -35,23 +37,23 @@ def main() -> None:
     p.add_argument("--verbose", action="store_true", help="print tokens/s to stderr")
     a = p.parse_args()
     model, tok, cfg = load_run(a.run or newest_run(), best=a.best, device=a.device)
-    s = vars(cfg.sample)  # the run's own sampling settings, unless given here
-    pick = lambda name: s[name] if getattr(a, name) is None else getattr(a, name)
-    opts = {n: pick(n) for n in ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")}
-    opts["stop"], opts["compile"] = a.stop, a.compile
-    prompts = (line.rstrip("\n") for line in sys.stdin) if a.interactive else [pick("prompt")]
+    # the run's own sampling settings, with those given here on top
+    settings = sample_settings(cfg.sample, **{n: getattr(a, n) for n in SETTINGS if getattr(a, n) is not None})
+    opts = dict(stop=a.stop, compile=a.compile)
+    prompt = settings.prompt if a.prompt is None else a.prompt
+    prompts = (line.rstrip("\n") for line in sys.stdin) if a.interactive else [prompt]
     for prompt in prompts:
         t0 = time.time()
         if a.stream and a.num_samples == 1:
             print(prompt, end="", flush=True)
             text = ""
-            for piece in stream(model, tok, prompt, **opts):
+            for piece in stream(model, tok, prompt, settings, **opts):
                 print(piece, end="", flush=True)
                 text += piece
             print()
             texts = [text]
         else:
-            texts = generate(model, tok, prompt, num_samples=a.num_samples, **opts)
+            texts = generate(model, tok, prompt, settings, num_samples=a.num_samples, **opts)
             texts = [texts] if a.num_samples == 1 else texts
             for i, text in enumerate(texts):
                 if a.num_samples > 1:

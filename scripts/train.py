@@ -7,23 +7,30 @@
     torchrun --nproc_per_node=2 scripts/train.py              # data parallel over 2 processes
 """
 import argparse
+from pathlib import Path
 
-from minitf.cli import REPO, run_main
+from minitf.cli import run_main
 from minitf.config import describe_keys, load_config
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="config keys (set with section.key=value) and their defaults:\n"
                                        + describe_keys())
-    p.add_argument("--config", default=str(REPO / "configs" / "shakespeare.yaml"), help="YAML recipe")
+    p.add_argument("--config", default=str(CONFIGS / "shakespeare.yaml"), help="YAML recipe")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in run.out_dir")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
     args = p.parse_args()
     cfg = load_config(args.config, args.overrides)
-    from minitf.trainer import train  # after parsing, so --help and config errors are instant
+    # after parsing, so --help and config errors are instant
+    from minitf.plotting import plot_loss
+    from minitf.runtime import keep_freed_memory
+    from minitf.trainer import train
 
-    train(cfg, resume=args.resume)
+    keep_freed_memory()  # a process-wide allocator setting: this process only trains
+    train(cfg, resume=args.resume, on_eval=plot_loss)
 
 
 if __name__ == "__main__":

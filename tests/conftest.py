@@ -1,28 +1,11 @@
 """Shared fixtures: a small local corpus (tests never need the network) and a private token cache."""
-import random
 from pathlib import Path
 
 import pytest
 
 import minitf
 
-ROOT = Path(__file__).resolve().parent.parent
-
-_NAMES = ["ROMEO", "JULIET", "NURSE", "FRIAR", "MERCUTIO", "TYBALT"]
-_WORDS = ("love night day sweet death light fair heaven star blood sword heart moon grave honour "
-          "name rose speak hence gentle kiss fortune dream tears sorrow house").split()
-
-
-def make_play(seed: int, lines: int = 400) -> str:
-    """Play-like text from a tiny grammar: speakers in capitals, short verse lines."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(lines):
-        if rng.random() < 0.25:
-            out.append(f"\n{rng.choice(_NAMES)}:")
-        words = [rng.choice(_WORDS) for _ in range(rng.randint(4, 9))]
-        out.append(f"O {' '.join(words)}{rng.choice(',.;!?')}".capitalize())
-    return "\n".join(out) + "\n"
+from .helpers import make_play, tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -36,15 +19,6 @@ def corpus(tmp_path_factory) -> Path:
     for i in range(4):
         (d / f"play{i}.txt").write_text(make_play(i))
     return d
-
-
-def tiny_config(out_dir, corpus_dir, *overrides) -> minitf.Config:
-    """configs/tiny.yaml on the local corpus, in out_dir, even smaller and quicker."""
-    return minitf.load_config(ROOT / "configs" / "tiny.yaml", [
-        f"run.out_dir={out_dir}", f"data.source=file:{corpus_dir}", "data.vocab_size=300",
-        "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.max_steps=8",
-        "train.eval_every=4", "train.ckpt_every=4", "train.eval_batches=2", "train.log_every=2",
-        "train.warmup_steps=2", *overrides])
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
+from .helpers import ROOT
 
 
 def test_bench_smoke(tmp_path, tiny_run):

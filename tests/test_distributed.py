@@ -10,9 +10,9 @@ import torch.multiprocessing as mp
 
 import minitf
 from minitf.config import TrainConfig
-from minitf.trainer import make_optimizer
+from minitf.optim import make_optimizer
 
-from conftest import ROOT
+from .helpers import ROOT
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 

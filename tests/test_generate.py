@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import minitf
-from minitf.generate import KVCache, generate_tokens, sample_next_token, window_start
+from minitf.cache import KVCache
+from minitf.config import SampleConfig
+from minitf.generate import generate_tokens, sample_next_token, window_start
 
 COMBOS = list(itertools.product(["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"]))
 
@@ -20,8 +22,9 @@ def model_for(**kw):
     return m
 
 
-def tokens(m, prompt, n, use_cache, **kw):
-    return torch.stack(list(generate_tokens(m, prompt, n, temperature=0, use_cache=use_cache, **kw)), 1)
+def tokens(m, prompt, n, use_cache, **settings):
+    settings = SampleConfig(max_new_tokens=n, temperature=0, **settings)
+    return torch.stack(list(generate_tokens(m, prompt, settings, use_cache=use_cache)), 1)
 
 
 @pytest.mark.parametrize("positions, norm, ffn", COMBOS)
@@ -66,9 +69,9 @@ def test_compiled_generation_gives_the_eager_tokens():
     m = model_for(positions="rope")
     # seeded samples in a batch, past block_size 16 (the window jumps and the cache is refilled);
     # one compilation, a few seconds
-    kw = dict(temperature=1.0, top_k=20, seed=3, num_samples=2)
-    a = torch.stack(list(generate_tokens(m, [1, 2, 3], 24, compile=True, **kw)), 1)
-    b = torch.stack(list(generate_tokens(m, [1, 2, 3], 24, use_cache=False, **kw)), 1)
+    settings, kw = SampleConfig(temperature=1.0, top_k=20, seed=3, max_new_tokens=24), dict(num_samples=2)
+    a = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, compile=True, **kw)), 1)
+    b = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, use_cache=False, **kw)), 1)
     assert torch.equal(a, b)
 
 
@@ -82,10 +85,10 @@ def test_window_start_rule():
 
 def test_sampled_batches_are_seeded_and_cached_equals_uncached():
     m = model_for()
-    kw = dict(temperature=1.0, top_k=20, seed=3, num_samples=4)
-    a = torch.stack(list(generate_tokens(m, [1, 2, 3], 30, use_cache=True, **kw)), 1)
-    b = torch.stack(list(generate_tokens(m, [1, 2, 3], 30, use_cache=False, **kw)), 1)
-    c = torch.stack(list(generate_tokens(m, [1, 2, 3], 30, use_cache=True, **kw)), 1)
+    settings, kw = SampleConfig(temperature=1.0, top_k=20, seed=3, max_new_tokens=30), dict(num_samples=4)
+    a = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, use_cache=True, **kw)), 1)
+    b = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, use_cache=False, **kw)), 1)
+    c = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, use_cache=True, **kw)), 1)
     assert a.shape == (4, 30)
     assert torch.equal(a, c)  # same seed, same samples
     assert torch.equal(a, b)
@@ -119,5 +122,5 @@ def test_samples_follow_the_softmax():
 
 def test_padded_ids_never_sampled():
     m = model_for()  # vocab 97, embedding rows padded to 128
-    ids = torch.stack(list(generate_tokens(m, [1], 200, temperature=2.0, seed=0, num_samples=4)), 1)
+    ids = torch.stack(list(generate_tokens(m, [1], SampleConfig(max_new_tokens=200, temperature=2.0, top_k=None, seed=0), num_samples=4)), 1)
     assert ids.max() < 97

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 import minitf
-from conftest import ROOT
+from .helpers import ROOT
 
 
 def gen(*args, cwd=ROOT, stdin=None):

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import minitf
-from conftest import ROOT
+from .helpers import ROOT
+from minitf.config import SampleConfig
 from minitf.generate import generate_tokens
 from minitf.hf import from_hf_gpt2, to_hf_gpt2
 
@@ -80,7 +81,7 @@ def test_import_random_gpt2_same_logits_and_greedy_tokens(tf, tmp_path, activati
     ids = [5, 17, 42, 9, 200, 3, 77]
     a, b = mt_logits(model, ids), hf_logits(hf, ids)
     assert (a - b).abs().max() < 1e-4 and a.std() > 0.5
-    mine = torch.cat(list(generate_tokens(model, ids, 30, temperature=0))).tolist()
+    mine = torch.cat(list(generate_tokens(model, ids, SampleConfig(max_new_tokens=30, temperature=0)))).tolist()
     with torch.no_grad():
         theirs = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                              do_sample=False, max_new_tokens=30, pad_token_id=299)[0, len(ids):].tolist()

@@ -8,7 +8,7 @@ import matplotlib.image as mpimg
 import pytest
 
 import minitf
-from conftest import ROOT
+from .helpers import ROOT
 from minitf.inspection import token_label
 from minitf.plotting import plot_runs
 

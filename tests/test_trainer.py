@@ -11,16 +11,17 @@ import torch
 from safetensors.torch import load_file
 
 import minitf
+import minitf.io
 from minitf import checkpoint as ckpt
-from minitf import trainer
+from minitf import optim
 from minitf.config import MinitfError, TrainConfig
 
-from conftest import ROOT, tiny_config
+from .helpers import ROOT, tiny_config
 
 
 def test_optimizer_groups_decay_only_linear_matrices():
     m = minitf.Transformer(minitf.ModelConfig(vocab_size=100, block_size=16, n_layer=2, n_head=2, n_embd=32))
-    opt = trainer.make_optimizer(m, TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    opt = optim.make_optimizer(m, TrainConfig(weight_decay=0.1), torch.device("cpu"))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in m.named_parameters()}
@@ -33,11 +34,11 @@ def test_optimizer_groups_decay_only_linear_matrices():
 
 def test_lr_schedule_warmup_then_cosine():
     tc = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=100)
-    assert trainer.lr_at(0, 0.0, tc) == pytest.approx(0.1)  # (0+1)/10 of the peak
-    assert trainer.lr_at(9, 0.09, tc) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.09)))
-    assert trainer.lr_at(50, 0.5, tc) == pytest.approx(0.55)
-    assert trainer.lr_at(100, 1.0, tc) == pytest.approx(0.1)
-    assert trainer.lr_at(100, 1.7, tc) == pytest.approx(0.1)  # past a time budget it stays at min_lr
+    assert optim.lr_at(0, 0.0, tc) == pytest.approx(0.1)  # (0+1)/10 of the peak
+    assert optim.lr_at(9, 0.09, tc) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.09)))
+    assert optim.lr_at(50, 0.5, tc) == pytest.approx(0.55)
+    assert optim.lr_at(100, 1.0, tc) == pytest.approx(0.1)
+    assert optim.lr_at(100, 1.7, tc) == pytest.approx(0.1)  # past a time budget it stays at min_lr
 
 
 def test_train_writes_a_complete_run(tmp_path, corpus):
@@ -104,7 +105,7 @@ def test_disk_full_keeps_previous_checkpoint(tmp_path, corpus, monkeypatch):
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
-    monkeypatch.setattr(ckpt.os, "replace", full)
+    monkeypatch.setattr(minitf.io.os, "replace", full)
     with pytest.raises(MinitfError, match="No space left on device; the previous checkpoint there is intact"):
         minitf.train(tiny_config(run, corpus, "train.max_steps=8"), resume=True, log=lambda *a: None)
     assert (run / "model.safetensors").read_bytes() == before
@@ -175,16 +176,25 @@ def test_sigkill_then_resume(tmp_path, corpus):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
 def test_freed_big_blocks_are_reused_without_page_faults():
-    import resource
+    # in a child process: the allocator setting is process-wide and would outlive this test
+    code = """
+import resource, torch
+from minitf.runtime import keep_freed_memory
 
-    def faults_for_five_40mb_tensors():
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-        for _ in range(5):
-            torch.empty(10_000_000).fill_(1.0)  # 40 MB, written, freed at once
-        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+def faults_for_five_40mb_tensors():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        torch.empty(10_000_000).fill_(1.0)  # 40 MB, written, freed at once
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
-    trainer.keep_freed_memory()
-    for _ in range(3):  # the heap grows to hold them, once; in a test process that may take a round or two
-        faults_for_five_40mb_tensors()
-    # glibc's default would mmap and unmap each block: ~10,000 faults of 4 KB pages per block
-    assert faults_for_five_40mb_tensors() < 2_000
+print(faults_for_five_40mb_tensors())  # glibc's default: mmap and unmap each block
+keep_freed_memory()
+for _ in range(3):  # the heap grows to hold them, once; that may take a round or two
+    faults_for_five_40mb_tensors()
+print(faults_for_five_40mb_tensors())
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, after = map(int, r.stdout.split())
+    assert before > 20_000  # ~10,000 faults of 4 KB pages per block without the setting
+    assert after < 2_000

@@ -1,4 +1,7 @@
-"""Measurements the project holds itself to (scripts/bench.py prints them; tests never time).
+"""Measurements the project holds itself to: scripts/bench.py prints them; tests never time.
+
+It lives beside the scripts, not in the package, because it measures them (start-up of
+scripts/generate.py) and the repository's recipes; it uses only minitf's public functions.
 
 Each function returns plain numbers. Training throughput runs the trainer's own step
 (forward_backward + optimizer step) on random tokens, after warm-up, median of repeats.
@@ -19,11 +22,12 @@ from pathlib import Path
 
 import torch
 
-from .config import Config, TrainConfig
-from .generate import generate_tokens
-from .model import Transformer
-from .trainer import (flops_per_token, forward_backward, keep_freed_memory, make_optimizer, peak_flops,
-                      resolve_dtype)
+from minitf.config import Config, SampleConfig, TrainConfig
+from minitf.generate import generate_tokens
+from minitf.model import Transformer
+from minitf.optim import make_optimizer
+from minitf.runtime import autocast_for, keep_freed_memory, peak_flops, resolve_dtype
+from minitf.trainer import forward_backward
 
 
 def machine(device: torch.device) -> dict:
@@ -51,13 +55,13 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup: int = 5, repeats: int = 3) -> dict:
     """Tokens/s of full training steps (forward, backward, clip, AdamW) on random tokens."""
-    keep_freed_memory()  # as train() does
+    keep_freed_memory()  # as scripts/train.py does
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(device)
     tc: TrainConfig = cfg.train
     optimizer = make_optimizer(model, tc, device)
     dtype = resolve_dtype(tc.dtype, device)
-    autocast = torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+    autocast = autocast_for(dtype, device)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     runner = torch.compile(model) if tc.compile else model
     B, T, V = tc.batch_size, cfg.model.block_size, cfg.model.vocab_size
@@ -87,11 +91,11 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
            "ms_per_step": round(1000 * B * T * tc.grad_accum / tok_s, 2)}
     peak = peak_flops(device)
     if peak:
-        out["mfu"] = round(flops_per_token(model) * tok_s / peak, 4)
+        out["mfu"] = round(model.flops_per_token() * tok_s / peak, 4)
     elif device.type == "cpu":  # no datasheet peak: hold the step to this machine's own matmul rate
         rate = matmul_flops(device)
         out["matmul_gflops"] = round(rate / 1e9, 1)
-        out["matmul_ceiling_tokens_per_s"] = round(rate / flops_per_token(model))
+        out["matmul_ceiling_tokens_per_s"] = round(rate / model.flops_per_token())
     return out
 
 
@@ -125,8 +129,9 @@ def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, r
 
     def run(n, batch, use_cache, compile):
         t0 = time.perf_counter()
-        n = sum(1 for _ in generate_tokens(model, [0], n, temperature=1.0, top_k=50, seed=0,
-                                           num_samples=batch, use_cache=use_cache, compile=compile))
+        settings = SampleConfig(max_new_tokens=n, temperature=1.0, top_k=50, seed=0)
+        n = sum(1 for _ in generate_tokens(model, [0], settings, num_samples=batch, use_cache=use_cache,
+                                           compile=compile))
         _sync(device)
         return n, time.perf_counter() - t0
 
@@ -146,8 +151,8 @@ def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, r
 
 def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
     """BPE training time and encode throughput on the default corpus (fetched once, then cached)."""
-    from .corpus import shakespeare_files
-    from .tokenizer import Tokenizer
+    from minitf.corpus import shakespeare_files
+    from minitf.tokenizer import Tokenizer
 
     texts = [f.read_text(encoding="utf-8") for f in shakespeare_files(log)]
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
@@ -163,8 +168,8 @@ def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
 
 def data_prep_speed(cfg: Config) -> dict:
     """prepare_data cold (empty token cache; the downloaded corpus is reused) and then cached."""
-    from .corpus import shakespeare_files
-    from .data import prepare_data
+    from minitf.corpus import shakespeare_files
+    from minitf.data import prepare_data
 
     corpus = shakespeare_files(lambda *a: None)[0].parent if cfg.data.source == "shakespeare" else None
     old = os.environ.get("MINITF_CACHE")
@@ -188,7 +193,7 @@ def data_prep_speed(cfg: Config) -> dict:
 
 def startup_to_first_token(run_dir: str | Path) -> dict:
     """Seconds from launching scripts/generate.py to its first generated character on stdout."""
-    script = Path(__file__).resolve().parent.parent / "scripts" / "generate.py"
+    script = Path(__file__).resolve().parent / "generate.py"
     t0 = time.perf_counter()
     p = subprocess.Popen([sys.executable, str(script), "--run", str(run_dir), "--prompt", "", "--stream",
                           "--max-new-tokens", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -202,9 +207,9 @@ def startup_to_first_token(run_dir: str | Path) -> dict:
 def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts, run_dir, new_tokens: int,
               steps: int, rounds: int = 3, log=print) -> dict:
     """Run the chosen measurements, print each as it finishes, and return them all."""
-    from .cli import newest_run
-    from .config import load_config
-    from .trainer import resolve_device
+    from minitf.cli import newest_run
+    from minitf.config import load_config
+    from minitf.runtime import resolve_device
 
     cfg = load_config(config_path, overrides)
     cfg.model.vocab_size = vocab or cfg.data.vocab_size

@@ -1,0 +1,145 @@
+"""Where and how a computation runs: device, dtype and autocast, torchrun's processes, the host RNGs,
+and two process-wide switches that only an explicit call changes (the C allocator, TF32 matmuls).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import random
+import signal
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .config import ConfigError
+
+PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "4090": 165e12}
+
+
+@dataclass
+class Dist:
+    """This process's place among torchrun's processes (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(device_kind: str) -> Dist:
+    """torchrun sets RANK/WORLD_SIZE/LOCAL_RANK; without them this is a single process."""
+    if "RANK" not in os.environ:
+        return Dist()
+    d = Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    return d
+
+
+def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("run.device=cuda but no CUDA GPU is visible; use run.device=auto or cpu")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("run.device=mps but MPS is not available; use run.device=auto or cpu")
+    return torch.device(f"cuda:{local_rank}") if name == "cuda" else torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else torch.float32
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def autocast_for(dtype: torch.dtype, device: torch.device):
+    """Mixed precision for dtypes below float32; float32 runs as it is."""
+    return torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+
+
+def peak_flops(device: torch.device) -> float | None:
+    """The datasheet's dense bf16 FLOP/s of a known GPU, for MFU; None elsewhere."""
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((f for key, f in PEAK_BF16_FLOPS.items() if key in name), None)
+
+
+@contextlib.contextmanager
+def tf32_matmuls(device: torch.device):
+    """TF32 for float32 matmuls on a CUDA device inside the block (about free speed; bf16 autocast
+    does the rest), and the caller's setting back after it."""
+    if device.type != "cuda":
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def keep_freed_memory() -> None:
+    """Have the C library keep freed memory for reuse instead of handing it back to the OS.
+
+    glibc serves blocks of 32 MB and more (the default recipe's logits, 8 x 256 x 4096 floats, and
+    their gradients) from fresh mmap pages and unmaps them when freed, so every training step
+    faults in and zero-fills those pages again. Without mmap and trimming the pages stay with the
+    process for the next step; peak memory is unchanged (the README's Performance section has the
+    measured effect). Process-wide and permanent, so the library never calls it on its own:
+    scripts/train.py does, and so can a program that trains. No-op where the C library has no
+    mallopt (macOS).
+    """
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
+    mallopt(M_MMAP_MAX, 0)
+    mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+
+
+def host_rng_state() -> dict:
+    """The RNGs shared by all ranks (python, numpy, CUDA); per-rank ones are saved beside them."""
+    np_state = np.random.get_state()
+    return {"python": random.getstate(), "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()),
+                                                    *np_state[2:]),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def set_host_rng_state(s: dict) -> None:
+    random.setstate(s["python"])
+    np.random.set_state((s["numpy"][0], s["numpy"][1].numpy(), *s["numpy"][2:]))
+    if s["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+class StopFlag:
+    """Ctrl-C sets a flag; the loop finishes its step, saves and exits. A second Ctrl-C aborts."""
+
+    def __init__(self):
+        self.set = False
+
+    def __enter__(self):
+        self.old = signal.getsignal(signal.SIGINT)
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def _handle(self, *_):
+        if self.set:
+            raise KeyboardInterrupt
+        self.set = True
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
