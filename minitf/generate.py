@@ -115,14 +115,13 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleC
     torch.compile'd step (with use_cache only): the first call for a model pays for compilation
     (seconds), later tokens come faster. The tokens are those of the eager path up to float rounding.
     """
-    s = settings
     block = model.config.block_size
     device = next(model.parameters()).device
-    generator = torch.Generator(device=device).manual_seed(s.seed) if s.seed is not None else None
+    generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.seed is not None else None
     compile = compile and use_cache
     seq = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, n)
     cache, cache_start, checked, nxt = None, None, False, None
-    for _ in range(s.max_new_tokens):
+    for _ in range(settings.max_new_tokens):
         start = window_start(seq.size(1), block)
         if not use_cache:
             logits = model(seq[:, start:])[0][:, -1]  # (B, V): the whole window, every step
@@ -138,7 +137,8 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleC
         if seq.size(0) < num_samples:  # after the shared prefill, branch into num_samples rows
             seq, logits = seq.repeat(num_samples, 1), logits.repeat(num_samples, 1)
             cache = cache.repeat(num_samples) if cache is not None else None
-        nxt = sample_next_token(logits, s.temperature, s.top_k, s.top_p, generator, seq, s.repetition_penalty)
+        nxt = sample_next_token(logits, settings.temperature, settings.top_k, settings.top_p, generator,
+                                history=seq, repetition_penalty=settings.repetition_penalty)
         seq = torch.cat([seq, nxt[:, None]], dim=1)
         yield nxt
 

@@ -40,37 +40,37 @@ def train(cfg: Config, resume: bool = False, log=print, on_eval: Callable[[Path]
     (minitf.train and scripts/train.py draw loss.png there). cfg itself is left unchanged.
     """
     cfg = copy.deepcopy(cfg)
-    s = start(cfg, resume, log)
-    tc = cfg.train
-    bar = _progress_bar(s)
-    with runtime.tf32_matmuls(s.device), runtime.StopFlag() as interrupted:
-        while s.step < tc.max_steps:
-            progress = s.step / tc.max_steps
-            if tc.max_seconds:
-                progress = max(progress, s.elapsed() / tc.max_seconds)
-            lr = lr_at(s.step, progress, tc)
-            loss, norm, elapsed, stop_now = train_step(s, lr, interrupted.set)
-            s.step += 1
-            bar.update(min(elapsed, tc.max_seconds) - bar.n if tc.max_seconds else 1)
-            if s.step % tc.log_every == 0 or s.step == tc.max_steps:
-                bar.set_postfix(s.meter.update(s.step, loss, lr))
+    run = start(cfg, resume, log)
+    bar = _progress_bar(run)
+    with runtime.tf32_matmuls(run.device), runtime.StopFlag() as interrupted:
+        while run.step < cfg.train.max_steps:
+            progress = run.step / cfg.train.max_steps
+            if cfg.train.max_seconds:
+                progress = max(progress, run.elapsed() / cfg.train.max_seconds)
+            lr = lr_at(run.step, progress, cfg.train)
+            loss, norm, elapsed, stop_now = train_step(run, lr, interrupted.set)
+            run.step += 1
+            bar.update(min(elapsed, cfg.train.max_seconds) - bar.n if cfg.train.max_seconds else 1)
+            if run.step % cfg.train.log_every == 0 or run.step == cfg.train.max_steps:
+                bar.set_postfix(run.meter.update(run.step, loss, lr))
 
-            out_of_time = tc.max_seconds is not None and elapsed >= tc.max_seconds
-            last = s.step == tc.max_steps or out_of_time or stop_now
-            if s.dist.main and (s.step % tc.eval_every == 0 or last):
-                record_eval(s, lr, norm, elapsed, bar.write, on_eval)
-            if s.step % tc.ckpt_every == 0 or last:
-                save_checkpoint(s)
+            out_of_time = cfg.train.max_seconds is not None and elapsed >= cfg.train.max_seconds
+            last = run.step == cfg.train.max_steps or out_of_time or stop_now
+            if run.dist.main and (run.step % cfg.train.eval_every == 0 or last):
+                record_eval(run, lr, norm, elapsed, bar.write, on_eval)
+            if run.step % cfg.train.ckpt_every == 0 or last:
+                save_checkpoint(run)
             if last:
-                s.stop_reason = "interrupted" if stop_now else "time budget" if out_of_time else "max_steps"
+                run.stop_reason = "interrupted" if stop_now else "time budget" if out_of_time else "max_steps"
                 break
     bar.close()
-    s.log(f"stopped at step {s.step} ({s.stop_reason}) after {s.elapsed():.0f}s; best val loss {s.best_val:.4f}")
-    s.log(f"run directory: {s.run_dir}\nsample from it: python scripts/generate.py --run {s.run_dir}")
-    if s.dist.world > 1:
+    run.log(f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; "
+            f"best val loss {run.best_val:.4f}")
+    run.log(f"run directory: {run.run_dir}\nsample from it: python scripts/generate.py --run {run.run_dir}")
+    if run.dist.world > 1:
         dist.barrier()
         dist.destroy_process_group()
-    return s.run_dir
+    return run.run_dir
 
 
 class Meter:
@@ -118,87 +118,87 @@ class Session:
         return self.elapsed_before + time.time() - self.t0
 
     def next_batch(self):
-        tc = self.cfg.train
-        return self.data.get_batch("train", tc.batch_size, self.cfg.model.block_size, self.batch_gen, self.device)
+        return self.data.get_batch("train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen,
+                                   self.device)
 
 
 def start(cfg: Config, resume: bool, log) -> Session:
     """Set up device, data, model and optimizer; restore the checkpoint when resuming. Mutates cfg
     (the model's vocab_size comes from the tokenizer): train() hands it a copy."""
-    d = runtime.setup_distributed("cuda" if cfg.run.device in ("auto", "cuda") and torch.cuda.is_available()
-                                  else "cpu")
-    log = log if d.main else (lambda *a, **k: None)
-    device = runtime.resolve_device(cfg.run.device, d.local_rank)
+    gpu = cfg.run.device in ("auto", "cuda") and torch.cuda.is_available()
+    procs = runtime.setup_distributed("cuda" if gpu else "cpu")
+    log = log if procs.main else (lambda *a, **k: None)
+    device = runtime.resolve_device(cfg.run.device, procs.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     run_dir = ckpt.check_run_dir(cfg, resume)
-    tc = cfg.train
 
     # data: rank 0 builds the token cache, the others then find it ready
     tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER) if resume else None
-    if d.main:
+    if procs.main:
         data = prepare_data(cfg.data, tokenizer, log=log)
-    if d.world > 1:
+    if procs.world > 1:
         dist.barrier()
-    if not d.main:
+    if not procs.main:
         data = prepare_data(cfg.data, tokenizer, log=log)
     cfg.model.vocab_size = data.tokenizer.vocab_size
 
     torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
     model = Transformer(cfg.model).to(device)
-    dtype = runtime.resolve_dtype(tc.dtype, device)
-    tokens_per_step = tc.batch_size * cfg.model.block_size * tc.grad_accum * d.world
-    s = Session(cfg, run_dir, d, device, data, model, model, make_optimizer(model, tc, device),
-                torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
-                runtime.autocast_for(dtype, device), torch.Generator().manual_seed(cfg.run.seed + d.rank),
-                Meter(tokens_per_step, model.flops_per_token() * tokens_per_step,
-                      (runtime.peak_flops(device) or 0) * d.world, 0), log)
+    dtype = runtime.resolve_dtype(cfg.train.dtype, device)
+    tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
+    run = Session(cfg, run_dir, procs, device, data, model, model, make_optimizer(model, cfg.train, device),
+                  torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+                  runtime.autocast_for(dtype, device), torch.Generator().manual_seed(cfg.run.seed + procs.rank),
+                  Meter(tokens_per_step, model.flops_per_token() * tokens_per_step,
+                        (runtime.peak_flops(device) or 0) * procs.world, 0), log)
     if resume:
-        restore_checkpoint(s, log)
-    elif d.main:
+        restore_checkpoint(run, log)
+    elif procs.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.write_run_files(run_dir, cfg, data.tokenizer)
 
-    if tc.compile:
-        s.model = torch.compile(s.model)
-    if d.world > 1:
-        s.model = nn.parallel.DistributedDataParallel(s.model, device_ids=[device.index] if device.type == "cuda"
-                                                      else None)
+    if cfg.train.compile:
+        run.model = torch.compile(run.model)
+    if procs.world > 1:
+        run.model = nn.parallel.DistributedDataParallel(
+            run.model, device_ids=[device.index] if device.type == "cuda" else None)
+    batch, accum = cfg.train.batch_size, cfg.train.grad_accum
     log(f"model: {model.num_params():,} parameters | device {device} | dtype {str(dtype).split('.')[-1]}"
-        f" | global batch {tc.batch_size} x {tc.grad_accum} accum x {d.world} procs = "
-        f"{tc.batch_size * tc.grad_accum * d.world} sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens")
-    s.model.train()
-    s.meter.step_last, s.t0 = s.step, time.time()
-    return s
+        f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
+        f" sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens")
+    run.model.train()
+    run.meter.step_last, run.t0 = run.step, time.time()
+    return run
 
 
-def train_step(s: Session, lr: float, interrupted: bool) -> tuple[float, float, float, bool]:
+def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float, float, bool]:
     """One optimizer step at learning rate lr; a non-finite loss or gradient skips it.
 
     Returns (loss, grad norm, elapsed seconds, stop) as agreed by all ranks: one small collective
     keeps every rank's decisions (skip, stop) identical. It is the step's one host sync.
     """
-    for group in s.optimizer.param_groups:
+    for group in run.optimizer.param_groups:
         group["lr"] = lr
-    loss_sum, norm = forward_backward(s.model, s.raw_model, s.next_batch, s.optimizer, s.scaler, s.autocast,
-                                      s.cfg.train, distributed=s.dist.world > 1)
-    host = torch.tensor([s.elapsed(), float(interrupted)], dtype=torch.float64, device=s.device)
+    loss_sum, norm = forward_backward(run.model, run.raw_model, run.next_batch, run.optimizer, run.scaler, run.autocast,
+                                      run.cfg.train, distributed=run.dist.world > 1)
+    host = torch.tensor([run.elapsed(), float(interrupted)], dtype=torch.float64, device=run.device)
     stats = torch.cat([torch.stack([loss_sum.double(), norm.double()]), host])
-    if s.dist.world > 1:  # the grad norm is equal on all ranks after DDP's all-reduce: averaging keeps it
+    if run.dist.world > 1:  # the grad norm is equal on all ranks after DDP's all-reduce: averaging keeps it
         dist.all_reduce(stats)
-        stats /= s.dist.world
+        stats /= run.dist.world
     loss, norm, elapsed, stop_flag = stats.tolist()
     if math.isfinite(loss) and math.isfinite(norm):
-        s.scaler.step(s.optimizer)
-        s.scaler.update()
-        s.bad_steps = 0
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+        run.bad_steps = 0
     else:
-        s.bad_steps += 1
-        s.log(f"warning: step {s.step}: non-finite loss {loss} or grad norm {norm}; step skipped")
-    s.optimizer.zero_grad(set_to_none=True)
-    if s.bad_steps >= s.cfg.train.max_bad_steps:
-        raise MinitfError(f"{s.bad_steps} non-finite steps in a row at step {s.step}; training stopped and "
-                          f"the last good checkpoint in {s.run_dir} is intact. Lower train.lr or use float32")
+        run.bad_steps += 1
+        run.log(f"warning: step {run.step}: non-finite loss {loss} or grad norm {norm}; step skipped")
+    run.optimizer.zero_grad(set_to_none=True)
+    if run.bad_steps >= run.cfg.train.max_bad_steps:
+        raise MinitfError(f"{run.bad_steps} non-finite steps in a row at step {run.step}; training stopped and "
+                          f"the last good checkpoint in {run.run_dir} is intact. Lower train.lr or use float32")
     return loss, norm, elapsed, stop_flag > 0
 
 
@@ -223,62 +223,62 @@ def forward_backward(model, raw_model, next_batch, optimizer, scaler, autocast, 
     return loss_sum, norm
 
 
-def record_eval(s: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:
+def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:
     """Evaluate, append the metrics, keep best.safetensors (rank 0 only)."""
-    result = evaluate(s.raw_model, s.data, s.cfg, s.device, s.autocast)
-    ckpt.append_metrics(s.run_dir, {
-        "step": s.step, "train_loss": result["train"], "val_loss": result["val"], "val_bpb": result["val_bpb"],
-        "lr": lr, "grad_norm": norm, "tokens_per_s": round(s.meter.tok_s), "elapsed_s": round(elapsed, 2),
-        "tokens": s.step * s.meter.tokens_per_step})
+    result = evaluate(run.raw_model, run.data, run.cfg, run.device, run.autocast)
+    ckpt.append_metrics(run.run_dir, {
+        "step": run.step, "train_loss": result["train"], "val_loss": result["val"], "val_bpb": result["val_bpb"],
+        "lr": lr, "grad_norm": norm, "tokens_per_s": round(run.meter.tok_s), "elapsed_s": round(elapsed, 2),
+        "tokens": run.step * run.meter.tokens_per_step})
     if on_eval is not None:
-        on_eval(s.run_dir)
-    write(f"step {s.step}: train {result['train']:.4f} | val {result['val']:.4f} | val bpb {result['val_bpb']:.3f}")
-    if result["val"] < s.best_val:
-        s.best_val = result["val"]
-        ckpt.save_weights(s.raw_model, s.run_dir / ckpt.BEST, s.step)
+        on_eval(run.run_dir)
+    write(f"step {run.step}: train {result['train']:.4f} | val {result['val']:.4f} | val bpb {result['val_bpb']:.3f}")
+    if result["val"] < run.best_val:
+        run.best_val = result["val"]
+        ckpt.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step)
 
 
-def save_checkpoint(s: Session) -> None:
-    """Weights and training state at s.step. Every rank's torch RNG and batch generator are
+def save_checkpoint(run: Session) -> None:
+    """Weights and training state at run.step. Every rank's torch RNG and batch generator are
     gathered, so each resumes its own stream; rank 0 writes."""
-    per_rank = [torch.cat([torch.get_rng_state(), s.batch_gen.get_state()]).to(s.device)]  # uint8
-    if s.dist.world > 1:
-        mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(s.dist.world)]
+    per_rank = [torch.cat([torch.get_rng_state(), run.batch_gen.get_state()]).to(run.device)]  # uint8
+    if run.dist.world > 1:
+        mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(run.dist.world)]
         dist.all_gather(per_rank, mine)
-    if not s.dist.main:
+    if not run.dist.main:
         return
-    state = {"step": s.step, "optimizer": s.optimizer.state_dict(), "scaler": s.scaler.state_dict(),
+    state = {"step": run.step, "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
              "rng": runtime.host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
-             "elapsed": s.elapsed(), "best_val": s.best_val}
-    ckpt.save_weights(s.raw_model, s.run_dir / ckpt.WEIGHTS, s.step)
-    ckpt.save_state(state, s.run_dir / ckpt.STATE)
+             "elapsed": run.elapsed(), "best_val": run.best_val}
+    ckpt.save_weights(run.raw_model, run.run_dir / ckpt.WEIGHTS, run.step)
+    ckpt.save_state(state, run.run_dir / ckpt.STATE)
 
 
-def restore_checkpoint(s: Session, log) -> None:
+def restore_checkpoint(run: Session, log) -> None:
     """Weights, optimizer, counters and RNG streams from the run directory's last checkpoint."""
-    state = ckpt.load_state(s.run_dir / ckpt.STATE)
-    ckpt.load_weights(s.raw_model, s.run_dir / ckpt.WEIGHTS)
-    s.optimizer.load_state_dict(state["optimizer"])
-    s.scaler.load_state_dict(state["scaler"])
-    s.step, s.elapsed_before, s.best_val = state["step"], state["elapsed"], state["best_val"]
+    state = ckpt.load_state(run.run_dir / ckpt.STATE)
+    ckpt.load_weights(run.raw_model, run.run_dir / ckpt.WEIGHTS)
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scaler.load_state_dict(state["scaler"])
+    run.step, run.elapsed_before, run.best_val = state["step"], state["elapsed"], state["best_val"]
     runtime.set_host_rng_state(state["rng"])
-    if len(state["rank_rng"]) == s.dist.world:
-        torch_rng, data_rng = state["rank_rng"][s.dist.rank].split(len(torch.get_rng_state()))
+    if len(state["rank_rng"]) == run.dist.world:
+        torch_rng, data_rng = state["rank_rng"][run.dist.rank].split(len(torch.get_rng_state()))
         torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
-        s.batch_gen.set_state(data_rng.clone())
+        run.batch_gen.set_state(data_rng.clone())
     else:  # another world size: fresh, distinct streams per rank
-        log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {s.dist.world}; "
+        log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {run.dist.world}; "
             f"batches are reseeded")
-        s.batch_gen.manual_seed(s.cfg.run.seed + s.dist.rank + 1000 * s.step)
-    if s.dist.main:
-        ckpt.truncate_metrics(s.run_dir, s.step)
-    log(f"resuming {s.run_dir} at step {s.step}")
+        run.batch_gen.manual_seed(run.cfg.run.seed + run.dist.rank + 1000 * run.step)
+    if run.dist.main:
+        ckpt.truncate_metrics(run.run_dir, run.step)
+    log(f"resuming {run.run_dir} at step {run.step}")
 
 
-def _progress_bar(s: Session) -> tqdm:
+def _progress_bar(run: Session) -> tqdm:
     """Steps, or under a time budget seconds, so the ETA is the budget's, not max_steps'."""
-    tc = s.cfg.train
+    tc = run.cfg.train
     if tc.max_seconds is None:
-        return tqdm(total=tc.max_steps, initial=s.step, disable=not s.dist.main, dynamic_ncols=True, unit="step")
-    return tqdm(total=tc.max_seconds, initial=s.elapsed_before, disable=not s.dist.main, dynamic_ncols=True,
+        return tqdm(total=tc.max_steps, initial=run.step, disable=not run.dist.main, dynamic_ncols=True, unit="step")
+    return tqdm(total=tc.max_seconds, initial=run.elapsed_before, disable=not run.dist.main, dynamic_ncols=True,
                 unit="s", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]")

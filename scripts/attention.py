@@ -20,15 +20,15 @@ def main() -> None:
     p.add_argument("--head", type=int, help="head to show (default: a grid of every head of the layer)")
     p.add_argument("--print", action="store_true", help="print the weights as a table (head 0 unless --head)")
     p.add_argument("--out", help="PNG to write (default: attention.png, or none with --print)")
-    a = p.parse_args()
-    model, tok, _ = load_run(a.run or newest_run(), best=a.best)
-    ins = inspect(model, tok, a.text)
-    if a.print:
-        print(format_weights(ins, a.layer, 0 if a.head is None else a.head))
-    if a.out or not a.print:
+    args = p.parse_args()
+    model, tok, _ = load_run(args.run or newest_run(), best=args.best)
+    ins = inspect(model, tok, args.text)
+    if args.print:
+        print(format_weights(ins, args.layer, 0 if args.head is None else args.head))
+    if args.out or not args.print:
         from minitf.heatmaps import plot_attention
 
-        print(f"wrote {plot_attention(ins, a.out or 'attention.png', a.layer, a.head)}")
+        print(f"wrote {plot_attention(ins, args.out or 'attention.png', args.layer, args.head)}")
 
 
 if __name__ == "__main__":

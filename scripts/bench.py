@@ -31,18 +31,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
-    a = p.parse_args()
+    args = p.parse_args()
     # --only takes several words, so overrides written after it land there: move them back
-    a.overrides += [w for w in a.only if "=" in w]
-    a.only = [w for w in a.only if "=" not in w]
-    unknown = [w for w in a.only if w not in PARTS]
+    args.overrides += [w for w in args.only if "=" in w]
+    args.only = [w for w in args.only if "=" not in w]
+    unknown = [w for w in args.only if w not in PARTS]
     if unknown:
         p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
     from benchmarks import run_bench  # beside this script
 
-    results = run_bench(a.config, a.overrides, a.device, a.vocab, a.only, a.run, a.new_tokens, a.steps, a.rounds)
-    if a.json:
-        with open(a.json, "w") as f:
+    results = run_bench(args.config, args.overrides, args.device, args.vocab, args.only, args.run, args.new_tokens, args.steps, args.rounds)
+    if args.json:
+        with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
 
 

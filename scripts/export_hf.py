@@ -18,9 +18,9 @@ def main() -> None:
     p.add_argument("--run", help="run directory (default: the newest under runs/)")
     p.add_argument("--best", action="store_true", help="export best.safetensors (lowest val loss)")
     p.add_argument("--out", required=True, help="directory to write (config.json, model.safetensors, tokenizer)")
-    a = p.parse_args()
-    model, tok, _ = load_run(a.run or newest_run(), best=a.best)
-    print(f"wrote {to_hf_gpt2(model, tok, a.out)}")
+    args = p.parse_args()
+    model, tok, _ = load_run(args.run or newest_run(), best=args.best)
+    print(f"wrote {to_hf_gpt2(model, tok, args.out)}")
 
 
 if __name__ == "__main__":

@@ -35,16 +35,16 @@ def main() -> None:
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the decode step: seconds to compile, then faster tokens (long outputs)")
     p.add_argument("--verbose", action="store_true", help="print tokens/s to stderr")
-    a = p.parse_args()
-    model, tok, cfg = load_run(a.run or newest_run(), best=a.best, device=a.device)
+    args = p.parse_args()
+    model, tok, cfg = load_run(args.run or newest_run(), best=args.best, device=args.device)
     # the run's own sampling settings, with those given here on top
-    settings = sample_settings(cfg.sample, **{n: getattr(a, n) for n in SETTINGS if getattr(a, n) is not None})
-    opts = dict(stop=a.stop, compile=a.compile)
-    prompt = settings.prompt if a.prompt is None else a.prompt
-    prompts = (line.rstrip("\n") for line in sys.stdin) if a.interactive else [prompt]
+    settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
+    opts = dict(stop=args.stop, compile=args.compile)
+    prompt = settings.prompt if args.prompt is None else args.prompt
+    prompts = (line.rstrip("\n") for line in sys.stdin) if args.interactive else [prompt]
     for prompt in prompts:
         t0 = time.time()
-        if a.stream and a.num_samples == 1:
+        if args.stream and args.num_samples == 1:
             print(prompt, end="", flush=True)
             text = ""
             for piece in stream(model, tok, prompt, settings, **opts):
@@ -53,13 +53,13 @@ def main() -> None:
             print()
             texts = [text]
         else:
-            texts = generate(model, tok, prompt, settings, num_samples=a.num_samples, **opts)
-            texts = [texts] if a.num_samples == 1 else texts
+            texts = generate(model, tok, prompt, settings, num_samples=args.num_samples, **opts)
+            texts = [texts] if args.num_samples == 1 else texts
             for i, text in enumerate(texts):
-                if a.num_samples > 1:
+                if args.num_samples > 1:
                     print(f"---------- sample {i + 1} ----------")
                 print(prompt + text)
-        if a.verbose:
+        if args.verbose:
             n = sum(len(tok.encode(t)) for t in texts)  # re-encoded: within a token or two of the sampled count
             print(f"[{n} tokens in {time.time() - t0:.2f}s: {n / (time.time() - t0):.1f} tokens/s]", file=sys.stderr)
 

@@ -14,8 +14,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", action="append", help="run directory (repeatable; default: the newest under runs/)")
     p.add_argument("--out", default="loss.png", help="PNG to write (default: loss.png)")
-    a = p.parse_args()
-    print(f"wrote {plot_runs(a.run or [newest_run()], a.out)}")
+    args = p.parse_args()
+    print(f"wrote {plot_runs(args.run or [newest_run()], args.out)}")
 
 
 if __name__ == "__main__":
