@@ -3,22 +3,28 @@
     runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
                 state.pt  metrics.jsonl  loss.png
 
-Every file is written to a temporary name in the same directory and moved into place with
-os.replace, so a kill at any moment leaves the previous complete file readable. Nothing is ever
-unpickled: tensors come from safetensors, the training state from torch.load(weights_only=True).
+Every file but metrics.jsonl (appended a line at a time) is written to a temporary name in the
+same directory and moved into place with os.replace. A checkpoint is committed by one rename:
+state.pt holds the weights beside the optimizer, RNG and counters, so weights and training state
+always belong to the same step; model.safetensors (what generate, inspect and export read) is
+written from the same weights right after, and resume repairs it if a kill came in between.
+A trainer holds an OS lock on the directory (.lock) while it runs. Nothing is ever unpickled:
+tensors come from safetensors, the training state from torch.load(weights_only=True).
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import torch
 import torch.nn as nn
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from .config import Config, ConfigError, MinitfError, load_config, save_config
-from .io import atomic_write
+from .io import atomic_write, read_yaml
 from .model import Transformer
 from .tokenizer import Tokenizer
 
@@ -31,17 +37,45 @@ def save_weights(model: nn.Module, path: Path, step: int) -> None:
     atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata={"step": str(step)}))
 
 
-def save_state(state: dict, path: Path) -> None:
-    atomic_write(path, lambda tmp: torch.save(state, tmp))
-
-
-def load_state(path: Path) -> dict:
+def weights_step(path: Path) -> int | None:
+    """The training step a weights file was saved at, or None if it is missing or unreadable."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with safe_open(str(path), "pt") as f:
+            return int((f.metadata() or {})["step"])
+    except (SafetensorError, OSError, KeyError, ValueError):
+        return None
+
+
+def save_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
+    """Commit a checkpoint: state.pt (training state + the weights) in one rename, then
+    model.safetensors from the same weights for the readers."""
+    weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    atomic_write(run_dir / STATE, lambda tmp: torch.save({**state, "step": step, "model": weights}, tmp))
+    save_weights(model, run_dir / WEIGHTS, step)
+
+
+def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = True) -> dict:
+    """The training state of the last committed checkpoint, its weights loaded into model.
+    repair: rewrite model.safetensors from state.pt if it is missing or of another step."""
+    path = run_dir / STATE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        step, weights = state["step"], state["model"]
     except FileNotFoundError:
         raise MinitfError(f"{path} not found; start a new run without --resume") from None
-    except Exception as e:  # a truncated or foreign file
-        raise MinitfError(f"{path} is unreadable ({type(e).__name__}); the training state is damaged") from None
+    except Exception as e:  # a truncated or foreign file: torch raises many kinds
+        raise MinitfError(f"{path} is unreadable ({type(e).__name__}); the training state is damaged, "
+                          f"start a new run.out_dir") from None
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise MinitfError(f"{path} holds a model of another shape ({str(e).splitlines()[-1].strip()[:100]}); "
+                          f"was config.yaml edited?") from None
+    found = weights_step(run_dir / WEIGHTS)
+    if repair and found != step:
+        log(f"repairing {run_dir / WEIGHTS}: it holds step {found}, the committed checkpoint step {step}")
+        save_weights(model, run_dir / WEIGHTS, step)
+    return state
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -58,8 +92,14 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 def append_metrics(run_dir: Path, record: dict) -> None:
-    with open(Path(run_dir) / METRICS, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    """One line, appended with a single write: a kill leaves at most one cut line, which
+    read_metrics skips and resume's truncate_metrics drops."""
+    path = Path(run_dir) / METRICS
+    try:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+    except OSError as e:
+        raise MinitfError(f"could not write {path}: {e.strerror or e}") from None
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -101,26 +141,91 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
     return model.eval(), tok, cfg
 
 
-def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
+def write_config(run_dir: Path, cfg: Config) -> None:
     atomic_write(run_dir / CONFIG, lambda tmp: save_config(cfg, tmp))
+
+
+def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
+    write_config(run_dir, cfg)
     atomic_write(run_dir / TOKENIZER, lambda tmp: Path(tmp).write_text(tokenizer.to_json()))
 
 
-def check_run_dir(cfg: Config, resume: bool) -> Path:
+# what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs
+RESUMABLE = ("train.max_steps", "train.max_seconds", "train.eval_every", "train.eval_batches", "train.ckpt_every",
+             "train.log_every", "train.compile", "train.max_bad_steps", "run.device", "run.out_dir", "run.name", "data.num_proc",
+             "sample.")
+BUDGET = ("train.max_steps", "train.max_seconds")
+
+
+def changed_keys(old: Config, new: Config) -> dict[str, tuple]:
+    """{'section.key': (old, new)} for every key whose value differs (the model's vocab_size,
+    which comes from the tokenizer, aside)."""
+    a, b = old.to_dict(), new.to_dict()
+    return {f"{sec}.{key}": (a[sec][key], b[sec][key]) for sec in a for key in a[sec]
+            if a[sec][key] != b[sec][key] and f"{sec}.{key}" != "model.vocab_size"}
+
+
+def resume_config(overrides=(), config_path=None, default_config=None) -> Config:
+    """The config a resume runs with: the run directory's own config.yaml, then the values of
+    config_path (only if one is given), then the dotted overrides. The run directory is the
+    run.out_dir that the overrides, config_path or default_config name."""
+    run_dir = Path(load_config(config_path or default_config, overrides).run.out_dir)
+    if not (run_dir / CONFIG).is_file():
+        what = "checkpoint" if not run_dir.is_dir() else CONFIG
+        raise MinitfError(f"{run_dir} has no {what} to resume; drop --resume to start a new run, or name the "
+                          f"run with run.out_dir=DIR")
+    base = read_yaml(run_dir / CONFIG)
+    for section, values in (read_yaml(Path(config_path)) if config_path else {}).items():
+        base.setdefault(section, {}).update(values or {})
+    return load_config(base, overrides)
+
+
+def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
+    """The run directory, and on resume the keys cfg changes from the run's own config.yaml
+    (only RESUMABLE ones may change)."""
     run_dir = Path(cfg.run.out_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
-    has_ckpt = (run_dir / STATE).is_file()
-    if resume and not has_ckpt:
+    if resume and not (run_dir / STATE).is_file():
         raise MinitfError(f"{run_dir} has no checkpoint to resume; drop --resume to start a new run")
-    if not resume and has_ckpt:
-        raise MinitfError(f"{run_dir} already holds a run; pass --resume to continue it, or set "
-                          f"run.out_dir to a new directory")
-    if resume:
-        saved = load_config(run_dir / CONFIG).model
-        saved.vocab_size = cfg.model.vocab_size = None
-        if saved != cfg.model:
-            diff = [k for k in vars(saved) if getattr(saved, k) != getattr(cfg.model, k)]
-            raise ConfigError(f"--resume with a different model config ({', '.join('model.' + k for k in diff)}"
-                              f"); resume with the run's own settings or start a new run.out_dir")
-    return run_dir
+    if not resume:
+        held = [n for n in (STATE, WEIGHTS, BEST) if (run_dir / n).is_file()]
+        if held:
+            raise MinitfError(f"{run_dir} already holds a run; pass --resume to continue it, or set run.out_dir to "
+                              f"a new directory (it has {', '.join(held)})")
+        return run_dir, {}
+    changed = changed_keys(load_config(run_dir / CONFIG), cfg)
+    fixed = [k for k in changed if not k.startswith(RESUMABLE)]
+    if fixed:
+        raise ConfigError(f"--resume cannot change {', '.join(fixed)} (the run was trained with "
+                          f"{', '.join(f'{k}={changed[k][0]!r}' for k in fixed)}); resume with the run's own "
+                          f"config or start a new run.out_dir. A resume may change only {', '.join(RESUMABLE)}*")
+    return run_dir, changed
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path):
+    """Hold an exclusive OS lock on run_dir/.lock: a second trainer on the same directory is refused.
+    The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; run unlocked
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise MinitfError(f"could not create {run_dir / '.lock'}: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise MinitfError(f"{run_dir} is in use by pid {pid}; wait for that training to end or choose "
+                              f"another run.out_dir") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)

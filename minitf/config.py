@@ -5,8 +5,10 @@ the key and what is allowed, so it never surfaces later as a traceback from insi
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,13 +16,8 @@ from typing import Any, ClassVar
 
 import yaml
 
-
-class MinitfError(Exception):
-    """A user mistake or an environment problem: the scripts print it as one line, no traceback."""
-
-
-class ConfigError(MinitfError, ValueError):
-    """A configuration key or value that cannot be used."""
+from .errors import ConfigError, MinitfError  # noqa: F401  (MinitfError: re-exported)
+from .io import read_yaml
 
 
 def _suggest(name: str, allowed) -> str:
@@ -37,16 +34,18 @@ def _coerce(where: str, value: Any, typ: Any) -> Any:
         typ = next(a for a in args if a is not type(None))
     if typ is float and isinstance(value, str):
         try:  # YAML reads '1e-3' as a string
-            return float(value)
+            value = float(value)
         except ValueError:
             pass
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
     if typ is int and isinstance(value, float) and value.is_integer():
         return int(value)
     ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
     if not ok:
         raise ConfigError(f"{where} must be {typ.__name__}{' or null' if args else ''}, got {value!r}")
+    if typ is float and not math.isfinite(value):  # nan slips through every < and > check below
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
     return value
 
 
@@ -252,18 +251,19 @@ def apply_overrides(d: dict, overrides) -> dict:
     return d
 
 
-def load_config(path: str | Path | None = None, overrides=()) -> Config:
-    """Read a YAML config (None = all defaults) and apply dotted overrides like 'model.n_layer=2'."""
-    d: dict = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} not found; pass an existing YAML file, "
-                              f"e.g. configs/shakespeare.yaml")
-        try:
-            d = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+def load_config(path: str | Path | dict | None = None, overrides=()) -> Config:
+    """A Config from a YAML file (or a dict of sections; None = all defaults), with dotted
+    overrides like 'model.n_layer=2' applied on top."""
+    if isinstance(path, dict):
+        d = copy.deepcopy(path)
+    elif path is None:
+        d = {}
+    elif isinstance(path, (str, Path)):
+        d = read_yaml(Path(path))
+    else:
+        raise ConfigError(f"load_config takes a YAML path or a dict of sections, got {type(path).__name__}")
+    if isinstance(overrides, str):
+        overrides = [overrides]
     return Config.from_dict(apply_overrides(d, overrides))
 
 

@@ -1,4 +1,4 @@
-"""File writes that a kill or a full disk cannot leave half done.
+"""Files: writes that a kill or a full disk cannot leave half done, and strict YAML reading.
 
 Everything minitf writes (weights, training state, configs, token caches, pictures) goes through
 `atomic_write`: the bytes go to a temporary name in the same directory, then `os.replace` moves
@@ -6,20 +6,86 @@ them over the target in one step, so a reader sees the old file or the new one, 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
-from .config import MinitfError
+import yaml
+
+from .errors import ConfigError, MinitfError
 
 
 def atomic_write(path: str | Path, write) -> None:
-    """Call write(tmp_path), then move tmp_path over path. A failure leaves path untouched."""
+    """Call write(tmp_path), then move tmp_path over path. A failure leaves path untouched.
+
+    A failed write (disk full, read-only or forbidden directory) raises MinitfError naming the
+    path and the cause; the temporary file is removed whatever went wrong, Ctrl-C included. The
+    file gets the permissions the user's umask gives (some writers create theirs 0600).
+    """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
+    existed = path.is_file()
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise MinitfError(f"could not write {path}: {e.strerror or e}; "
-                          f"the previous checkpoint there is intact") from None
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if not _is_write_failure(e):
+            raise
+        cause = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:160]
+        raise MinitfError(f"could not write {path}: {cause}; "
+                          + ("the previous file there is intact" if existed else "nothing was written there")
+                          ) from None
+
+
+def _is_write_failure(e: BaseException) -> bool:
+    """OSError, or what torch.save (RuntimeError from its stream writer) and safetensors
+    (SafetensorError) raise when the disk fails them."""
+    from safetensors import SafetensorError
+
+    return isinstance(e, (OSError, RuntimeError, SafetensorError))
+
+
+def _umask() -> int:
+    try:  # Linux tells it without changing it
+        with open("/proc/self/status") as f:
+            return int(next(line.split()[1] for line in f if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error, not 'the last wins'."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"the key {key!r} appears twice in one section (line {key_node.start_mark.line + 1})"
+                                  f"; keep one")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path: Path) -> dict:
+    """A YAML config file as a dict of sections, or a ConfigError naming the file and the problem."""
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} not found; pass an existing YAML file, "
+                          f"e.g. configs/shakespeare.yaml")
+    try:
+        d = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}); is it a config file?") from None
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise ConfigError(f"{path} must hold a mapping of sections (run:, data:, model:, ...), "
+                          f"got a {type(d).__name__}")
+    return d

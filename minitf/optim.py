@@ -35,3 +35,10 @@ def lr_at(step: int, progress: float, tc: TrainConfig) -> float:
     warm = min(1.0, (step + 1) / tc.warmup_steps) if tc.warmup_steps else 1.0
     cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
     return warm * (tc.min_lr + (tc.lr - tc.min_lr) * cosine)
+
+
+def schedule_progress(step: int, elapsed: float, tc: TrainConfig) -> float:
+    """How far through its budget a run is: the fraction of max_steps done, or of max_seconds
+    when that is the nearer limit."""
+    progress = step / tc.max_steps
+    return max(progress, elapsed / tc.max_seconds) if tc.max_seconds else progress

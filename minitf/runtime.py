@@ -9,6 +9,7 @@ import ctypes.util
 import os
 import random
 import signal
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -124,22 +125,33 @@ def set_host_rng_state(s: dict) -> None:
 
 
 class StopFlag:
-    """Ctrl-C sets a flag; the loop finishes its step, saves and exits. A second Ctrl-C aborts."""
+    """SIGINT (Ctrl-C), SIGTERM (docker stop, Kubernetes, SLURM, spot preemption) and SIGUSR1
+    (SLURM's advance warning) set `signal` to the signal's name; the training loop then finishes
+    its step, saves a checkpoint and returns. A second signal aborts at once (KeyboardInterrupt).
+    Handlers are installed only in the main thread (Python allows no other) and restored on exit.
+    """
 
-    def __init__(self):
-        self.set = False
+    NAMES = ("SIGINT", "SIGTERM", "SIGUSR1")
+
+    def __init__(self, log=print):
+        self.signal: str | None = None
+        self.log, self.old = log, {}
 
     def __enter__(self):
-        self.old = signal.getsignal(signal.SIGINT)
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self._handle)
+        if threading.current_thread() is threading.main_thread():
+            for name in self.NAMES:
+                num = getattr(signal, name, None)  # SIGUSR1 does not exist on Windows
+                if num is not None and signal.getsignal(num) is not None:
+                    self.old[num] = signal.signal(num, self._handle)
         return self
 
-    def _handle(self, *_):
-        if self.set:
+    def _handle(self, num, _frame):
+        if self.signal is not None:
             raise KeyboardInterrupt
-        self.set = True
+        self.signal = signal.Signals(num).name
+        self.log(f"\nreceived {self.signal}: finishing this step, saving a checkpoint, then stopping "
+                 f"(send it again to abort now)")
 
     def __exit__(self, *exc):
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
+        for num, handler in self.old.items():
+            signal.signal(num, handler)

@@ -4,9 +4,9 @@ One process, or one per GPU/CPU under torchrun (DistributedDataParallel). Resume
 weights, optimizer, schedule position, every RNG and the batch sampler's generator are saved, so
 k steps + resume + (N - k) steps equal N steps bit for bit (on CPU in float32).
 
-Read `train` first: it is the loop. `start` builds a `Session` (the model, optimizer, data and
-counters of one run), `train_step` is one optimizer step, `record_eval` evaluates and logs, and
-`save_checkpoint` writes the run directory.
+Read `train` first, then `_loop`: the loop. `start` builds a `Session` (the model, optimizer,
+data and counters of one run; session.py, with checkpoint saving and restoring), `train_step` is
+one optimizer step, and `record_eval` evaluates and logs.
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import contextlib
 import copy
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -26,10 +25,11 @@ from tqdm import tqdm
 from . import checkpoint as ckpt
 from . import runtime
 from .config import Config, MinitfError, TrainConfig
-from .data import TokenData, prepare_data
+from .data import prepare_data
 from .evaluate import evaluate
 from .model import Transformer
-from .optim import lr_at, make_optimizer
+from .optim import lr_at, make_optimizer, schedule_progress
+from .session import Meter, Session, explain_changes, finished, last_good, restore_checkpoint, save_checkpoint
 from .tokenizer import Tokenizer
 
 
@@ -40,15 +40,27 @@ def train(cfg: Config, resume: bool = False, log=print, on_eval: Callable[[Path]
     (minitf.train and scripts/train.py draw loss.png there). cfg itself is left unchanged.
     """
     cfg = copy.deepcopy(cfg)
-    run = start(cfg, resume, log)
+    with contextlib.ExitStack() as held:  # the run directory's lock, until train() returns or fails
+        run = start(cfg, resume, log, held)
+        if not finished(run):
+            _loop(run, on_eval)
+    run.log(f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; "
+            f"best val loss {run.best_val:.4f}")
+    run.log(f"run directory: {run.run_dir}\nsample from it: python scripts/generate.py --run {run.run_dir}")
+    if run.dist.world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return run.run_dir
+
+
+def _loop(run: Session, on_eval) -> None:
+    """Steps until max_steps, the time budget, or a stop signal; evaluations and checkpoints between."""
+    cfg = run.cfg
     bar = _progress_bar(run)
-    with runtime.tf32_matmuls(run.device), runtime.StopFlag() as interrupted:
+    with runtime.tf32_matmuls(run.device), runtime.StopFlag(run.log) as stop:
         while run.step < cfg.train.max_steps:
-            progress = run.step / cfg.train.max_steps
-            if cfg.train.max_seconds:
-                progress = max(progress, run.elapsed() / cfg.train.max_seconds)
-            lr = lr_at(run.step, progress, cfg.train)
-            loss, norm, elapsed, stop_now = train_step(run, lr, interrupted.set)
+            lr = lr_at(run.step, schedule_progress(run.step, run.elapsed(), cfg.train), cfg.train)
+            loss, norm, elapsed, stop_now = train_step(run, lr, stop.signal is not None)
             run.step += 1
             bar.update(min(elapsed, cfg.train.max_seconds) - bar.n if cfg.train.max_seconds else 1)
             if run.step % cfg.train.log_every == 0 or run.step == cfg.train.max_steps:
@@ -61,77 +73,27 @@ def train(cfg: Config, resume: bool = False, log=print, on_eval: Callable[[Path]
             if run.step % cfg.train.ckpt_every == 0 or last:
                 save_checkpoint(run)
             if last:
-                run.stop_reason = "interrupted" if stop_now else "time budget" if out_of_time else "max_steps"
+                run.stop_reason = ("time budget" if out_of_time else "max_steps" if not stop_now else
+                                   f"interrupted by {stop.signal or 'a signal on another rank'}")
                 break
     bar.close()
-    run.log(f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; "
-            f"best val loss {run.best_val:.4f}")
-    run.log(f"run directory: {run.run_dir}\nsample from it: python scripts/generate.py --run {run.run_dir}")
-    if run.dist.world > 1:
-        dist.barrier()
-        dist.destroy_process_group()
-    return run.run_dir
 
 
-class Meter:
-    """Tokens per second (and MFU on a known GPU) between two log points, for the progress bar."""
-
-    def __init__(self, tokens_per_step: int, flops_per_step: float, peak: float | None, step: int):
-        self.tokens_per_step, self.flops_per_step, self.peak = tokens_per_step, flops_per_step, peak
-        self.t_last, self.step_last, self.tok_s = time.time(), step, 0.0
-
-    def update(self, step: int, loss: float, lr: float) -> dict:
-        now = time.time()
-        self.tok_s = self.tokens_per_step * (step - self.step_last) / max(now - self.t_last, 1e-9)
-        self.t_last, self.step_last = now, step
-        post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
-        if self.peak:
-            post["mfu"] = f"{100 * self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak:.1f}%"
-        return post
-
-
-@dataclass
-class Session:
-    """One training run in progress: what it trains, how, where it writes, and how far it is."""
-
-    cfg: Config
-    run_dir: Path
-    dist: runtime.Dist
-    device: torch.device
-    data: TokenData
-    model: nn.Module            # what the step calls: compiled and/or wrapped in DDP
-    raw_model: Transformer      # the plain module: evaluated and saved
-    optimizer: torch.optim.Optimizer
-    scaler: torch.amp.GradScaler
-    autocast: contextlib.AbstractContextManager
-    batch_gen: torch.Generator  # this rank's batch sampler
-    meter: Meter
-    log: Callable = print       # rank 0's log; a no-op on the other ranks
-    step: int = 0
-    elapsed_before: float = 0.0  # seconds trained before this process (resume)
-    best_val: float = float("inf")
-    bad_steps: int = 0
-    stop_reason: str = "max_steps"
-    t0: float = 0.0
-
-    def elapsed(self) -> float:
-        return self.elapsed_before + time.time() - self.t0
-
-    def next_batch(self):
-        return self.data.get_batch("train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen,
-                                   self.device)
-
-
-def start(cfg: Config, resume: bool, log) -> Session:
-    """Set up device, data, model and optimizer; restore the checkpoint when resuming. Mutates cfg
-    (the model's vocab_size comes from the tokenizer): train() hands it a copy."""
+def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session:
+    """Set up device, data, model and optimizer; lock the run directory (in `held`, on rank 0);
+    restore the checkpoint when resuming. Mutates cfg (the model's vocab_size comes from the
+    tokenizer): train() hands it a copy."""
     gpu = cfg.run.device in ("auto", "cuda") and torch.cuda.is_available()
     procs = runtime.setup_distributed("cuda" if gpu else "cpu")
     log = log if procs.main else (lambda *a, **k: None)
     device = runtime.resolve_device(cfg.run.device, procs.local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    run_dir = ckpt.check_run_dir(cfg, resume)
+    run_dir = Path(cfg.run.out_dir)
+    if procs.main:
+        ckpt.check_run_dir(cfg, resume)  # before creating anything: a file there, or nothing to resume
+        held.enter_context(ckpt.lock_run_dir(run_dir))
+    run_dir, changed = ckpt.check_run_dir(cfg, resume)  # under the lock: no other trainer writes now
 
     # data: rank 0 builds the token cache, the others then find it ready
     tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER) if resume else None
@@ -154,6 +116,8 @@ def start(cfg: Config, resume: bool, log) -> Session:
                         (runtime.peak_flops(device) or 0) * procs.world, 0), log)
     if resume:
         restore_checkpoint(run, log)
+        if changed and procs.main:
+            explain_changes(run, changed)
     elif procs.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.write_run_files(run_dir, cfg, data.tokenizer)
@@ -198,7 +162,7 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
     run.optimizer.zero_grad(set_to_none=True)
     if run.bad_steps >= run.cfg.train.max_bad_steps:
         raise MinitfError(f"{run.bad_steps} non-finite steps in a row at step {run.step}; training stopped and "
-                          f"the last good checkpoint in {run.run_dir} is intact. Lower train.lr or use float32")
+                          f"{last_good(run)}. Lower train.lr or use float32")
     return loss, norm, elapsed, stop_flag > 0
 
 
@@ -236,43 +200,6 @@ def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_
     if result["val"] < run.best_val:
         run.best_val = result["val"]
         ckpt.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step)
-
-
-def save_checkpoint(run: Session) -> None:
-    """Weights and training state at run.step. Every rank's torch RNG and batch generator are
-    gathered, so each resumes its own stream; rank 0 writes."""
-    per_rank = [torch.cat([torch.get_rng_state(), run.batch_gen.get_state()]).to(run.device)]  # uint8
-    if run.dist.world > 1:
-        mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(run.dist.world)]
-        dist.all_gather(per_rank, mine)
-    if not run.dist.main:
-        return
-    state = {"step": run.step, "optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
-             "rng": runtime.host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
-             "elapsed": run.elapsed(), "best_val": run.best_val}
-    ckpt.save_weights(run.raw_model, run.run_dir / ckpt.WEIGHTS, run.step)
-    ckpt.save_state(state, run.run_dir / ckpt.STATE)
-
-
-def restore_checkpoint(run: Session, log) -> None:
-    """Weights, optimizer, counters and RNG streams from the run directory's last checkpoint."""
-    state = ckpt.load_state(run.run_dir / ckpt.STATE)
-    ckpt.load_weights(run.raw_model, run.run_dir / ckpt.WEIGHTS)
-    run.optimizer.load_state_dict(state["optimizer"])
-    run.scaler.load_state_dict(state["scaler"])
-    run.step, run.elapsed_before, run.best_val = state["step"], state["elapsed"], state["best_val"]
-    runtime.set_host_rng_state(state["rng"])
-    if len(state["rank_rng"]) == run.dist.world:
-        torch_rng, data_rng = state["rank_rng"][run.dist.rank].split(len(torch.get_rng_state()))
-        torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
-        run.batch_gen.set_state(data_rng.clone())
-    else:  # another world size: fresh, distinct streams per rank
-        log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {run.dist.world}; "
-            f"batches are reseeded")
-        run.batch_gen.manual_seed(run.cfg.run.seed + run.dist.rank + 1000 * run.step)
-    if run.dist.main:
-        ckpt.truncate_metrics(run.run_dir, run.step)
-    log(f"resuming {run.run_dir} at step {run.step}")
 
 
 def _progress_bar(run: Session) -> tqdm:

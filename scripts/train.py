@@ -2,7 +2,8 @@
 
     python scripts/train.py                                   # default recipe, configs/shakespeare.yaml
     python scripts/train.py --config configs/tiny.yaml train.max_steps=200 model.n_layer=2
-    python scripts/train.py --resume                          # continue the run in run.out_dir
+    python scripts/train.py --resume                          # continue runs/shakespeare from its config.yaml
+    python scripts/train.py --resume run.out_dir=runs/x train.max_steps=4000   # continue runs/x, longer
     python scripts/train.py train.max_seconds=60              # a wall-clock budget (the LR still anneals)
     torchrun --nproc_per_node=2 scripts/train.py              # data parallel over 2 processes
 """
@@ -19,11 +20,20 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="config keys (set with section.key=value) and their defaults:\n"
                                        + describe_keys())
-    p.add_argument("--config", default=str(CONFIGS / "shakespeare.yaml"), help="YAML recipe")
-    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in run.out_dir")
+    p.add_argument("--config", help="YAML recipe (default: configs/shakespeare.yaml; with --resume the run's own "
+                                    "config.yaml, and a --config given then applies on top)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in run.out_dir from its last checkpoint and its own config.yaml; only "
+                        "the budget, the eval/checkpoint/log cadence, train.compile and run.device may change")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
     args = p.parse_args()
-    cfg = load_config(args.config, args.overrides)
+    default = str(CONFIGS / "shakespeare.yaml")
+    if args.resume:
+        from minitf.checkpoint import resume_config
+
+        cfg = resume_config(args.overrides, args.config, default)
+    else:
+        cfg = load_config(args.config or default, args.overrides)
     # after parsing, so --help and config errors are instant
     from minitf.plotting import plot_loss
     from minitf.runtime import keep_freed_memory

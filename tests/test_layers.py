@@ -7,12 +7,12 @@ from .helpers import ROOT
 
 # bottom to top; a module may import from its own layer or a lower one, never from a higher one
 LAYERS = [
-    {"config", "io", "runtime"},
+    {"errors", "config", "io", "runtime"},
     {"tokenizer", "corpus", "data"},
     {"positions", "attention", "cache"},
     {"model"},
     {"checkpoint", "optim"},
-    {"trainer", "generate", "inspection", "evaluate", "hf"},
+    {"session", "trainer", "generate", "inspection", "evaluate", "hf"},
     {"plotting", "heatmaps", "cli"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -63,16 +63,16 @@ def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     # dropout on, so the torch RNG state must come back too
     cfg = lambda d: tiny_config(tmp_path / d, corpus, "model.dropout=0.1", "train.grad_accum=2")
     snapshot = tmp_path / "at-step-4"
-    real_save_state = ckpt.save_state
+    real_save = ckpt.save_checkpoint
 
-    def save_and_snapshot(state, path):
-        real_save_state(state, path)
-        if state["step"] == 4 and not snapshot.exists():
-            shutil.copytree(path.parent, snapshot)
+    def save_and_snapshot(run_dir, model, state, step):
+        real_save(run_dir, model, state, step)
+        if step == 4 and not snapshot.exists():
+            shutil.copytree(run_dir, snapshot)
 
-    monkeypatch.setattr(ckpt, "save_state", save_and_snapshot)
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_and_snapshot)
     straight = minitf.train(cfg("straight"), log=lambda *a: None)  # 8 steps, snapshot after 4
-    monkeypatch.setattr(ckpt, "save_state", real_save_state)
+    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
     resumed = minitf.train(tiny_config(snapshot, corpus, "model.dropout=0.1", "train.grad_accum=2"),
                            resume=True, log=lambda *a: None)
     a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
@@ -86,7 +86,8 @@ def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):
     run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
     with pytest.raises(MinitfError, match="already holds a run; pass --resume"):
         minitf.train(tiny_config(run, corpus), log=lambda *a: None)
-    with pytest.raises(minitf.ConfigError, match=r"different model config \(model.n_layer\)"):
+    with pytest.raises(minitf.ConfigError, match=r"--resume cannot change model.n_layer \(the run was trained with "
+                                                 r"model.n_layer=2\)"):
         minitf.train(tiny_config(run, corpus, "model.n_layer=3"), resume=True, log=lambda *a: None)
     with pytest.raises(MinitfError, match="no checkpoint to resume"):
         minitf.train(tiny_config(tmp_path / "new", corpus), resume=True, log=lambda *a: None)
@@ -106,7 +107,7 @@ def test_disk_full_keeps_previous_checkpoint(tmp_path, corpus, monkeypatch):
         real_replace(src, dst)
 
     monkeypatch.setattr(minitf.io.os, "replace", full)
-    with pytest.raises(MinitfError, match="No space left on device; the previous checkpoint there is intact"):
+    with pytest.raises(MinitfError, match="No space left on device; the previous file there is intact"):
         minitf.train(tiny_config(run, corpus, "train.max_steps=8"), resume=True, log=lambda *a: None)
     assert (run / "model.safetensors").read_bytes() == before
     assert not list(run.glob(".*.tmp"))

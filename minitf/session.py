@@ -1,0 +1,154 @@
+"""One training run in progress: its objects and counters (`Session`), and how its state goes
+to and comes back from the run directory (checkpoints, resume, what a resume changed)."""
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from . import checkpoint as ckpt
+from . import runtime
+from .config import Config, MinitfError, load_config
+from .data import TokenData
+from .model import Transformer
+from .optim import lr_at, schedule_progress
+
+
+class Meter:
+    """Tokens per second (and MFU on a known GPU) between two log points, for the progress bar."""
+
+    def __init__(self, tokens_per_step: int, flops_per_step: float, peak: float | None, step: int):
+        self.tokens_per_step, self.flops_per_step, self.peak = tokens_per_step, flops_per_step, peak
+        self.t_last, self.step_last, self.tok_s = time.time(), step, 0.0
+
+    def update(self, step: int, loss: float, lr: float) -> dict:
+        now = time.time()
+        self.tok_s = self.tokens_per_step * (step - self.step_last) / max(now - self.t_last, 1e-9)
+        self.t_last, self.step_last = now, step
+        post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
+        if self.peak:
+            post["mfu"] = f"{100 * self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak:.1f}%"
+        return post
+
+
+@dataclass
+class Session:
+    """One training run in progress: what it trains, how, where it writes, and how far it is."""
+
+    cfg: Config
+    run_dir: Path
+    dist: runtime.Dist
+    device: torch.device
+    data: TokenData
+    model: nn.Module            # what the step calls: compiled and/or wrapped in DDP
+    raw_model: Transformer      # the plain module: evaluated and saved
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler
+    autocast: contextlib.AbstractContextManager
+    batch_gen: torch.Generator  # this rank's batch sampler
+    meter: Meter
+    log: Callable = print       # rank 0's log; a no-op on the other ranks
+    step: int = 0
+    elapsed_before: float = 0.0  # seconds trained before this process (resume)
+    best_val: float = float("inf")
+    bad_steps: int = 0
+    saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
+    stop_reason: str = "max_steps"
+    t0: float = 0.0
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.t0
+
+    def next_batch(self):
+        return self.data.get_batch("train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen,
+                                   self.device)
+
+
+def finished(run: Session) -> bool:
+    """A resumed run whose budget is already spent: say so instead of training one more step."""
+    tc = run.cfg.train
+    if run.step < tc.max_steps and (tc.max_seconds is None or run.elapsed_before < tc.max_seconds):
+        return False
+    run.stop_reason = "already finished"
+    run.log(f"{run.run_dir} already finished (step {run.step} of train.max_steps={tc.max_steps}, "
+            f"{run.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer resume with a "
+            f"larger train.max_steps or train.max_seconds")
+    return True
+
+
+def save_checkpoint(run: Session) -> None:
+    """Commit the weights and training state at run.step, unless the weights are not trustworthy
+    (the last step was skipped as non-finite, or a weight is not finite): then the last good
+    checkpoint stays. Every rank's torch RNG and batch generator are gathered, so each resumes
+    its own stream; rank 0 writes."""
+    per_rank = [torch.cat([torch.get_rng_state(), run.batch_gen.get_state()]).to(run.device)]  # uint8
+    if run.dist.world > 1:
+        mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(run.dist.world)]
+        dist.all_gather(per_rank, mine)
+    if not run.dist.main:
+        return
+    if run.bad_steps or not all(torch.isfinite(p).all() for p in run.raw_model.parameters()):
+        run.log(f"warning: no checkpoint at step {run.step}: the weights are not trustworthy after non-finite "
+                f"steps; {last_good(run)}")
+        return
+    state = {"optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
+             "rng": runtime.host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
+             "elapsed": run.elapsed(), "best_val": run.best_val}
+    ckpt.save_checkpoint(run.run_dir, run.raw_model, state, run.step)
+    run.saved_step = run.step
+
+
+def last_good(run: Session) -> str:
+    if run.saved_step is None:
+        return f"no checkpoint was written in {run.run_dir}"
+    return f"the last good checkpoint (step {run.saved_step}) in {run.run_dir} is intact"
+
+
+def restore_checkpoint(run: Session, log) -> None:
+    """Weights, optimizer, counters and RNG streams from the run directory's last checkpoint."""
+    state = ckpt.load_checkpoint(run.run_dir, run.raw_model, log, repair=run.dist.main)
+    try:
+        run.optimizer.load_state_dict(state["optimizer"])
+        run.scaler.load_state_dict(state["scaler"])
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise MinitfError(f"{run.run_dir / ckpt.STATE}: the optimizer state does not fit this model "
+                          f"({str(e).splitlines()[0][:100]}); start a new run.out_dir") from None
+    run.step, run.elapsed_before, run.best_val = state["step"], state["elapsed"], state["best_val"]
+    run.saved_step = run.step
+    runtime.set_host_rng_state(state["rng"])
+    if len(state["rank_rng"]) == run.dist.world:
+        torch_rng, data_rng = state["rank_rng"][run.dist.rank].split(len(torch.get_rng_state()))
+        torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
+        run.batch_gen.set_state(data_rng.clone())
+    else:  # another world size: fresh, distinct streams per rank
+        log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {run.dist.world}; "
+            f"batches are reseeded")
+        run.batch_gen.manual_seed(run.cfg.run.seed + run.dist.rank + 1000 * run.step)
+    if run.dist.main:
+        ckpt.truncate_metrics(run.run_dir, run.step)
+    log(f"resuming {run.run_dir} at step {run.step}")
+
+
+def explain_changes(run: Session, changed: dict[str, tuple]) -> None:
+    """A resume that changes permitted keys: say what changed and how the LR schedule goes on,
+    and make config.yaml state the config that now drives the run."""
+    for key, (old, new) in changed.items():
+        run.log(f"resume: {key} {old!r} -> {new!r}")
+    if any(key in ckpt.BUDGET for key in changed):
+        # the schedule is a function of the budget, so a longer budget stretches the cosine: the
+        # LR goes back up to where the longer run would be now. That is what a run planned this
+        # long from the start would do; keeping min_lr instead would leave the added steps with
+        # little to learn from.
+        before = load_config(run.run_dir / ckpt.CONFIG).train
+        then = lr_at(run.step - 1, schedule_progress(run.step - 1, run.elapsed_before, before), before)
+        now = lr_at(run.step, schedule_progress(run.step, run.elapsed_before, run.cfg.train), run.cfg.train)
+        run.log(f"resume: the budget changed, so the LR follows the schedule of the new budget: "
+                f"{then:.2e} at the last step, {now:.2e} now, annealing to train.min_lr={run.cfg.train.min_lr:.2e} "
+                f"at the new end")
+    ckpt.write_config(run.run_dir, run.cfg)
