@@ -19,10 +19,10 @@ from .tokenizer import Tokenizer
 __version__ = "0.1.0"
 
 
-def train(cfg: Config, resume: bool = False, log=print, plot: bool = True):
-    """Train per cfg and return the run directory (see minitf.trainer.train); plot=True redraws
-    the run's loss.png after each evaluation."""
+def train(cfg, resume: bool = False, log=print, plot: bool = True, overrides=()):
+    """Train per cfg (a Config, or with resume=True a run directory) and return the run directory
+    (see minitf.trainer.train); plot=True redraws the run's loss.png after each evaluation."""
     from .plotting import plot_loss  # imported on use: sampling never pays for the training stack
     from .trainer import train as _train
 
-    return _train(cfg, resume=resume, log=log, on_eval=plot_loss if plot else None)
+    return _train(cfg, resume=resume, log=log, on_eval=plot_loss if plot else None, overrides=overrides)

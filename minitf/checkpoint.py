@@ -26,6 +26,7 @@ from safetensors.torch import load_model, save_model
 from .config import Config, ConfigError, MinitfError, load_config, save_config
 from .io import atomic_write, read_yaml
 from .model import Transformer
+from .runtime import resolve_device
 from .tokenizer import Tokenizer
 
 WEIGHTS, BEST, STATE, CONFIG, TOKENIZER, METRICS = (
@@ -124,6 +125,8 @@ def truncate_metrics(run_dir: Path, step: int) -> None:
 
 def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):
     """(model, tokenizer, config) from a run directory; the model is in eval mode on `device`."""
+    if not isinstance(path, (str, Path)):
+        raise MinitfError(f"load_run takes the path of a run directory, got {type(path).__name__}")
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise MinitfError(f"run directory {str(run_dir)!r} does not exist; train one first "
@@ -136,9 +139,18 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
     if cfg.model.vocab_size != tok.vocab_size:
         raise MinitfError(f"{run_dir / TOKENIZER} has {tok.vocab_size} tokens but the model was built "
                           f"for {cfg.model.vocab_size}; the tokenizer does not belong to this run")
-    model = Transformer(cfg.model).to(device)
+    model = Transformer(cfg.model).to(_device(device))
     load_weights(model, run_dir / (BEST if best else WEIGHTS))
     return model.eval(), tok, cfg
+
+
+def _device(device: str | torch.device) -> torch.device:
+    if isinstance(device, str) and ":" not in device:
+        return resolve_device(device)  # names it, if it is unknown or not there
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise MinitfError(f"device {device!r} is not a torch device; use auto, cpu, cuda or mps") from None
 
 
 def write_config(run_dir: Path, cfg: Config) -> None:
@@ -187,6 +199,9 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
     if resume and not (run_dir / STATE).is_file():
+        if any((run_dir / n).is_file() for n in (WEIGHTS, BEST)):
+            raise MinitfError(f"{run_dir} has weights but no training state ({STATE}): it stopped before its first "
+                              f"checkpoint or was copied without it, so it cannot be resumed; start a new run.out_dir")
         raise MinitfError(f"{run_dir} has no checkpoint to resume; drop --resume to start a new run")
     if not resume:
         held = [n for n in (STATE, WEIGHTS, BEST) if (run_dir / n).is_file()]
@@ -204,15 +219,24 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
 
 
 @contextlib.contextmanager
-def lock_run_dir(run_dir: Path):
+def lock_run_dir(run_dir: Path, create: bool = True):
     """Hold an exclusive OS lock on run_dir/.lock: a second trainer on the same directory is refused.
-    The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one."""
+    The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one.
+    create=False: a missing directory is not made (nor locked: there is nothing in it to protect)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
     try:
         import fcntl
     except ImportError:  # Windows: no flock; run unlocked
         yield
         return
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not create and not run_dir.is_dir():
+        yield
+        return
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MinitfError(f"could not create {run_dir}: {e.strerror or e}") from None
     try:
         fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:

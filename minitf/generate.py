@@ -16,7 +16,7 @@ import weakref
 import torch
 
 from .cache import KVCache
-from .config import ConfigError, SampleConfig
+from .config import ConfigError, MinitfError, SampleConfig
 from .model import Transformer
 from .tokenizer import Tokenizer
 
@@ -50,7 +50,9 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
         logits = logits.scatter(1, history, seen)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
-    logits, ids = logits / temperature, None
+    # shifted so the largest is 0 before dividing: a tiny temperature then gives -inf for the rest
+    # (a greedy pick), never inf - inf = nan
+    logits, ids = (logits - logits.amax(dim=-1, keepdim=True)) / temperature, None
     if top_k and top_k < logits.size(-1):  # sample among the k best only: cheaper than masking all V
         logits, ids = torch.topk(logits, top_k, dim=-1)  # (B, k) each, sorted descending
     if top_p is not None and top_p < 1.0:
@@ -105,7 +107,6 @@ def sample_settings(settings: SampleConfig | None = None, **overrides) -> Sample
     return dataclasses.replace(settings, **overrides) if overrides else settings
 
 
-@torch.inference_mode()
 def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int = 1,
                     use_cache: bool = True, compile: bool = False):
     """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt.
@@ -114,7 +115,20 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleC
     seed); settings.prompt is not used. compile=True decodes with a static KV cache and a
     torch.compile'd step (with use_cache only): the first call for a model pays for compilation
     (seconds), later tokens come faster. The tokens are those of the eager path up to float rounding.
+    The model runs in eval mode (no dropout, so a seed always gives the same tokens); the caller's
+    mode is restored when the generator ends.
     """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            yield from _tokens(model, prompt_ids, settings, num_samples, use_cache, compile)
+    finally:
+        model.train(was_training)
+
+
+def _tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int,
+            use_cache: bool, compile: bool):
     block = model.config.block_size
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.seed is not None else None
@@ -188,7 +202,14 @@ def _text_steps(model, tokenizer, prompt: str, settings: SampleConfig, stop, num
                 use_cache: bool, compile: bool):
     """Yield, per step, the new text of every sample (until all samples are done)."""
     if num_samples < 1:
-        raise ValueError(f"num_samples must be at least 1, got {num_samples}")
+        raise ConfigError(f"num_samples must be at least 1, got {num_samples}")
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise MinitfError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model was trained with "
+                          f"{model.config.vocab_size}; use the tokenizer of the model's run")
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # lone surrogates: bytes that were not UTF-8 on the command line
+        raise MinitfError(f"the prompt is not valid UTF-8 text (at character {e.start}); re-encode it as UTF-8") from None
     ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]  # empty: start a new document
     block = model.config.block_size
     if len(ids) > block:

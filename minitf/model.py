@@ -120,6 +120,12 @@ class Transformer(nn.Module):
             n -= self.wpe.wpe.weight.numel()
         return n
 
+    def _check_ids(self, ids: torch.Tensor, what: str) -> None:
+        """Ids outside 0 .. vocab_size - 1 would index a padding row or crash deep inside torch."""
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
+            raise ValueError(f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {int(ids.min())}, "
+                             f"max {int(ids.max())}); encode with the model's own tokenizer")
+
     def flops_per_token(self) -> float:
         """Training FLOPs per token: 6N for the matmuls forward and backward, plus 12·L·C·T for
         attention's scores and weighted sum."""
@@ -132,6 +138,12 @@ class Transformer(nn.Module):
         targets (B, T): next-token ids, -100 where no loss is wanted. cache: a KVCache to read
         and extend; the model advances cache.pos by T after all layers have run.
         """
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
+        if not torch.compiler.is_compiling() and idx.device.type == "cpu":  # a GPU check would wait for the device
+            self._check_ids(idx, "idx")
+            if targets is not None:
+                self._check_ids(targets[targets != -100], "targets")
         B, T = idx.shape
         offset = cache.pos if cache is not None else 0
         # a static cache's position is a tensor: checking it would cost a device sync per step

@@ -45,6 +45,9 @@ def setup_distributed(device_kind: str) -> Dist:
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+    """A device name (auto, cpu, cuda, mps) as a torch.device that is there; otherwise ConfigError."""
+    if name not in ("auto", "cpu", "cuda", "mps"):
+        raise ConfigError(f"device {name!r} is not one of auto, cpu, cuda, mps")
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     if name == "cuda" and not torch.cuda.is_available():

@@ -33,12 +33,19 @@ from .session import Meter, Session, explain_changes, finished, last_good, resto
 from .tokenizer import Tokenizer
 
 
-def train(cfg: Config, resume: bool = False, log=print, on_eval: Callable[[Path], None] | None = None) -> Path:
+def train(cfg: Config | str | Path, resume: bool = False, log=print,
+          on_eval: Callable[[Path], None] | None = None, overrides=()) -> Path:
     """Train per `cfg` and return the run directory. `resume` continues its last checkpoint.
 
-    on_eval(run_dir) is called on rank 0 after each evaluation has been appended to metrics.jsonl
-    (minitf.train and scripts/train.py draw loss.png there). cfg itself is left unchanged.
+    cfg may also be a run directory, with resume=True: the run goes on with its own config.yaml,
+    and `overrides` (dotted strings) on top. on_eval(run_dir) is called on rank 0 after each
+    evaluation has been appended to metrics.jsonl (minitf.train and scripts/train.py draw loss.png
+    there). cfg itself is left unchanged.
     """
+    if isinstance(cfg, (str, Path)):
+        if not resume:
+            raise MinitfError("train() takes a Config, or a run directory together with resume=True")
+        cfg = ckpt.resume_config([f"run.out_dir={cfg}", *overrides])
     cfg = copy.deepcopy(cfg)
     with contextlib.ExitStack() as held:  # the run directory's lock, until train() returns or fails
         run = start(cfg, resume, log, held)
@@ -90,9 +97,8 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     if device.type == "cuda":
         torch.cuda.set_device(device)
     run_dir = Path(cfg.run.out_dir)
-    if procs.main:
-        ckpt.check_run_dir(cfg, resume)  # before creating anything: a file there, or nothing to resume
-        held.enter_context(ckpt.lock_run_dir(run_dir))
+    if procs.main:  # first the lock, so a second trainer hears that the directory is in use
+        held.enter_context(ckpt.lock_run_dir(run_dir, create=not resume))
     run_dir, changed = ckpt.check_run_dir(cfg, resume)  # under the lock: no other trainer writes now
 
     # data: rank 0 builds the token cache, the others then find it ready
@@ -156,8 +162,11 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
         run.scaler.step(run.optimizer)
         run.scaler.update()
         run.bad_steps = 0
+    elif run.scaler.is_enabled() and math.isfinite(loss):
+        run.scaler.update()  # float16 gradients overflowed: the scaler halves its scale, the step is skipped
     else:
         run.bad_steps += 1
+        run.bad_since_ckpt += 1
         run.log(f"warning: step {run.step}: non-finite loss {loss} or grad norm {norm}; step skipped")
     run.optimizer.zero_grad(set_to_none=True)
     if run.bad_steps >= run.cfg.train.max_bad_steps:

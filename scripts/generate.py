@@ -16,6 +16,15 @@ from minitf.generate import generate, sample_settings, stream
 SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
 
 
+def stdin_prompts():
+    """One prompt per input line; a line that is not UTF-8 is reported and skipped, not fatal."""
+    for n, raw in enumerate(sys.stdin.buffer, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            print(f"error: input line {n} is not valid UTF-8 (byte {e.start}); skipped", file=sys.stderr)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="run directory (default: the newest under runs/)")
@@ -41,8 +50,7 @@ def main() -> None:
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
     opts = dict(stop=args.stop, compile=args.compile)
     prompt = settings.prompt if args.prompt is None else args.prompt
-    prompts = (line.rstrip("\n") for line in sys.stdin) if args.interactive else [prompt]
-    for prompt in prompts:
+    for prompt in stdin_prompts() if args.interactive else [prompt]:
         t0 = time.time()
         if args.stream and args.num_samples == 1:
             print(prompt, end="", flush=True)
