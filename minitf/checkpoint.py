@@ -33,26 +33,34 @@ WEIGHTS, BEST, STATE, CONFIG, TOKENIZER, METRICS = (
     "model.safetensors", "best.safetensors", "state.pt", "config.yaml", "tokenizer.json", "metrics.jsonl")
 
 
-def save_weights(model: nn.Module, path: Path, step: int) -> None:
+def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
+    """Weights as safetensors, with the step and the hash of the tokenizer they were trained with."""
+    meta = {"step": str(step), **({"tokenizer": tokenizer_hash} if tokenizer_hash else {})}
     # save_model drops the tied lm_head copy that safetensors cannot store twice
-    atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata={"step": str(step)}))
+    atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
+
+
+def weights_metadata(path: Path) -> dict:
+    """A weights file's metadata (step, tokenizer hash); {} if it is missing or unreadable."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            return f.metadata() or {}
+    except (SafetensorError, OSError):
+        return {}
 
 
 def weights_step(path: Path) -> int | None:
     """The training step a weights file was saved at, or None if it is missing or unreadable."""
-    try:
-        with safe_open(str(path), "pt") as f:
-            return int((f.metadata() or {})["step"])
-    except (SafetensorError, OSError, KeyError, ValueError):
-        return None
+    step = weights_metadata(path).get("step")
+    return int(step) if step is not None and step.isdigit() else None
 
 
 def save_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
     """Commit a checkpoint: state.pt (training state + the weights) in one rename, then
-    model.safetensors from the same weights for the readers."""
+    model.safetensors from the same weights for the readers. state["tokenizer"]: its hash."""
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     atomic_write(run_dir / STATE, lambda tmp: torch.save({**state, "step": step, "model": weights}, tmp))
-    save_weights(model, run_dir / WEIGHTS, step)
+    save_weights(model, run_dir / WEIGHTS, step, state.get("tokenizer"))
 
 
 def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = True) -> dict:
@@ -75,7 +83,7 @@ def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = T
     found = weights_step(run_dir / WEIGHTS)
     if repair and found != step:
         log(f"repairing {run_dir / WEIGHTS}: it holds step {found}, the committed checkpoint step {step}")
-        save_weights(model, run_dir / WEIGHTS, step)
+        save_weights(model, run_dir / WEIGHTS, step, state.get("tokenizer"))
     return state
 
 
@@ -139,8 +147,13 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
     if cfg.model.vocab_size != tok.vocab_size:
         raise MinitfError(f"{run_dir / TOKENIZER} has {tok.vocab_size} tokens but the model was built "
                           f"for {cfg.model.vocab_size}; the tokenizer does not belong to this run")
+    weights = run_dir / (BEST if best else WEIGHTS)
+    trained_with = weights_metadata(weights).get("tokenizer")
+    if trained_with and trained_with != tok.hash:
+        raise MinitfError(f"{run_dir / TOKENIZER} is not the tokenizer this model was trained with (its hash "
+                          f"differs from the one recorded in {weights.name}); restore the run's own tokenizer.json")
     model = Transformer(cfg.model).to(_device(device))
-    load_weights(model, run_dir / (BEST if best else WEIGHTS))
+    load_weights(model, weights)
     return model.eval(), tok, cfg
 
 

@@ -77,12 +77,18 @@ class _Section:
 
 @dataclass
 class RunConfig(_Section):
+    """Where the run is written (out_dir, by default runs/<name>), its seed, and the device."""
+
     _section = "run"
     _choices = {"device": ("auto", "cpu", "cuda", "mps")}
     name: str = "shakespeare"
-    out_dir: str = "runs/shakespeare"
+    out_dir: str | None = None          # None: runs/<name>
     seed: int = 1337
     device: str = "auto"
+
+    def validate(self) -> None:
+        if self.out_dir is None:
+            self.out_dir = f"runs/{self.name}"
 
 
 @dataclass
@@ -243,6 +249,8 @@ def apply_overrides(d: dict, overrides) -> dict:
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):  # every key holds a scalar: 'sample.prompt=ROMEO:' means the text
             value = raw
         d.setdefault(section, {})
         if not isinstance(d[section], dict):

@@ -120,6 +120,17 @@ def host_rng_state() -> dict:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
 
 
+@contextlib.contextmanager
+def kept_rng_state():
+    """Run a block, then put every RNG (torch CPU and CUDA, python, numpy) back as it was."""
+    host, cpu = host_rng_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(cpu)
+        set_host_rng_state(host)
+
+
 def set_host_rng_state(s: dict) -> None:
     random.setstate(s["python"])
     np.random.set_state((s["numpy"][0], s["numpy"][1].numpy(), *s["numpy"][2:]))

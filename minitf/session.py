@@ -101,7 +101,7 @@ def save_checkpoint(run: Session) -> None:
         return
     state = {"optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
              "rng": runtime.host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
-             "elapsed": run.elapsed(), "best_val": run.best_val}
+             "elapsed": run.elapsed(), "best_val": run.best_val, "tokenizer": run.data.tokenizer.hash}
     ckpt.save_checkpoint(run.run_dir, run.raw_model, state, run.step)
     run.saved_step = run.step
 

@@ -48,6 +48,7 @@ def train(cfg: Config | str | Path, resume: bool = False, log=print,
         cfg = ckpt.resume_config([f"run.out_dir={cfg}", *overrides])
     cfg = copy.deepcopy(cfg)
     with contextlib.ExitStack() as held:  # the run directory's lock, until train() returns or fails
+        held.enter_context(runtime.kept_rng_state())  # training seeds the RNGs; the caller's come back
         run = start(cfg, resume, log, held)
         if not finished(run):
             _loop(run, on_eval)
@@ -208,7 +209,7 @@ def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_
     write(f"step {run.step}: train {result['train']:.4f} | val {result['val']:.4f} | val bpb {result['val_bpb']:.3f}")
     if result["val"] < run.best_val:
         run.best_val = result["val"]
-        ckpt.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step)
+        ckpt.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash)
 
 
 def _progress_bar(run: Session) -> tqdm:

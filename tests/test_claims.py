@@ -1,0 +1,311 @@
+"""README claims and options that had no test, each checked against a value the code does not
+compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set."""
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import minitf
+from minitf import checkpoint as ckpt
+from minitf.cli import newest_run
+from minitf.config import SampleConfig, TrainConfig
+from minitf.optim import lr_at, make_optimizer
+from minitf.positions import Rotary
+from minitf.trainer import forward_backward
+
+from .helpers import ROOT, make_play, tiny_config
+
+QUIET = dict(log=lambda *a: None)
+
+
+def script(*args, **kw):
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=300, **kw)
+
+
+# ------------------------------------------------------------------ rotary against its formula
+
+def test_rotary_equals_the_explicit_rotation_of_each_pair():
+    D, base = 8, 500.0
+    rope = Rotary(32, D, base=base)
+    x = torch.randn(2, 5, D, generator=torch.Generator().manual_seed(0))
+    y = rope(x, offset=3)
+    for t in range(5):
+        pos = 3 + t
+        for i in range(D // 2):  # rotate-half layout: dimension i pairs with i + D/2
+            theta = pos * base ** (-2 * i / D)
+            a, b = x[:, t, i], x[:, t, i + D // 2]
+            torch.testing.assert_close(y[:, t, i], a * math.cos(theta) - b * math.sin(theta))
+            torch.testing.assert_close(y[:, t, i + D // 2], a * math.sin(theta) + b * math.cos(theta))
+
+
+def test_rope_base_reaches_the_model():
+    cfg = dict(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, positions="rope")
+    idx = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(0))
+    def logits(base):
+        torch.manual_seed(0)
+        m = minitf.Transformer(minitf.ModelConfig(**cfg, rope_base=base))
+        with torch.no_grad():  # weights larger than the init's, so attention is far from uniform
+            for p in m.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+        return m(idx)[0]
+
+    assert (logits(10000.0) - logits(100.0)).abs().max() > 1e-2
+
+
+# ------------------------------------------------------------------ the training step
+
+def _model_and_batch(seed=0):
+    torch.manual_seed(seed)
+    model = minitf.Transformer(minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32))
+    g = torch.Generator().manual_seed(seed + 1)
+    return model, torch.randint(0, 64, (4, 16), generator=g), torch.randint(0, 64, (4, 16), generator=g)
+
+
+def _step_grads(tc: TrainConfig, x, y):
+    model = _model_and_batch()[0]
+    halves = iter([(x[i * 4 // tc.grad_accum:(i + 1) * 4 // tc.grad_accum],
+                    y[i * 4 // tc.grad_accum:(i + 1) * 4 // tc.grad_accum]) for i in range(tc.grad_accum)])
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    _, norm = forward_backward(model, model, lambda: next(halves), make_optimizer(model, tc, torch.device("cpu")),
+                               scaler, torch.autocast("cpu", enabled=False), tc)
+    return {n: p.grad.clone() for n, p in model.named_parameters()}, norm
+
+
+def test_grad_accumulation_gives_the_full_batch_gradient_and_its_norm():
+    model, x, y = _model_and_batch()
+    model(x, y)[1].backward()  # plain autograd on all 4 sequences
+    plain = {n: p.grad.clone() for n, p in model.named_parameters()}
+    global_norm = torch.sqrt(sum(g.double().square().sum() for g in plain.values())).item()
+    grads, norm = _step_grads(TrainConfig(grad_accum=2, grad_clip=0.0), x, y)
+    for n in plain:
+        torch.testing.assert_close(grads[n], plain[n], atol=1e-6, rtol=1e-5)
+    assert norm.item() == pytest.approx(global_norm, rel=1e-5)
+    clipped, norm = _step_grads(TrainConfig(grad_accum=2, grad_clip=0.1), x, y)
+    assert norm.item() == pytest.approx(global_norm, rel=1e-5)  # the norm before clipping is what is logged
+    for n in plain:
+        torch.testing.assert_close(clipped[n], plain[n] * (0.1 / global_norm), atol=1e-7, rtol=1e-4)
+
+
+def test_betas_reach_the_optimizer():
+    model = _model_and_batch()[0]
+    opt = make_optimizer(model, TrainConfig(beta1=0.8, beta2=0.99), torch.device("cpu"))
+    assert {g["betas"] for g in opt.param_groups} == {(0.8, 0.99)}
+
+
+# ------------------------------------------------------------------ a time budget, on a fake clock
+
+def test_time_budget_stops_anneals_and_a_resume_does_not_step(tmp_path, corpus, monkeypatch):
+    clock = iter(range(10**6))
+    monkeypatch.setattr(time, "time", lambda: float(next(clock)))  # one second per reading
+    logs = []
+    cfg = tiny_config(tmp_path / "run", corpus, "train.max_seconds=60", "train.max_steps=100000",
+                      "train.eval_every=100000", "train.ckpt_every=100000")
+    run = minitf.train(cfg, log=logs.append)
+    assert any("(time budget)" in line for line in logs)
+    last = ckpt.read_metrics(run)[-1]
+    tc = cfg.train
+    assert tc.min_lr <= last["lr"] < tc.min_lr + 0.02 * (tc.lr - tc.min_lr)  # annealed to the end
+    state = torch.load(run / "state.pt", weights_only=True)
+    assert state["elapsed"] >= 60
+    logs.clear()
+    minitf.train(cfg, resume=True, log=logs.append)
+    assert any("already finished" in line for line in logs)
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == state["step"]
+
+
+# ------------------------------------------------------------------ mixed precision on a CPU
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_trains_and_resumes(tmp_path, corpus, monkeypatch, dtype):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, f"train.dtype={dtype}", "train.max_steps=4"), **QUIET)
+    saved = torch.load(run / "state.pt", weights_only=True)["scaler"]
+    loaded = []
+    real = torch.amp.GradScaler.load_state_dict
+    monkeypatch.setattr(torch.amp.GradScaler, "load_state_dict", lambda self, s: (loaded.append(s), real(self, s)))
+    minitf.train(tiny_config(run, corpus, f"train.dtype={dtype}"), resume=True, **QUIET)
+    rows = ckpt.read_metrics(run)
+    assert [r["step"] for r in rows] == [4, 8]
+    assert all(math.isfinite(r[k]) for r in rows for k in ("train_loss", "val_loss", "grad_norm"))
+    assert loaded == [saved]
+    if dtype == "float16":
+        assert saved["scale"] > 0  # the grad scaler's scale is part of the checkpoint
+
+
+# ------------------------------------------------------------------ sampling
+
+def test_temperature_half_draws_follow_the_sharpened_softmax():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]])
+    draws = torch.cat([minitf.sample_next_token(logits.expand(1000, 4), 0.5, top_k=None, generator=g)
+                       for _ in range(40)])
+    freq = torch.bincount(draws, minlength=4) / draws.numel()
+    torch.testing.assert_close(freq, (logits[0] / 0.5).softmax(-1), atol=0.01, rtol=0)
+
+
+def test_top_k_and_top_p_together_allow_the_set_worked_out_by_hand():
+    # probabilities 0.5, 0.2, 0.15, 0.1, 0.05: top_k=4 keeps the first four (renormalised over 0.95:
+    # 0.526, 0.211, 0.158, 0.105); top_p=0.7 then keeps the smallest prefix reaching 0.7:
+    # 0.526 + 0.211 = 0.737, so tokens 0 and 1 only
+    logits = torch.tensor([[0.5, 0.2, 0.15, 0.1, 0.05]]).log()
+    g = torch.Generator().manual_seed(0)
+    seen = {minitf.sample_next_token(logits, 1.0, top_k=4, top_p=0.7, generator=g).item() for _ in range(400)}
+    assert seen == {0, 1}
+
+
+def test_repetition_penalty_changes_exactly_the_seen_tokens(monkeypatch):
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0]])
+    captured = []
+    real_argmax = torch.Tensor.argmax
+    monkeypatch.setattr(torch.Tensor, "argmax", lambda self, *a, **k: (captured.append(self.clone()),
+                                                                          real_argmax(self, *a, **k))[1])
+    minitf.sample_next_token(logits, 0, history=torch.tensor([[0, 1, 1]]), repetition_penalty=2.0)
+    torch.testing.assert_close(captured[0], torch.tensor([[1.0, -2.0, 0.5, 3.0, -2.0]]))
+
+
+def test_a_character_cut_across_tokens_streams_whole(monkeypatch, tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    ids = tok.encode("a\U0001F389b") + [tok.eot_id, *tok.encode(" never")]
+    assert len(ids) > 3  # the emoji's four bytes are spread over several byte-level tokens
+    monkeypatch.setattr(sys.modules["minitf.generate"], "generate_tokens",
+                        lambda *a, **k: (torch.tensor([i]) for i in ids))
+    pieces = list(minitf.stream(model, tok, "x", max_new_tokens=len(ids)))
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == "a\U0001F389b"  # and nothing after <|endoftext|>
+
+
+# ------------------------------------------------------------------ checkpoints and run directories
+
+def test_best_is_the_lowest_val_loss_and_generate_best_samples_it(tmp_path, corpus):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=12"), **QUIET)
+    rows = ckpt.read_metrics(run)
+    assert ckpt.weights_step(run / "best.safetensors") == min(rows, key=lambda r: r["val_loss"])["step"]
+    other = minitf.train(tiny_config(tmp_path / "other", corpus, "run.seed=7", "train.max_steps=4"), **QUIET)
+    shutil.copy(other / "model.safetensors", run / "best.safetensors")  # best now holds other weights
+    args = ["scripts/generate.py", "--run", str(run), "--temperature", "0", "--max-new-tokens", "12",
+            "--prompt", "ROMEO:"]
+    best, latest = script(*args, "--best"), script(*args)
+    model, tok, _ = minitf.load_run(other)
+    assert best.stdout.strip() == ("ROMEO:" + minitf.generate(model, tok, "ROMEO:", max_new_tokens=12,
+                                                               temperature=0)).strip()
+    assert best.stdout != latest.stdout
+
+
+def test_a_tokenizer_of_the_same_size_from_elsewhere_is_refused(tmp_path, corpus, tiny_run):
+    run = tmp_path / "copy"
+    shutil.copytree(tiny_run, run)
+    other = minitf.Tokenizer.train([make_play(seed) for seed in range(10, 16)], vocab_size=300)
+    assert other.vocab_size == 300 and other.hash != minitf.Tokenizer.load(run / "tokenizer.json").hash
+    (run / "tokenizer.json").write_text(other.to_json())
+    with pytest.raises(minitf.MinitfError, match="tokenizer.json is not the tokenizer this model was trained with"):
+        minitf.load_run(run)
+
+
+def test_newest_run_among_several(tmp_path, tiny_run):
+    for i, name in enumerate(["b", "a", "c"]):
+        shutil.copytree(tiny_run, tmp_path / name)
+        os.utime(tmp_path / name / "model.safetensors", (1000 + i, 1000 + i))
+    assert newest_run(tmp_path) == tmp_path / "c"
+    os.utime(tmp_path / "a" / "model.safetensors", (5000, 5000))
+    assert newest_run(tmp_path) == tmp_path / "a"
+
+
+def test_train_leaves_the_callers_random_state_alone(tmp_path, corpus):
+    import random
+
+    import numpy as np
+
+    torch.manual_seed(123), random.seed(123), np.random.seed(123)
+    expected = torch.rand(3), random.random(), np.random.rand()
+    torch.manual_seed(123), random.seed(123), np.random.seed(123)
+    minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+    assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]
+    assert np.random.rand() == expected[2]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_run_name_names_the_directory_when_out_dir_is_not_set():
+    cfg = minitf.load_config(None, ["run.name=novel"])
+    assert cfg.run.out_dir == "runs/novel"
+    assert minitf.load_config(None, ["run.name=novel", "run.out_dir=elsewhere"]).run.out_dir == "elsewhere"
+
+
+# ------------------------------------------------------------------ options people touch
+
+def test_compile_and_an_explicit_device_in_the_trainer(tmp_path, corpus):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.compile=true", "run.device=cpu",
+                                   "train.max_steps=4"), **QUIET)
+    keys = load_file(run / "model.safetensors").keys()
+    assert keys and not any(k.startswith("_orig_mod.") for k in keys)  # the compiled wrapper is not saved
+    assert not any(k.startswith("_orig_mod.") for k in torch.load(run / "state.pt", weights_only=True)["model"])
+    minitf.load_run(run)
+
+
+def test_sampling_settings_come_from_the_runs_config(tmp_path, tiny_run):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    cfg = minitf.load_config(run / "config.yaml", ["sample.seed=5", "sample.top_p=0.9", "sample.top_k=0",
+                                                   "sample.repetition_penalty=1.3", "sample.max_new_tokens=15",
+                                                   "sample.prompt=JULIET:"])
+    ckpt.write_config(run, cfg)
+    model, tok, _ = minitf.load_run(run)
+    expected = "JULIET:" + minitf.generate(model, tok, "JULIET:", cfg.sample)
+    assert script("scripts/generate.py", "--run", str(run)).stdout.strip() == expected.strip()
+    other = minitf.generate(model, tok, "JULIET:", cfg.sample, repetition_penalty=1.0)
+    assert other != expected[len("JULIET:"):]  # the penalty is applied, not ignored
+
+
+def test_generate_script_compile_stop_and_device(tiny_run):
+    base = ["scripts/generate.py", "--run", str(tiny_run), "--temperature", "0", "--max-new-tokens", "40",
+            "--prompt", "ROMEO:"]
+    plain = script(*base, "--device", "cpu")
+    compiled = script(*base, "--compile")
+    assert plain.returncode == compiled.returncode == 0, compiled.stderr[-1500:]
+    assert compiled.stdout == plain.stdout  # the compiled decode step gives the eager tokens
+    text = plain.stdout[len("ROMEO:"):]
+    stop = text.strip()[:2]
+    cut = script(*base, "--stop", stop).stdout
+    assert cut.rstrip("\n") == "ROMEO:" + text[:text.index(stop)]
+
+
+def test_best_flags_of_attention_and_export(tmp_path, tiny_run):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    model, tok, _ = minitf.load_run(run)
+    with torch.no_grad():  # best.safetensors now holds other weights than model.safetensors
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.5)
+    ckpt.save_weights(model, run / "best.safetensors", 1, tok.hash)
+    args = ["scripts/attention.py", "--run", str(run), "--text", "ROMEO: O", "--print", "--head", "1"]
+    best, latest = script(*args, "--best"), script(*args)
+    assert best.returncode == 0 and best.stdout.startswith("layer 0, head 1: attention weights")
+    from minitf.inspection import format_weights
+
+    assert best.stdout.strip() == format_weights(minitf.inspect(model, tok, "ROMEO: O"), 0, 1).strip()
+    assert best.stdout != latest.stdout
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    r = script("scripts/export_hf.py", "--run", str(run), "--best", "--out", str(tmp_path / "hf"))
+    assert r.returncode == 0, r.stderr[-1500:]
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    torch.testing.assert_close(exported["transformer.wte.weight"][:300], model.wte.weight.detach()[:300])
+
+
+def test_run_main_handles_ctrl_c_and_a_closed_pipe(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text("import sys\nfrom minitf.cli import run_main\n"
+                    "def main():\n"
+                    "    if sys.argv[1] == 'int':\n        raise KeyboardInterrupt\n"
+                    "    for i in range(10**6):\n        print('line', i)\n"
+                    "run_main(main)\n")
+    r = script(str(prog), "int")
+    assert r.returncode == 130 and r.stderr.strip() == "interrupted"
+    p = subprocess.Popen(f"{sys.executable} {prog} pipe | head -n 2", shell=True, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out, err = p.communicate(timeout=60)
+    assert out.splitlines() == ["line 0", "line 1"] and "Traceback" not in err and "Error" not in err
