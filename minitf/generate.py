@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 import weakref
+from dataclasses import dataclass
 
 import torch
 
@@ -34,22 +35,17 @@ def window_start(n: int, block_size: int) -> int:
     return n - keep - (n - block_size - 1) % period
 
 
-def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None, generator: torch.Generator | None = None,
-                      history: torch.Tensor | None = None, repetition_penalty: float = 1.0) -> torch.Tensor:
-    """Pick the next token of each row from logits (B, V); returns ids (B,). A pure function.
-
-    repetition_penalty (CTRL): tokens already in `history` (B, n) get their logit divided by it
-    when positive, multiplied when negative. temperature 0 is greedy. top_k keeps the k likeliest
-    tokens (0 or None = all); top_p keeps the smallest set whose probability reaches p.
-    """
-    logits = logits.float()
+def _penalize(logits: torch.Tensor, history: torch.Tensor | None, repetition_penalty: float) -> torch.Tensor:
     if repetition_penalty != 1.0 and history is not None and history.numel():
         seen = logits.gather(1, history)  # (B, n)
         seen = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
         logits = logits.scatter(1, history, seen)
-    if temperature == 0:
-        return logits.argmax(dim=-1)  # (B,)
+    return logits
+
+
+def _kept_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None):
+    """(probs, ids): the softmax of logits / temperature over the tokens top_k and top_p keep,
+    (B, n) each; ids[b, j] is the token of column j (None: every token, column j is token j)."""
     logits, ids = logits / temperature, None
     if top_k and top_k < logits.size(-1):  # sample among the k best only: cheaper than masking all V
         logits, ids = torch.topk(logits, top_k, dim=-1)  # (B, k) each, sorted descending
@@ -59,7 +55,22 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
         probs = logits.softmax(dim=-1)
         drop = probs.cumsum(dim=-1) - probs >= top_p  # the mass before this token already reaches p
         logits = logits.masked_fill(drop, float("-inf"))
-    probs = logits.softmax(dim=-1)
+    return logits.softmax(dim=-1), ids
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                      top_p: float | None = None, generator: torch.Generator | None = None,
+                      history: torch.Tensor | None = None, repetition_penalty: float = 1.0) -> torch.Tensor:
+    """Pick the next token of each row from logits (B, V); returns ids (B,). A pure function.
+
+    repetition_penalty (CTRL): tokens already in `history` (B, n) get their logit divided by it
+    when positive, multiplied when negative. temperature 0 is greedy. top_k keeps the k likeliest
+    tokens (0 or None = all); top_p keeps the smallest set whose probability reaches p.
+    """
+    logits = _penalize(logits.float(), history, repetition_penalty)
+    if temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    probs, ids = _kept_probs(logits, temperature, top_k, top_p)
     # the exponential race: argmax_i p_i / E_i with E_i ~ Exp(1) picks i with probability p_i. It is
     # what torch.multinomial does for one draw (same stream, same ids) without its input checks,
     # which cost more than the draw itself when decoding one token at a time
@@ -107,8 +118,9 @@ def sample_settings(settings: SampleConfig | None = None, **overrides) -> Sample
 
 @torch.inference_mode()
 def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int = 1,
-                    use_cache: bool = True, compile: bool = False):
+                    use_cache: bool = True, compile: bool = False, with_logits: bool = False):
     """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt.
+    with_logits: yield (ids, logits) instead, the logits (num_samples, V) the ids were drawn from.
 
     settings: max_new_tokens and how to sample (temperature, top_k, top_p, repetition_penalty,
     seed); settings.prompt is not used. compile=True decodes with a static KV cache and a
@@ -140,7 +152,7 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleC
             cache = cache.repeat(num_samples) if cache is not None else None
         nxt = sample_next_token(logits, s.temperature, s.top_k, s.top_p, generator, seq, s.repetition_penalty)
         seq = torch.cat([seq, nxt[:, None]], dim=1)
-        yield nxt
+        yield (nxt, logits) if with_logits else nxt
 
 
 class _TextAssembler:
@@ -184,16 +196,23 @@ class _TextAssembler:
         return out
 
 
+def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
+    """The ids generation starts from: the prompt's, or <|endoftext|> for an empty one (a new
+    document); a prompt longer than block_size keeps its last block_size (with a warning)."""
+    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
+    if len(ids) > block_size:
+        warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block_size}; "
+                      f"keeping its last {block_size}")
+        ids = ids[-block_size:]
+    return ids
+
+
 def _text_steps(model, tokenizer, prompt: str, settings: SampleConfig, stop, num_samples: int,
                 use_cache: bool, compile: bool):
     """Yield, per step, the new text of every sample (until all samples are done)."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be at least 1, got {num_samples}")
-    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]  # empty: start a new document
-    block = model.config.block_size
-    if len(ids) > block:
-        warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block}; keeping its last {block}")
-        ids = ids[-block:]
+    ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     stop = [stop] if isinstance(stop, str) else list(stop or [])
     texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
     for nxt in generate_tokens(model, ids, settings, num_samples, use_cache, compile):
@@ -228,3 +247,50 @@ def stream(model, tokenizer, prompt: str = "", settings: SampleConfig | None = N
     for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile):
         if step[0]:
             yield step[0]
+
+
+@dataclass
+class TokenStep:
+    """One sampled token, as stream_tokens yields it."""
+
+    text: str     # its text; "" while a character is cut in two (the token that completes it has it whole)
+    id: int
+    prob: float   # the probability it was drawn with (see token_probs)
+    top: list[tuple[str, float]]  # the likeliest tokens of that step, each decoded alone, and their probabilities
+
+
+def token_probs(logits: torch.Tensor, settings: SampleConfig, history: torch.Tensor | None = None) -> torch.Tensor:
+    """The probability of every token, (B, V), in the distribution sample_next_token draws from
+    with these settings: after the repetition penalty, temperature, top_k and top_p (zero for the
+    tokens they drop). At temperature 0 (greedy) the softmax of the penalized logits."""
+    s = settings
+    logits = _penalize(logits.float(), history, s.repetition_penalty)
+    if s.temperature == 0:
+        return logits.softmax(dim=-1)
+    probs, ids = _kept_probs(logits, s.temperature, s.top_k, s.top_p)
+    return probs if ids is None else torch.zeros_like(logits).scatter(1, ids, probs)
+
+
+def stream_tokens(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, top: int = 5,
+                  use_cache: bool = True, compile: bool = False, **overrides):
+    """Like stream, but yields a TokenStep per sampled token: its text, id, the probability it was
+    drawn with and the `top` likeliest tokens of that step. The tokens and their texts are those of
+    stream and generate with the same settings and seed: the same logits, the same draws.
+    No stop strings, so that every piece of text belongs to one token; <|endoftext|> is yielded
+    (with text "") and ends the stream.
+    """
+    settings = sample_settings(settings, **overrides)
+    ids = prompt_ids(tokenizer, prompt, model.config.block_size)
+    history = torch.tensor([ids], device=next(model.parameters()).device)  # (1, n): what the sampler saw
+    text = _TextAssembler(tokenizer, [])
+    steps = generate_tokens(model, ids, settings, use_cache=use_cache, compile=compile, with_logits=True)
+    for nxt, logits in steps:
+        probs = token_probs(logits, settings, history)[0]  # (V,)
+        best = probs.topk(min(top, probs.numel()))
+        i = int(nxt[0])
+        yield TokenStep(text.push(i), i, float(probs[i]),
+                        [(tokenizer.decode([j]), float(p)) for p, j in zip(best.values.tolist(), best.indices.tolist())
+                         if p > 0])
+        if text.done:
+            return
+        history = torch.cat([history, nxt[:, None]], dim=1)
