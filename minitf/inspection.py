@@ -62,7 +62,7 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
     The model is put in eval mode for the pass (dropout off) and restored after.
     """
     ids = list(text) if not isinstance(text, str) else tokenizer.encode(text) if text else []
-    bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < tokenizer.vocab_size)]
+    bad = [i for i in ids if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < tokenizer.vocab_size)]
     if bad:
         raise MinitfError(f"token id {bad[0]!r} is not in the vocabulary (0..{tokenizer.vocab_size - 1})")
     if not ids:

@@ -13,7 +13,7 @@ LAYERS = [
     {"model"},
     {"checkpoint", "optim"},
     {"trainer", "generate", "inspection", "evaluate", "hf"},
-    {"plotting", "heatmaps", "cli"},
+    {"plotting", "heatmaps", "cli", "explore", "explore_api"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
