@@ -19,23 +19,16 @@ from safetensors import safe_open
 
 import minitf
 from minitf.checkpoint import read_metrics
-from minitf.explore import STATIC, ExploreServer
-from minitf.explore_api import MAX_GENERATIONS, Explorer
+from minitf.explore import STATIC
+from minitf.explore_api import MAX_GENERATIONS
 from minitf.generate import generate_tokens, sample_settings
 
 from .helpers import ROOT
 
 
-@pytest.fixture(scope="module")
-def server(tiny_run):
-    logs = []
-    srv = ExploreServer(Explorer(tiny_run), "127.0.0.1", 0, log=logs.append)
-    srv.logs = logs
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.close()
-    thread.join(5)
+@pytest.fixture
+def server(explore_server):
+    return explore_server
 
 
 def call(server, path, body=None, headers=None, raw=None):
@@ -262,3 +255,19 @@ def test_script_serves_until_ctrl_c_and_warns_off_loopback(tiny_run):
         out, err = p.communicate(timeout=20)
     assert p.returncode == 0 and "Traceback" not in err and "interrupted" not in err
     assert err.startswith("warning: serving on 0.0.0.0: anyone who can reach this machine")
+
+
+def test_the_page_ships_in_a_built_package(tmp_path):
+    pytest.importorskip("setuptools", reason="building the package here needs setuptools")
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--target", str(target), str(ROOT)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    code = ("import minitf, minitf.explore as e; from importlib import resources; "
+            "print(minitf.__file__); print(sum(len(resources.files('minitf').joinpath('explore_static', n).read_bytes()) "
+            "for n, _ in e.STATIC.values()))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
+                       capture_output=True, text=True, timeout=60)
+    path, size = r.stdout.split()
+    assert path.startswith(str(target)) and int(size) == sum((ROOT / "minitf" / "explore_static" / n).stat().st_size
+                                                             for n, _ in STATIC.values())
