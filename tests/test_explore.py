@@ -4,6 +4,7 @@ import http.client
 import json
 import math
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -259,9 +260,12 @@ def test_script_serves_until_ctrl_c_and_warns_off_loopback(tiny_run):
 
 def test_the_page_ships_in_a_built_package(tmp_path):
     pytest.importorskip("setuptools", reason="building the package here needs setuptools")
-    target = tmp_path / "site"
+    src, target = tmp_path / "src", tmp_path / "site"  # a copy: the build leaves build/ and egg-info behind
+    shutil.copytree(ROOT / "minitf", src / "minitf", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--target", str(target), str(ROOT)], capture_output=True, text=True, timeout=120)
+                        "--target", str(target), str(src)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     code = ("import minitf, minitf.explore as e; from importlib import resources; "
             "print(minitf.__file__); print(sum(len(resources.files('minitf').joinpath('explore_static', n).read_bytes()) "
