@@ -148,7 +148,7 @@ function readable(text) {
 
 function showTip(span, t) {
   const tip = $("tip"), table = el("table");
-  table.append(caption(`${t.label}  p = ${t.prob.toFixed(3)}`));
+  table.append(caption(`${t.label} · p = ${t.prob.toFixed(3)}`));
   for (const [label, p] of t.top) {
     const row = el("tr");
     const bar = el("span", { className: "bar" });
