@@ -96,7 +96,8 @@ class Explorer:
         for name, kind in SETTINGS.items():
             if name in body:
                 nullable = name in NULLABLE and body[name] is None
-                given[name] = None if nullable else number(body, name, kind, *((0, 2**63 - 1) if name == "seed" else ()))
+                bounds = (0, 2**63 - 1) if name == "seed" else ()  # the others' ranges are SampleConfig's to check
+                given[name] = None if nullable else number(body, name, kind, *bounds)
         if given.get("max_new_tokens", 0) > MAX_NEW_TOKENS:
             raise BadRequest(f"max_new_tokens is {given['max_new_tokens']}; at most {MAX_NEW_TOKENS} here")
         return prompt, sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values

@@ -48,14 +48,14 @@ def test_generate_then_open_a_tokens_attention(browser, explore_server, tiny_run
     d.get(explore_server.url)
     wait.until(lambda _: find("#run-name").text == tiny_run.name)
     assert "step 30" in find("#run-info").text and find_all("#loss polyline")
-    for css, value in (("#prompt", "ROMEO: O"), ("#max_new_tokens", "20"), ("#seed", "5"), ("#temperature", "1")):
+    for css, value in (("#prompt", "ROMEO: O"), ("#max_new_tokens", "40"), ("#seed", "5"), ("#temperature", "1")):
         find(css).clear()
         find(css).send_keys(value)
     find("#go").click()
     wait.until(lambda _: "tokens," in find("#status").text)
 
     model, tok, cfg = minitf.load_run(tiny_run)  # the page shows exactly the library's tokens
-    s = sample_settings(cfg.sample, max_new_tokens=20, seed=5, temperature=1.0)
+    s = sample_settings(cfg.sample, max_new_tokens=40, seed=5, temperature=1.0)
     ids = [int(i) for i in generate_tokens(model, tok.encode("ROMEO: O"), s)]
     prompt, shown = tok.encode("ROMEO: O"), d.execute_script("return state.ids")
     assert shown[: len(prompt)] == prompt and shown[len(prompt):] == ids[: len(shown) - len(prompt)]
@@ -78,6 +78,14 @@ def test_generate_then_open_a_tokens_attention(browser, explore_server, tiny_run
     rows = find_all("#steps tr")  # header, a key per row up to the query, the masked later keys, the sum
     assert len(rows) == 1 + (query + 1) + 1 + 1
     assert rows[-1].find_elements(By.TAG_NAME, "td")[4].text == "1.000"  # the weights sum to 1
+
+    # past block_size (32 here) the page shows the window of the model: the last token, then a head
+    assert len(shown) > cfg.model.block_size
+    generated[-1].click()
+    wait.until(lambda _: "the model's window" in find("#window").text)
+    find_all("#grid canvas")[0].click()
+    wait.until(lambda _: find("#head-title").text.startswith("Layer 0, head 0"))
+    assert not find("#error").is_displayed() and find_all("#tokens .tok.query") == [generated[-1]]
     shot = tmp_path / "explore.png"
     assert d.save_screenshot(str(shot)) and shot.stat().st_size > 20_000
     errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]

@@ -49,7 +49,7 @@ const Attention = (() => {
         c.className = l === view.layer && h === view.head ? "chosen" : "";
         const g = c.getContext("2d"), top = Math.max(...row);
         row.forEach((w, j) => { g.fillStyle = shade(w / top); g.fillRect(j, 0, 1, 1); });
-        c.addEventListener("click", () => open(at.ids, at.query + view.offset, l, h));
+        c.addEventListener("click", () => open(at.ids, at.query, l, h));
         grid.append(c);
       });
     });
