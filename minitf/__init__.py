@@ -11,7 +11,7 @@ from .checkpoint import load_run
 from .cache import KVCache
 from .config import (Config, ConfigError, DataConfig, MinitfError, ModelConfig, RunConfig,
                      SampleConfig, TrainConfig, load_config)
-from .generate import generate, sample_next_token, stream
+from .generate import generate, sample_next_token, stream, stream_tokens
 from .inspection import inspect
 from .model import Transformer
 from .tokenizer import Tokenizer

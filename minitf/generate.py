@@ -1,5 +1,6 @@
-"""Sampling text from a trained model: a preallocated KV cache, a pure `sample_next_token`,
-`generate` (returns the text) and `stream` (yields it piece by piece).
+"""Sampling text from a trained model: `generate_tokens` (ids, with a KV cache), `generate` (returns
+the text), `stream` (yields it piece by piece) and `stream_tokens` (each token with its
+probability). The rules that pick a token are in sampling.py.
 
 With the cache the prompt is run through the model once (prefill) and each new token after that
 costs one position, not the whole context. Past block_size the context window slides: when it
@@ -9,65 +10,17 @@ gives identical tokens with and without the cache.
 """
 from __future__ import annotations
 
-import dataclasses
 import warnings
 import weakref
+from dataclasses import dataclass
 
 import torch
 
 from .cache import KVCache
 from .config import ConfigError, MinitfError, SampleConfig
 from .model import Transformer
+from .sampling import sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
 from .tokenizer import Tokenizer
-
-
-def window_start(n: int, block_size: int) -> int:
-    """Index of the first token the model sees when predicting token n (the context window).
-
-    Up to block_size tokens it sees them all. Then the window jumps: it keeps the newest
-    block_size // 2, grows back to block_size, and jumps again.
-    """
-    if n <= block_size:
-        return 0
-    keep = max(1, block_size // 2)
-    period = block_size - keep + 1
-    return n - keep - (n - block_size - 1) % period
-
-
-def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None, generator: torch.Generator | None = None,
-                      history: torch.Tensor | None = None, repetition_penalty: float = 1.0) -> torch.Tensor:
-    """Pick the next token of each row from logits (B, V); returns ids (B,). A pure function.
-
-    repetition_penalty (CTRL): tokens already in `history` (B, n) get their logit divided by it
-    when positive, multiplied when negative. temperature 0 is greedy. top_k keeps the k likeliest
-    tokens (0 or None = all); top_p keeps the smallest set whose probability reaches p.
-    """
-    logits = logits.float()
-    if repetition_penalty != 1.0 and history is not None and history.numel():
-        seen = logits.gather(1, history)  # (B, n)
-        seen = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
-        logits = logits.scatter(1, history, seen)
-    if temperature == 0:
-        return logits.argmax(dim=-1)  # (B,)
-    # shifted so the largest is 0 before dividing: a tiny temperature then gives -inf for the rest
-    # (a greedy pick), never inf - inf = nan
-    logits, ids = (logits - logits.amax(dim=-1, keepdim=True)) / temperature, None
-    if top_k and top_k < logits.size(-1):  # sample among the k best only: cheaper than masking all V
-        logits, ids = torch.topk(logits, top_k, dim=-1)  # (B, k) each, sorted descending
-    if top_p is not None and top_p < 1.0:
-        if ids is None:
-            logits, ids = logits.sort(dim=-1, descending=True)  # (B, V) each
-        probs = logits.softmax(dim=-1)
-        drop = probs.cumsum(dim=-1) - probs >= top_p  # the mass before this token already reaches p
-        logits = logits.masked_fill(drop, float("-inf"))
-    probs = logits.softmax(dim=-1)
-    # the exponential race: argmax_i p_i / E_i with E_i ~ Exp(1) picks i with probability p_i. It is
-    # what torch.multinomial does for one draw (same stream, same ids) without its input checks,
-    # which cost more than the draw itself when decoding one token at a time
-    race = torch.empty_like(probs).exponential_(generator=generator).clamp_min_(torch.finfo(probs.dtype).tiny)
-    choice = (probs / race).argmax(dim=-1, keepdim=True)  # (B, 1)
-    return (choice if ids is None else ids.gather(1, choice)).squeeze(1)  # (B,)
 
 
 def _decode_step(model: Transformer, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -97,19 +50,10 @@ def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checke
         return step(model, idx, cache)
 
 
-def sample_settings(settings: SampleConfig | None = None, **overrides) -> SampleConfig:
-    """settings (default: SampleConfig()) with keyword overrides applied, validated as a whole."""
-    settings = settings or SampleConfig()
-    known = {f.name for f in dataclasses.fields(SampleConfig)}
-    for name in overrides:
-        if name not in known:
-            raise ConfigError(f"unknown sampling setting {name!r}; valid: {', '.join(sorted(known))}")
-    return dataclasses.replace(settings, **overrides) if overrides else settings
-
-
 def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int = 1,
-                    use_cache: bool = True, compile: bool = False):
+                    use_cache: bool = True, compile: bool = False, with_logits: bool = False):
     """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt.
+    with_logits: yield (ids, logits) instead, the logits (num_samples, V) the ids were drawn from.
 
     settings: max_new_tokens and how to sample (temperature, top_k, top_p, repetition_penalty,
     seed); settings.prompt is not used. compile=True decodes with a static KV cache and a
@@ -121,14 +65,14 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleC
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode():
-            yield from _tokens(model, prompt_ids, settings, num_samples, use_cache, compile)
+        yield from _tokens(model, prompt_ids, settings, num_samples, use_cache, compile, with_logits)
     finally:
         model.train(was_training)
 
 
+@torch.inference_mode()  # as a decorator it holds only while the generator runs, not between tokens
 def _tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int,
-            use_cache: bool, compile: bool):
+            use_cache: bool, compile: bool, with_logits: bool):
     block = model.config.block_size
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.seed is not None else None
@@ -154,7 +98,7 @@ def _tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, n
         nxt = sample_next_token(logits, settings.temperature, settings.top_k, settings.top_p, generator,
                                 history=seq, repetition_penalty=settings.repetition_penalty)
         seq = torch.cat([seq, nxt[:, None]], dim=1)
-        yield nxt
+        yield (nxt, logits) if with_logits else nxt
 
 
 class _TextAssembler:
@@ -198,23 +142,34 @@ class _TextAssembler:
         return out
 
 
+def check_tokenizer(model: Transformer, tokenizer: Tokenizer) -> None:
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise MinitfError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model was trained with "
+                          f"{model.config.vocab_size}; use the tokenizer of the model's run")
+
+
+def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
+    """The ids generation starts from: the prompt's, or <|endoftext|> for an empty one (a new
+    document); a prompt longer than block_size keeps its last block_size (with a warning)."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:  # lone surrogates: bytes that were not UTF-8 on the command line
+        raise MinitfError(f"the prompt is not valid UTF-8 text (at character {e.start}); re-encode it as UTF-8") from None
+    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
+    if len(ids) > block_size:
+        warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block_size}; "
+                      f"keeping its last {block_size}")
+        ids = ids[-block_size:]
+    return ids
+
+
 def _text_steps(model, tokenizer, prompt: str, settings: SampleConfig, stop, num_samples: int,
                 use_cache: bool, compile: bool):
     """Yield, per step, the new text of every sample (until all samples are done)."""
     if num_samples < 1:
         raise ConfigError(f"num_samples must be at least 1, got {num_samples}")
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise MinitfError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model was trained with "
-                          f"{model.config.vocab_size}; use the tokenizer of the model's run")
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as e:  # lone surrogates: bytes that were not UTF-8 on the command line
-        raise MinitfError(f"the prompt is not valid UTF-8 text (at character {e.start}); re-encode it as UTF-8") from None
-    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]  # empty: start a new document
-    block = model.config.block_size
-    if len(ids) > block:
-        warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block}; keeping its last {block}")
-        ids = ids[-block:]
+    check_tokenizer(model, tokenizer)
+    ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     stop = [stop] if isinstance(stop, str) else list(stop or [])
     texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
     for nxt in generate_tokens(model, ids, settings, num_samples, use_cache, compile):
@@ -249,3 +204,39 @@ def stream(model, tokenizer, prompt: str = "", settings: SampleConfig | None = N
     for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile):
         if step[0]:
             yield step[0]
+
+
+@dataclass
+class TokenStep:
+    """One sampled token, as stream_tokens yields it."""
+
+    text: str     # its text; "" while a character is cut in two (the token that completes it has it whole)
+    id: int
+    prob: float   # the probability it was drawn with (see token_probs)
+    top: list[tuple[str, float]]  # the likeliest tokens of that step, each decoded alone, and their probabilities
+
+
+def stream_tokens(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, top: int = 5,
+                  use_cache: bool = True, compile: bool = False, **overrides):
+    """Like stream, but yields a TokenStep per sampled token: its text, id, the probability it was
+    drawn with and the `top` likeliest tokens of that step. The tokens and their texts are those of
+    stream and generate with the same settings and seed: the same logits, the same draws.
+    No stop strings, so that every piece of text belongs to one token; <|endoftext|> is yielded
+    (with text "") and ends the stream.
+    """
+    settings = sample_settings(settings, **overrides)
+    check_tokenizer(model, tokenizer)
+    ids = prompt_ids(tokenizer, prompt, model.config.block_size)
+    history = torch.tensor([ids], device=next(model.parameters()).device)  # (1, n): what the sampler saw
+    text = _TextAssembler(tokenizer, [])
+    steps = generate_tokens(model, ids, settings, use_cache=use_cache, compile=compile, with_logits=True)
+    for nxt, logits in steps:
+        probs = token_probs(logits, settings, history)[0]  # (V,)
+        best = probs.topk(min(top, probs.numel()))
+        i = int(nxt[0])
+        yield TokenStep(text.push(i), i, float(probs[i]),
+                        [(tokenizer.decode([j]), float(p)) for p, j in zip(best.values.tolist(), best.indices.tolist())
+                         if p > 0])
+        if text.done:
+            return
+        history = torch.cat([history, nxt[:, None]], dim=1)

@@ -54,12 +54,17 @@ class Inspection:
 
 
 @torch.no_grad()
-def inspect(model: Transformer, tokenizer: Tokenizer, text: str) -> Inspection:
+def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> Inspection:
     """Run `text` through `model` keeping every intermediate step; tensors come back on the CPU.
 
+    text: a string, or token ids (e.g. a prompt's and the ones sampled after it, exactly as
+    generated: re-encoding the decoded text can split it differently).
     The model is put in eval mode for the pass (dropout off) and restored after.
     """
-    ids = tokenizer.encode(text) if text else []
+    ids = list(text) if not isinstance(text, str) else tokenizer.encode(text) if text else []
+    bad = [i for i in ids if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < tokenizer.vocab_size)]
+    if bad:
+        raise MinitfError(f"token id {bad[0]!r} is not in the vocabulary (0..{tokenizer.vocab_size - 1})")
     if not ids:
         raise MinitfError("the text to inspect is empty; pass at least one character, e.g. --text 'The cat'")
     block = model.config.block_size

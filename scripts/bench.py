@@ -1,11 +1,11 @@
 """Measure minitf: training throughput, generation with and without the KV cache, tokenizer and
-data preparation speed, start-up time, peak memory. Prints a table; --json writes the numbers
+data preparation speed, start-up time, the explorer's first token, peak memory. Prints a table; --json writes the numbers
 with a description of the machine.
 
     python scripts/bench.py                                   # the default recipe on this machine
     python scripts/bench.py --config configs/nanogpt-cpu.yaml --vocab 65 --only train
     python scripts/bench.py --device cuda --config configs/gpt2-small.yaml --json gpu.json
-    python scripts/bench.py --run runs/shakespeare --only startup
+    python scripts/bench.py --run runs/shakespeare --only startup explore
 """
 import argparse
 import json
@@ -15,7 +15,7 @@ from minitf.cli import run_main
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
-PARTS = ("train", "generate", "tokenizer", "data", "startup")
+PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore")
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
     p.add_argument("--only", nargs="+", default=list(PARTS), metavar="PART",
                    help=f"any of {', '.join(PARTS)} (default: all)")
-    p.add_argument("--run", help="a trained run for the start-up measurement (default: the newest under runs/)")
+    p.add_argument("--run", help="a trained run for the start-up and explorer measurements (default: the newest under runs/)")
     p.add_argument("--new-tokens", type=int, default=500)
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
     p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import http.client
+import json
 import os
 import platform
 import resource
@@ -17,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -204,6 +207,49 @@ def startup_to_first_token(run_dir: str | Path) -> dict:
     return {"run": str(run_dir), "first_token_s": round(t_first, 2), "ok": bool(first) and p.returncode == 0}
 
 
+def explore_first_token(run_dir: str | Path, rounds: int = 5, new_tokens: int = 20) -> dict:
+    """Seconds from sending a generate request to the explorer's HTTP API to the arrival of its
+    first sampled token (the prompt's tokens, sent before it, are not counted), with the run's own
+    sampling settings: its prompt, and a prompt of block_size tokens (the longest the page takes).
+    The server runs in a thread of this process, as scripts/explore.py runs it; the first request
+    warms up and is reported apart."""
+    from minitf.explore import ExploreServer
+    from minitf.explore_api import Explorer
+
+    server = ExploreServer(Explorer(run_dir), "127.0.0.1", 0, log=lambda msg: None)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    tok, cfg = server.explorer.tok, server.explorer.cfg
+    block = cfg.model.block_size
+    text, lo, hi = (cfg.sample.prompt + " ") * block, 0, (len(cfg.sample.prompt) + 1) * block
+    while lo < hi:  # the longest start of text that fits in block_size tokens
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if len(tok.encode(text[:mid])) <= block else (lo, mid - 1)
+    long_prompt = text[:lo]
+
+    def first_token(prompt: str, seed: int) -> float:
+        conn = http.client.HTTPConnection(*server.server_address[:2], timeout=60)
+        body = json.dumps({"prompt": prompt, "max_new_tokens": new_tokens, "seed": seed})
+        t0 = time.perf_counter()
+        conn.request("POST", "/api/generate", body, {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        while b'"token"' not in r.readline():
+            pass
+        dt = time.perf_counter() - t0
+        r.read()
+        conn.close()
+        return dt
+
+    try:
+        out = {"run": str(run_dir), "warmup_s": round(first_token(cfg.sample.prompt, 0), 3)}
+        for name, prompt in (("prompt", cfg.sample.prompt), ("long_prompt", long_prompt)):
+            times = [first_token(prompt, seed) for seed in range(rounds)]
+            out[name] = {"tokens": len(tok.encode(prompt)), "first_token_s": round(statistics.median(times), 3),
+                         "max_s": round(max(times), 3), "times": [round(t, 3) for t in times]}
+    finally:
+        server.close()
+    return out
+
+
 def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts, run_dir, new_tokens: int,
               steps: int, rounds: int = 3, log=print) -> dict:
     """Run the chosen measurements, print each as it finishes, and return them all."""
@@ -248,6 +294,11 @@ def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts
     if "startup" in parts:
         r = res["startup"] = startup_to_first_token(run_dir or newest_run())
         log(f"startup   first generated character {r['first_token_s']} s after launch ({r['run']})")
+    if "explore" in parts:
+        r = res["explore"] = explore_first_token(run_dir or newest_run())
+        for name in ("prompt", "long_prompt"):
+            log(f"explore   first token {r[name]['first_token_s']} s after the request (median of "
+                f"{len(r[name]['times'])}, max {r[name]['max_s']}), {r[name]['tokens']}-token prompt ({r['run']})")
     res["peak_memory_mb"] = round(peak_memory_mb(device), 1)
     log(f"memory    peak {'RSS' if device.type == 'cpu' else 'CUDA allocated'} {res['peak_memory_mb']} MB")
     return res

@@ -1,4 +1,6 @@
-"""Shared fixtures: a small local corpus (tests never need the network) and a private token cache."""
+"""Shared fixtures: a small local corpus (tests never need the network), a private token cache, a
+trained tiny run, and the explorer serving it."""
+import threading
 from pathlib import Path
 
 import pytest
@@ -32,3 +34,19 @@ def tiny_run(tmp_path_factory, corpus) -> Path:
                                         "train.eval_every=15", "train.ckpt_every=15"), log=lambda *a: None)
     finally:
         mp.undo()
+
+
+@pytest.fixture(scope="session")
+def explore_server(tiny_run):
+    """The explorer over tiny_run on a free port of 127.0.0.1, in a thread; its log lines in .logs."""
+    from minitf.explore import ExploreServer
+    from minitf.explore_api import Explorer
+
+    logs = []
+    srv = ExploreServer(Explorer(tiny_run), "127.0.0.1", 0, log=logs.append)
+    srv.logs = logs
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.close()
+    thread.join(5)

@@ -1,4 +1,6 @@
-"""DistributedDataParallel on CPU (gloo): a real torchrun run, and one DDP step == one big-batch step."""
+"""DistributedDataParallel on CPU (gloo): a real torchrun run, and minitf's DDP step with gradient
+accumulation == plain autograd on the concatenated batch."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -11,45 +13,49 @@ import torch.multiprocessing as mp
 import minitf
 from minitf.config import TrainConfig
 from minitf.optim import make_optimizer
+from minitf.trainer import forward_backward
 
 from .helpers import ROOT
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
 
-def _one_step(model, x, y):
-    opt = make_optimizer(model, TrainConfig(lr=1e-2), torch.device("cpu"))
-    _, loss = model(x, y)
-    loss.backward()
-    opt.step()
+def _grads(model, micro_batches, distributed):
+    """Gradients of one step through minitf's own forward_backward (grad_accum micro-batches, DDP's
+    no_sync on all but the last), unclipped: what the optimizer would be handed."""
+    tc = TrainConfig(grad_accum=len(micro_batches), grad_clip=0.0)
+    raw = model.module if distributed else model
+    batches = iter(micro_batches)
+    forward_backward(model, raw, lambda: next(batches), make_optimizer(raw, tc, torch.device("cpu")),
+                     torch.amp.GradScaler("cpu", enabled=False), contextlib.nullcontext(), tc, distributed=distributed)
+    return {n: p.grad.clone() for n, p in raw.named_parameters()}
 
 
 def _ddp_worker(rank, world, init_file, x, y, out):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(minitf.Transformer(CFG))
-    half = x.size(0) // world
-    _one_step(model, x[rank * half:(rank + 1) * half], y[rank * half:(rank + 1) * half])
+    mine = slice(rank * 4, (rank + 1) * 4)  # 4 of the 8 sequences per rank, as 2 micro-batches of 2
+    xs, ys = x[mine], y[mine]
+    grads = _grads(model, [(xs[:2], ys[:2]), (xs[2:], ys[2:])], distributed=True)
     if rank == 0:
-        torch.save(model.module.state_dict(), out)
+        torch.save(grads, out)
     dist.destroy_process_group()
 
 
-def test_ddp_step_equals_single_process_on_concatenated_batch(tmp_path):
+def test_ddp_with_grad_accum_gives_the_full_batch_gradient(tmp_path):
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, 64, (8, 16), generator=g)
     y = torch.randint(0, 64, (8, 16), generator=g)
     mp.spawn(_ddp_worker, args=(2, str(tmp_path / "init"), x, y, str(tmp_path / "ddp.pt")), nprocs=2)
     torch.manual_seed(0)
     single = minitf.Transformer(CFG)
-    _one_step(single, x, y)
+    single(x, y)[1].backward()  # plain autograd, all 8 sequences at once
     ddp = torch.load(tmp_path / "ddp.pt", weights_only=True)
-    moved = 0
-    for k, v in single.state_dict().items():
-        # Adam moves every weight by about lr=1e-2 on its first step; agree to 0.1% of that
-        torch.testing.assert_close(ddp[k], v, atol=1e-5, rtol=1e-5)
-        moved += 1
-    assert moved > 10
+    assert ddp.keys() == dict(single.named_parameters()).keys()
+    for name, p in single.named_parameters():
+        # a missing division by world size or by grad_accum would be off by 2x here, not by rounding
+        torch.testing.assert_close(ddp[name], p.grad, atol=1e-6, rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -66,5 +72,6 @@ def test_torchrun_two_processes(tmp_path, corpus):
     assert r.stdout.count("run directory:") == 1  # rank 0 alone reports and writes
     model, tok, cfg = minitf.load_run(run)
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 6
-    assert len(torch.load(run / "state.pt", weights_only=True)["rank_rng"]) == 2  # each rank's sampler saved
+    rank_rng = torch.load(run / "state.pt", weights_only=True)["rank_rng"]
+    assert len(rank_rng) == 2 and not torch.equal(rank_rng[0], rank_rng[1])  # each rank draws its own batches
     assert [r["step"] for r in minitf.checkpoint.read_metrics(run)] == [3, 6]

@@ -124,3 +124,34 @@ def test_padded_ids_never_sampled():
     m = model_for()  # vocab 97, embedding rows padded to 128
     ids = torch.stack(list(generate_tokens(m, [1], SampleConfig(max_new_tokens=200, temperature=2.0, top_k=None, seed=0), num_samples=4)), 1)
     assert ids.max() < 97
+
+
+@pytest.mark.parametrize("settings", [dict(temperature=1.0, top_k=None), dict(temperature=0),
+                                      dict(temperature=0.8, top_k=20, top_p=0.9, repetition_penalty=1.3)])
+def test_stream_tokens_are_the_tokens_of_generate(tiny_run, settings):
+    model, tok, _ = minitf.load_run(tiny_run)
+    s = SampleConfig(max_new_tokens=40, seed=7, **settings)
+    steps = list(minitf.stream_tokens(model, tok, "ROMEO:", s))
+    ids = [int(t) for t in generate_tokens(model, tok.encode("ROMEO:"), s)]
+    assert len(steps) == (ids.index(tok.eot_id) + 1 if tok.eot_id in ids else 40)
+    assert [t.id for t in steps] == ids[: len(steps)]
+    assert "".join(t.text for t in steps) == minitf.generate(model, tok, "ROMEO:", s)
+
+
+def test_stream_tokens_report_the_sampling_probabilities(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    prompt = tok.encode("JULIET: O")
+    steps = list(minitf.stream_tokens(model, tok, "JULIET: O", max_new_tokens=12, temperature=1.0, top_k=None,
+                                      seed=1))
+    seq = prompt + [t.id for t in steps]
+    with torch.no_grad():
+        probs = model(torch.tensor([seq]))[0][0].softmax(-1)  # (T, V): the uncached forward's distributions
+    for n, t in enumerate(steps):
+        p = probs[len(prompt) - 1 + n]
+        assert t.prob == pytest.approx(p[t.id].item(), abs=1e-5)
+        assert [q for _, q in t.top] == pytest.approx(p.topk(5).values.tolist(), abs=1e-5)
+        assert [s for s, _ in t.top] == [tok.decode([i]) for i in p.topk(5).indices.tolist()]
+    # top_k=3 keeps three tokens: their probabilities sum to 1 and the sampled one is among them
+    for t in minitf.stream_tokens(model, tok, "JULIET: O", max_new_tokens=12, temperature=0.7, top_k=3, seed=1):
+        assert len(t.top) <= 3 and sum(q for _, q in t.top) == pytest.approx(1, abs=1e-5)
+        assert t.prob > 0 and min(abs(t.prob - q) for _, q in t.top) < 1e-6

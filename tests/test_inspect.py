@@ -97,6 +97,8 @@ def test_bad_text_and_indices(tok):
     with pytest.raises(minitf.MinitfError, match="at most block_size=8; shorten"):
         minitf.inspect(model, tok, TEXT)
     ins = minitf.inspect(model, tok, "ROMEO")
+    with pytest.raises(minitf.MinitfError, match=rf"token id {tok.vocab_size} is not in the vocabulary"):
+        minitf.inspect(model, tok, [1, tok.vocab_size])
     assert check_layer_head(ins, -1, -2) == (1, 0) and check_layer_head(ins, 0, None) == (0, None)
     with pytest.raises(minitf.MinitfError, match=r"layer 2 is out of range: the model has 2 layers, "
                                                  r"pass --layer 0..1"):
@@ -131,3 +133,13 @@ def test_heatmap_png(tok, tmp_path, text_tokens, head):
     grey = (abs(img[..., :3] - 230 / 255) < 0.01).all(-1).mean()  # the masked (future) triangle
     assert (grey > 0.05) == (text_tokens > 1)  # one token has no future to mask
     assert img[..., :3].std() > 0.1  # a picture, not a blank canvas
+
+
+def test_ids_inspect_exactly_those_tokens(tok):
+    model = random_model(tok)
+    ids = tok.encode("ROMEO: O") + [tok.encode(" love")[0], tok.eot_id]  # as a sampler could produce them
+    ins = minitf.inspect(model, tok, ids)
+    assert ins.ids == ids and ins.tokens == [tok.decode([i]) for i in ids]
+    torch.testing.assert_close(ins.logits, model(torch.tensor([ids]))[0][0], atol=1e-4, rtol=1e-4)
+    text = minitf.inspect(model, tok, "ROMEO: O")
+    torch.testing.assert_close(text.layers[1].weights, minitf.inspect(model, tok, tok.encode("ROMEO: O")).layers[1].weights)

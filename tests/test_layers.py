@@ -9,11 +9,11 @@ from .helpers import ROOT
 LAYERS = [
     {"errors", "config", "io", "runtime"},
     {"tokenizer", "corpus", "data"},
-    {"positions", "attention", "cache"},
+    {"positions", "attention", "cache", "sampling"},
     {"model"},
     {"checkpoint", "optim"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf"},
-    {"plotting", "heatmaps", "cli"},
+    {"plotting", "heatmaps", "cli", "explore", "explore_api"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

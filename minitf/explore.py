@@ -1,0 +1,192 @@
+"""The explorer: a local web page to type a prompt, watch tokens stream, and open any token's
+attention step by step (`python scripts/explore.py`). The requests themselves are explore_api's.
+
+Why the standard library's `http.server`: the page needs a few JSON endpoints and one streamed
+response, on one machine, for one person. ThreadingHTTPServer gives every request its own thread,
+so a tab streaming tokens never blocks the page's other requests or another tab, and it adds no
+dependency. It is not a hardened public server, which is why it binds 127.0.0.1 unless told
+otherwise, and answers only requests that name it (a guard against DNS rebinding).
+
+    GET  /                  the page (and /static/app.js, /static/attention.js, /static/style.css)
+    GET  /api/run           the run: name, config, parameters, checkpoint and its step, limits
+    GET  /api/metrics       the loss curve from metrics.jsonl
+    POST /api/generate      {"prompt", "temperature", "top_k", ...} -> NDJSON, one event per line
+    POST /api/attention     {"ids", "query", "layer", "head"} -> one token's attention, every step
+
+Errors are JSON {"error": "one line"}: 400 for bad input, 503 when too many tabs generate at once.
+A tab that closes its stream stops its generation: the next token's write fails.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+import threading
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from urllib.parse import urlsplit
+
+from .config import MinitfError
+from .explore_api import BadRequest, Busy, Explorer
+
+# the only files served, by exact path: nothing in a request ever becomes a file path
+STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
+          "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+          "/static/attention.js": ("attention.js", "text/javascript; charset=utf-8"),
+          "/static/style.css": ("style.css", "text/css; charset=utf-8")}
+MAX_BODY = 256 * 1024
+
+
+class ExploreServer(ThreadingHTTPServer):
+    """An HTTP server over one Explorer; `url` is where it listens (port 0 picks a free port)."""
+
+    daemon_threads = True  # a tab left streaming never keeps the process from exiting
+
+    def __init__(self, explorer: Explorer, host: str = "127.0.0.1", port: int = 8000, log=None):
+        self.explorer, self.log = explorer, log or (lambda msg: print(msg, file=sys.stderr))
+        self.stopping = threading.Event()  # set on shutdown: running generations end
+        try:
+            super().__init__((host, port), _Handler)
+        except OSError as e:
+            raise MinitfError(f"cannot serve on {host}:{port} ({e.strerror or e}); pass another --port "
+                              f"(0 picks a free one)") from None
+        self.loopback = is_loopback(host)
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.shutdown()
+        self.server_close()
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any address
+        return False
+
+
+def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu") -> None:
+    """Load the run, print the page's URL, and serve until Ctrl-C (then return quietly)."""
+    server = ExploreServer(Explorer(run_dir, best=best, device=device), host, port)
+    if not server.loopback:
+        print(f"warning: serving on {host}: anyone who can reach this machine on port "
+              f"{server.server_address[1]} can use the page and the model", file=sys.stderr)
+    print(f"minitf explorer for {run_dir}: open {server.url}  (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stopping.set()
+        server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ExploreServer
+    protocol_version = "HTTP/1.0"  # one request per connection: a stream ends when it closes
+    disable_nagle_algorithm = True  # each token leaves as soon as it is written
+
+    def do_GET(self) -> None:
+        self._answer(self._get)
+
+    def do_POST(self) -> None:
+        self._answer(self._post)
+
+    def _get(self) -> None:
+        path, ex = urlsplit(self.path).path, self.server.explorer
+        if path in STATIC:
+            self._static(path)
+        elif path == "/api/run":
+            self._json(200, ex.run_info())
+        elif path == "/api/metrics":
+            self._json(200, ex.loss_curve())
+        else:
+            self._json(404, {"error": f"no page {path!r} here"})
+
+    def _post(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/api/generate":
+            self._generate(self._body())
+        elif path == "/api/attention":
+            self._json(200, self.server.explorer.attention(self._body()))
+        else:
+            self._json(404, {"error": f"no endpoint {path!r} here"})
+
+    def _answer(self, respond) -> None:
+        """Run respond(): a MinitfError becomes 400 (503 when busy), anything else 500; one line each."""
+        if self.server.loopback and urlsplit(f"//{self.headers.get('Host', '')}").hostname not in (
+                "127.0.0.1", "localhost", "::1"):
+            return self._json(403, {"error": "this server answers requests for 127.0.0.1 or localhost only"})
+        try:
+            respond()
+        except Busy as e:
+            self._json(503, {"error": str(e)})
+        except MinitfError as e:
+            self._json(400, {"error": str(e)})
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the page went away before its answer
+        except Exception as e:  # a bug: the whole story in the server's console, one line to the page
+            self.server.log(traceback.format_exc())
+            self._json(500, {"error": f"internal error ({type(e).__name__}: {e}); see the server's console"})
+
+    def _body(self) -> dict:
+        if self.headers.get_content_type() != "application/json":  # also makes browsers ask first (CORS)
+            raise BadRequest("send the request as JSON (Content-Type: application/json)")
+        try:
+            n = int(self.headers.get("Content-Length", 0))
+        except ValueError:
+            raise BadRequest("Content-Length is not a number") from None
+        if not 0 < n <= MAX_BODY:
+            raise BadRequest(f"the request body is {n} bytes; send 1 to {MAX_BODY}")
+        try:
+            body = json.loads(self.rfile.read(n))
+        except ValueError:  # UnicodeDecodeError is one
+            raise BadRequest("the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return body
+
+    def _generate(self, body: dict) -> None:
+        sent = 0
+        with self.server.explorer.generation(body) as events:  # bad input raises here, before any reply
+            self._head(200, "application/x-ndjson")
+            try:
+                for event in events:
+                    if self.server.stopping.is_set():
+                        break
+                    self.wfile.write(json.dumps(event).encode() + b"\n")
+                    sent += "token" in event
+            except (BrokenPipeError, ConnectionResetError):
+                self.server.log(f"generate: the page closed the stream after {sent} tokens; stopped")
+            except Exception as e:  # the reply has begun: the error goes in the stream, the story to the console
+                self.server.log(traceback.format_exc())
+                self.wfile.write(json.dumps({"error": f"generation failed ({type(e).__name__}: {e})"}).encode() + b"\n")
+
+    def _static(self, path: str) -> None:
+        name, kind = STATIC[path]
+        data = resources.files("minitf").joinpath("explore_static", name).read_bytes()
+        self._head(200, kind, len(data))
+        self.wfile.write(data)
+
+    def _json(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self._head(status, "application/json", len(data))
+        self.wfile.write(data)
+
+    def _head(self, status: int, kind: str, length: int | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        if length is not None:
+            self.send_header("Content-Length", str(length))
+        self.end_headers()
+
+    def log_message(self, format: str, *args) -> None:
+        self.server.log(f"{self.address_string()} {format % args}")

@@ -1,0 +1,181 @@
+"""What the explorer's page asks of a run, as JSON-ready dicts: the run and its loss curve, a
+generation token by token, and one token's attention step by step. explore.py carries them over
+HTTP; here each request is a plain call over the loaded run, its input checked and bounded first.
+
+Every input comes from a browser, so each is checked: a wrong type, a value out of range, a
+prompt too long or an unknown key raise BadRequest (a MinitfError) with one line the page shows.
+The numbers are the library's own: generation is `stream_tokens`, attention is `inspect`.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from .checkpoint import BEST, WEIGHTS, load_run, read_metrics
+from .config import MinitfError
+from .generate import prompt_ids, sample_settings, stream_tokens
+from .inspection import Inspection, inspect, token_label
+
+MAX_PROMPT_CHARS = 4000
+MAX_NEW_TOKENS = 1000
+MAX_GENERATIONS = 4  # at once, all tabs together: each costs a KV cache and a share of the CPU
+DIGITS = 6  # decimals sent for every number: well below what a page can show, small JSON
+SETTINGS = {"max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float,
+            "repetition_penalty": float, "seed": int}
+NULLABLE = {"top_k", "top_p", "seed"}  # null: top_k/top_p off, a random seed
+CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr")
+
+
+class BadRequest(MinitfError):
+    """Input from the page that cannot be used (HTTP 400); the page shows the message."""
+
+
+class Busy(MinitfError):
+    """Too many generations at once (HTTP 503)."""
+
+
+class Explorer:
+    """One loaded run and what the page asks of it.
+
+    The model is only read. Each generation makes its own KV cache and random generator inside
+    stream_tokens, and inspect runs without a cache, so requests from several tabs can run at the
+    same time without touching each other's state; `slots` bounds how many generate at once.
+    """
+
+    def __init__(self, run_dir: str | Path, best: bool = False, device: str = "cpu"):
+        self.run_dir, self.best = Path(run_dir), best
+        self.model, self.tok, self.cfg = load_run(run_dir, best=best, device=device)
+        self.checkpoint = self.run_dir / (BEST if best else WEIGHTS)
+        with safe_open(str(self.checkpoint), "pt") as f:  # read now: a trainer may write a newer one later
+            step = (f.metadata() or {}).get("step")
+        self.step = int(step) if step is not None else None
+        self.slots = threading.BoundedSemaphore(MAX_GENERATIONS)
+
+    def run_info(self) -> dict:
+        m = self.cfg.model
+        return {"run": self.run_dir.name, "checkpoint": self.checkpoint.name, "step": self.step,
+                "params": self.model.num_params(), "config": self.cfg.to_dict(),
+                "limits": {"prompt_chars": MAX_PROMPT_CHARS, "max_new_tokens": MAX_NEW_TOKENS,
+                           "block_size": m.block_size, "n_layer": m.n_layer, "n_head": m.n_head}}
+
+    def loss_curve(self) -> dict:
+        """The evaluations in metrics.jsonl: step, train and val loss, val bits per byte, lr."""
+        points = [{k: r[k] for k in CURVE if isinstance(r.get(k), (int, float))} for r in read_metrics(self.run_dir)]
+        return {"points": [p for p in points if "step" in p]}
+
+    @contextlib.contextmanager
+    def generation(self, body: dict):
+        """Check a generate request, take a slot, and give its events (see `_events`); the slot is
+        given back, and generation stops, when the `with` block ends (the page may have gone)."""
+        prompt, settings = self._generation_request(body)
+        if not self.slots.acquire(blocking=False):
+            raise Busy(f"{MAX_GENERATIONS} generations are running already; wait for one to finish")
+        events = self._events(prompt, settings)
+        try:
+            yield events
+        finally:
+            events.close()
+            self.slots.release()
+
+    def _generation_request(self, body: dict):
+        check_keys(body, {"prompt", *SETTINGS})
+        prompt = body.get("prompt", "")
+        if not isinstance(prompt, str):
+            raise BadRequest(f"prompt must be text, got {type(prompt).__name__}")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise BadRequest(f"the prompt is {len(prompt)} characters; at most {MAX_PROMPT_CHARS}, shorten it")
+        n, block = len(self.tok.encode(prompt)), self.cfg.model.block_size
+        if n > block:
+            raise BadRequest(f"the prompt is {n} tokens but this model reads at most block_size={block}; shorten it")
+        given = {}
+        for name, kind in SETTINGS.items():
+            if name in body:
+                nullable = name in NULLABLE and body[name] is None
+                bounds = (0, 2**63 - 1) if name == "seed" else ()  # the others' ranges are SampleConfig's to check
+                given[name] = None if nullable else number(body, name, kind, *bounds)
+        if given.get("max_new_tokens", 0) > MAX_NEW_TOKENS:
+            raise BadRequest(f"max_new_tokens is {given['max_new_tokens']}; at most {MAX_NEW_TOKENS} here")
+        return prompt, sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
+
+    def _events(self, prompt: str, settings):
+        """{"prompt": tokens}, then {"token": ...} per sampled token (text, label, probability, top-5), then
+        {"done": reason}: "eot" (the model ended the document) or "length" (max_new_tokens)."""
+        ids = prompt_ids(self.tok, prompt, self.cfg.model.block_size)  # where stream_tokens starts
+        yield {"prompt": [{"id": i, "text": self.tok.decode([i]), "label": self.label(i)} for i in ids]}
+        reason = "length"
+        for t in stream_tokens(self.model, self.tok, prompt, settings):
+            yield {"token": {"id": t.id, "text": t.text, "label": self.label(t.id), "prob": round(t.prob, DIGITS),
+                             "top": [[token_label(s), round(p, DIGITS)] for s, p in t.top]}}
+            reason = "eot" if t.id == self.tok.eot_id else reason
+        yield {"done": reason}
+
+    def label(self, token: int) -> str:
+        return token_label(self.tok.decode([token]))
+
+    def attention(self, body: dict) -> dict:
+        """One query token's attention in every layer and head, and one head's steps.
+
+        body: ids (the prompt's and the sampled tokens), query (an index into ids), layer, head.
+        Past block_size the model saw a window, so the block_size tokens ending at the query are
+        inspected (or the first block_size, when they hold it); "offset" says where they start.
+        """
+        check_keys(body, {"ids", "query", "layer", "head"})
+        block, m = self.cfg.model.block_size, self.cfg.model
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not 0 < len(ids) <= block + MAX_NEW_TOKENS:
+            raise BadRequest(f"ids must be a list of 1 to {block + MAX_NEW_TOKENS} token ids")
+        query = number(body, "query", int, 0, len(ids) - 1)
+        layer = number(body, "layer", int, 0, m.n_layer - 1, default=0)
+        head = number(body, "head", int, 0, m.n_head - 1, default=0)
+        start = max(0, query + 1 - block)
+        ins = inspect(self.model, self.tok, ids[start : start + block])  # bad ids: a MinitfError
+        return {"offset": start, **attention_view(ins, query - start, layer, head)}
+
+
+def attention_view(ins: Inspection, query: int, layer: int, head: int) -> dict:
+    """The page's view of an inspection: for the query token, its weights over the tokens up to it
+    in every layer x head ("grid"); the chosen head's T x T weights ("heatmap", null where the
+    causal mask hides a later key); and that head's steps for the query, from q and k to the
+    weighted sum of the values ("steps"; masked scores are null, as -inf has no JSON)."""
+    s = ins.layers[layer]
+    hidden = s.masked[head].isneginf()  # (T, T): the later keys
+    return {
+        "ids": ins.ids, "tokens": [token_label(t) for t in ins.tokens], "query": query, "layer": layer, "head": head,
+        "grid": [[numbers(steps.weights[h, query, : query + 1]) for h in range(ins.n_head)] for steps in ins.layers],
+        "heatmap": numbers(s.weights[head].masked_fill(hidden, -math.inf)),
+        "steps": {"d": s.q.size(-1), "q": numbers(s.q[head, query]), "k": numbers(s.k[head]),
+                  "scores": numbers(s.scores[head, query]), "scaled": numbers(s.scaled[head, query]),
+                  "masked": numbers(s.masked[head, query]), "weights": numbers(s.weights[head, query]),
+                  "v": numbers(s.v[head]), "out": numbers(s.heads[head, query])},
+    }
+
+
+def numbers(t: torch.Tensor):
+    """A tensor as (nested) lists of floats rounded to DIGITS places; -inf and nan as None."""
+    def rounded(x):
+        return [rounded(y) for y in x] if isinstance(x, list) else round(x, DIGITS) if math.isfinite(x) else None
+    return rounded(t.tolist())
+
+
+def check_keys(body: dict, known: set[str]) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise BadRequest(f"unknown field {unknown[0]!r}; expected some of {', '.join(sorted(known))}")
+
+
+def number(body: dict, name: str, kind: type, lo=None, hi=None, default=None):
+    """body[name] as an int or a float within [lo, hi] (bools, text and infinities refused)."""
+    x = body.get(name, default)
+    what = "a whole number" if kind is int else "a number"
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or (kind is int and x != int(x)):
+        raise BadRequest(f"{name} must be {what}, got {x!r}")
+    x = kind(x)
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise BadRequest(f"{name} is {x}; it must be {bounds}")
+    return x

@@ -1,0 +1,176 @@
+// The page: the run panel, generation as it streams, and the token tooltips. Clicking a token
+// hands it to attention.js. No framework and no build step: plain DOM calls, read top-down.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SETTINGS = ["temperature", "top_k", "top_p", "max_new_tokens", "seed"];
+const state = { ids: [], stream: null };  // every token shown so far (prompt then generated), the running request
+
+function el(tag, props = {}, text = "") {
+  const e = Object.assign(document.createElement(tag), props);
+  if (text) e.textContent = text;
+  return e;
+}
+
+async function getJSON(url, body) {
+  const opts = body ? { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) } : {};
+  const res = await fetch(url, opts);
+  const data = await res.json();
+  if (!res.ok) throw new Error(data.error || res.statusText);
+  return data;
+}
+
+function showError(message) {
+  $("error").textContent = message || "";
+  $("error").hidden = !message;
+}
+
+// ---- the run: config summary, checkpoint, loss curve ----
+async function loadRun() {
+  const run = await getJSON("/api/run");
+  const c = run.config, m = c.model;
+  $("run-name").textContent = run.run;
+  const rows = [
+    ["run", run.run], ["checkpoint", `${run.checkpoint}, step ${run.step ?? "?"}`],
+    ["parameters", run.params.toLocaleString()],
+    ["model", `${m.n_layer} layers × ${m.n_head} heads, width ${m.n_embd}`],
+    ["context", `${m.block_size} tokens, vocab ${m.vocab_size}`],
+    ["blocks", `${m.positions} positions, ${m.norm}, ${m.ffn}, ${m.attention} attention`],
+    ["data", c.data.source], ["training", `${c.train.max_steps} steps max, lr ${c.train.lr}, batch ${c.train.batch_size}`],
+  ];
+  for (const [k, v] of rows) $("run-info").append(el("dt", {}, k), el("dd", {}, String(v)));
+  $("config").textContent = JSON.stringify(c, null, 2);
+  $("prompt").value = c.sample.prompt;
+  $("prompt").maxLength = run.limits.prompt_chars;
+  $("max_new_tokens").max = run.limits.max_new_tokens;
+  for (const name of SETTINGS) $(name).value = c.sample[name] ?? "";
+  drawLoss((await getJSON("/api/metrics")).points);
+}
+
+function drawLoss(points) {
+  const svg = $("loss"), W = 320, H = 180, L = 34, B = 22;
+  const series = [["train_loss", "#2563eb"], ["val_loss", "#ea580c"]];
+  const all = points.flatMap((p) => series.map(([k]) => p[k]).filter((v) => v !== undefined));
+  if (!all.length) { svg.append(svgEl("text", { x: 10, y: 20 }, "no evaluations in metrics.jsonl yet")); return; }
+  const steps = points.map((p) => p.step), s0 = Math.min(...steps), s1 = Math.max(...steps, s0 + 1);
+  const lo = Math.min(...all), hi = Math.max(...all, lo + 1e-6);
+  const x = (s) => L + (W - L - 8) * (s - s0) / (s1 - s0), y = (v) => 8 + (H - B - 8) * (hi - v) / (hi - lo);
+  svg.append(svgEl("path", { d: `M${L} 8V${H - B}H${W - 8}`, stroke: "#adb5bd", fill: "none" }));
+  for (const v of [hi, lo]) svg.append(svgEl("text", { x: 2, y: y(v) + 3 }, v.toFixed(2)));
+  svg.append(svgEl("text", { x: L, y: H - 6 }, `step ${s0}`), svgEl("text", { x: W - 60, y: H - 6 }, `step ${s1}`));
+  series.forEach(([key, colour], i) => {
+    const pts = points.filter((p) => p[key] !== undefined).map((p) => `${x(p.step)},${y(p[key])}`);
+    svg.append(svgEl("polyline", { points: pts.join(" "), stroke: colour, fill: "none", "stroke-width": 1.5 }));
+    svg.append(svgEl("text", { x: W - 70, y: 18 + 12 * i, style: `fill:${colour}` }, key.replace("_", " ")));
+  });
+}
+
+function svgEl(tag, attrs, text = "") {
+  const e = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  e.textContent = text;
+  return e;
+}
+
+// ---- generation, streamed as NDJSON: one event per line ----
+function settings() {
+  const body = { prompt: $("prompt").value };
+  for (const name of SETTINGS) {
+    const v = $(name).value.trim();
+    body[name] = v === "" ? null : Number(v);
+  }
+  if (body.top_k === 0) body.top_k = null;
+  return body;
+}
+
+async function generate() {
+  if (state.stream) state.stream.abort();
+  const stream = state.stream = new AbortController();
+  showError("");
+  $("tokens").replaceChildren();
+  state.ids = [];
+  $("go").disabled = true; $("stop").disabled = false; $("status").textContent = "generating…";
+  try {
+    const res = await fetch("/api/generate", { method: "POST", headers: { "Content-Type": "application/json" },
+                                               body: JSON.stringify(settings()), signal: stream.signal });
+    if (!res.ok) throw new Error((await res.json()).error || res.statusText);
+    await readLines(res.body, handleEvent);
+  } catch (e) {
+    if (e.name !== "AbortError") showError(e.message);
+    $("status").textContent = e.name === "AbortError" ? "stopped" : "";
+  } finally {
+    if (state.stream === stream) { state.stream = null; $("go").disabled = false; $("stop").disabled = true; }
+  }
+}
+
+async function readLines(body, onLine) {
+  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    const lines = buffer.split("\n");
+    buffer = lines.pop();
+    for (const line of lines) if (line) onLine(JSON.parse(line));
+  }
+}
+
+function handleEvent(event) {
+  if (event.prompt) event.prompt.forEach((t) => addToken(t, "prompt"));
+  if (event.token) addToken(event.token, "gen");
+  if (event.error) showError(event.error);
+  if (event.done) {
+    const n = state.ids.length - document.querySelectorAll("#tokens .prompt").length;
+    $("status").textContent = `${n} tokens, ${event.done === "eot" ? "the model ended the document" : "max new tokens reached"}`;
+  }
+}
+
+function addToken(t, kind) {
+  const index = state.ids.length;
+  state.ids.push(t.id);
+  // the text itself, so the output reads as text; a token holding half a character shows its label
+  const span = el("span", { className: `tok ${kind}` }, readable(t.text) || t.label);
+  span.dataset.index = index;
+  if (kind === "gen") {
+    span.style.setProperty("--a", (0.08 + 0.62 * t.prob).toFixed(3));
+    span.addEventListener("mouseenter", () => showTip(span, t));
+    span.addEventListener("mouseleave", () => { $("tip").hidden = true; });
+  }
+  span.addEventListener("click", () => Attention.open(state.ids.slice(), index));
+  $("tokens").append(span);
+}
+
+// newlines as ↵ and one line break, so a run of blank lines stays one clickable line
+function readable(text) {
+  return text.includes("\n") ? text.replace(/\n/g, "\u21b5") + "\n" : text;
+}
+
+function showTip(span, t) {
+  const tip = $("tip"), table = el("table");
+  table.append(caption(`${t.label} · p = ${t.prob.toFixed(3)}`));
+  for (const [label, p] of t.top) {
+    const row = el("tr");
+    const bar = el("span", { className: "bar" });
+    bar.style.width = `${Math.round(60 * p)}px`;
+    row.append(el("td", {}, label), el("td", {}, p.toFixed(3)), el("td"));
+    row.lastChild.append(bar);
+    table.append(row);
+  }
+  tip.replaceChildren(table);
+  const r = span.getBoundingClientRect();
+  tip.style.left = `${Math.min(r.left, innerWidth - 260)}px`;
+  tip.style.top = `${r.bottom + 6}px`;
+  tip.hidden = false;
+}
+
+function caption(text) {
+  const c = el("caption", {}, text);
+  c.style.textAlign = "left";
+  return c;
+}
+
+$("go").addEventListener("click", generate);
+$("stop").addEventListener("click", () => state.stream && state.stream.abort());
+$("prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) generate(); });
+loadRun().catch((e) => showError(`could not load the run: ${e.message}`));

@@ -1,0 +1,277 @@
+"""The explorer's HTTP API against a trained run: the numbers are the library's own (generate,
+inspect), bad input is a 400 with one line, nothing outside the page is served, streams stop."""
+import http.client
+import json
+import math
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from urllib.error import HTTPError
+
+import pytest
+import torch
+from safetensors import safe_open
+
+import minitf
+from minitf.checkpoint import read_metrics
+from minitf.explore import STATIC
+from minitf.explore_api import MAX_GENERATIONS
+from minitf.generate import generate_tokens, sample_settings
+
+from .helpers import ROOT
+
+
+@pytest.fixture
+def server(explore_server):
+    return explore_server
+
+
+def call(server, path, body=None, headers=None, raw=None):
+    """(status, JSON) of a GET (no body) or a JSON POST."""
+    data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(server.url.rstrip("/") + path, data=data,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def events(server, body) -> list[dict]:
+    req = urllib.request.Request(server.url + "api/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.headers["Content-Type"] == "application/x-ndjson"
+        return [json.loads(line) for line in r]
+
+
+def test_run_info_and_loss_curve(server, tiny_run):
+    status, run = call(server, "/api/run")
+    model, _, cfg = minitf.load_run(tiny_run)
+    with safe_open(str(tiny_run / "model.safetensors"), "pt") as f:
+        step = int(f.metadata()["step"])
+    assert status == 200 and run["step"] == step == 30 and run["checkpoint"] == "model.safetensors"
+    assert run["params"] == model.num_params() and run["config"] == json.loads(json.dumps(cfg.to_dict()))
+    assert run["limits"]["block_size"] == cfg.model.block_size == 32
+    status, curve = call(server, "/api/metrics")
+    evals = [r for r in read_metrics(tiny_run) if "val_loss" in r]
+    assert status == 200 and [p["step"] for p in curve["points"] if "val_loss" in p] == [r["step"] for r in evals]
+    assert [p["val_loss"] for p in curve["points"] if "val_loss" in p] == [r["val_loss"] for r in evals]
+
+
+def test_the_page_ships_in_the_package_and_loads_nothing_from_outside(server):
+    for path, (name, kind) in STATIC.items():
+        with urllib.request.urlopen(server.url.rstrip("/") + path, timeout=10) as r:
+            text = r.read().decode()
+            assert r.headers["Content-Type"] == kind and len(text) > 500
+        # no CDN, font or script from elsewhere (the SVG namespace is a name, not a download)
+        assert not re.search(r"https?://(?!www\.w3\.org/2000/svg)", text), name
+    page = urllib.request.urlopen(server.url, timeout=10).read().decode()
+    assert all(f'"{p}"' in page for p in STATIC if p != "/")
+
+
+@pytest.mark.parametrize("path", ["/static/../explore.py", "/static/..%2f..%2fREADME.md", "/../../etc/passwd",
+                                  "/static/app.js/../../config.py", "//etc/passwd", "/static/", "/minitf/explore.py"])
+def test_nothing_but_the_page_is_served(server, path):
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+    conn.request("GET", path)  # sent as written: no client-side normalisation of the dots
+    r = conn.getresponse()
+    body = r.read()
+    assert r.status == 404 and "no page" in json.loads(body)["error"]
+    assert b"import" not in body and b"root:" not in body
+
+
+def expected_tokens(tiny_run, prompt, **settings):
+    model, tok, cfg = minitf.load_run(tiny_run)
+    s = sample_settings(cfg.sample, **settings)
+    return [int(i) for i in generate_tokens(model, tok.encode(prompt), s)], minitf.generate(model, tok, prompt, s)
+
+
+def test_generate_streams_the_tokens_of_minitf_generate(server, tiny_run):
+    got = events(server, {"prompt": "ROMEO: O", "max_new_tokens": 25, "seed": 3, "temperature": 1.0, "top_k": None})
+    tok = server.explorer.tok
+    assert [t["id"] for t in got[0]["prompt"]] == tok.encode("ROMEO: O")
+    tokens = [e["token"] for e in got[1:-1]]
+    ids, text = expected_tokens(tiny_run, "ROMEO: O", max_new_tokens=25, seed=3, temperature=1.0, top_k=None)
+    assert [t["id"] for t in tokens] == ids[: len(tokens)] and "".join(t["text"] for t in tokens) == text
+    assert got[-1] == {"done": "eot" if tokens[-1]["id"] == tok.eot_id else "length"}
+    for t in tokens:
+        probs = [p for _, p in t["top"]]
+        assert 0 < t["prob"] <= 1 and len(t["top"]) == 5 and probs == sorted(probs, reverse=True)
+        assert t["prob"] <= probs[0] + 1e-6
+
+
+def test_two_tabs_generating_at_once_do_not_mix(server, tiny_run):
+    bodies = [{"prompt": p, "max_new_tokens": 60, "seed": s, "temperature": 1.0} for p, s in (("ROMEO:", 1), ("JULIET: O", 2))]
+    results = [None, None]
+
+    def tab(i):
+        results[i] = [e["token"]["id"] for e in events(server, bodies[i]) if "token" in e]
+
+    threads = [threading.Thread(target=tab, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for body, got in zip(bodies, results):
+        ids, _ = expected_tokens(tiny_run, body["prompt"], max_new_tokens=60, seed=body["seed"], temperature=1.0)
+        assert got == ids[: len(got)] and len(got) > 5
+
+
+def test_a_closed_stream_stops_its_generation(server):
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
+    conn.request("POST", "/api/generate", json.dumps({"prompt": "ROMEO:", "max_new_tokens": 1000, "temperature": 2.0}),
+                 {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert "prompt" in json.loads(r.readline()) and "token" in json.loads(r.readline())
+    r.close()  # the tab goes away: its socket closes
+    conn.close()
+    deadline = time.time() + 30
+    while not any("closed the stream" in m for m in server.logs) and time.time() < deadline:
+        time.sleep(0.05)
+    sent = [int(re.search(r"after (\d+) tokens", m)[1]) for m in server.logs if "closed the stream" in m]
+    assert sent and sent[-1] < 1000
+    assert all(server.explorer.slots.acquire(blocking=False) for _ in range(MAX_GENERATIONS))  # its slot came back
+    for _ in range(MAX_GENERATIONS):
+        server.explorer.slots.release()
+
+
+def test_attention_is_inspects_own_numbers(server, tiny_run):
+    tok = server.explorer.tok
+    ids = tok.encode("ROMEO: O love, sweet night")
+    query, layer, head = len(ids) - 3, 1, 1
+    status, v = call(server, "/api/attention", {"ids": ids, "query": query, "layer": layer, "head": head})
+    ins = minitf.inspect(server.explorer.model, tok, ids)
+    T, H, L = len(ids), ins.n_head, ins.n_layer
+    assert status == 200 and v["offset"] == 0 and v["query"] == query and v["ids"] == ids and len(v["tokens"]) == T
+    assert len(v["grid"]) == L and all(len(heads) == H for heads in v["grid"])
+    for l in range(L):
+        for h in range(H):
+            row = torch.tensor(v["grid"][l][h])
+            assert row.shape == (query + 1,) and abs(row.sum().item() - 1) < 1e-5
+            torch.testing.assert_close(row, ins.layers[l].weights[h, query, : query + 1], atol=1e-6, rtol=0)
+    heat = v["heatmap"]
+    assert [[x is None for x in r] for r in heat] == [[j > i for j in range(T)] for i in range(T)]  # the causal mask
+    full = torch.tensor([[0.0 if x is None else x for x in r] for r in heat])
+    torch.testing.assert_close(full, ins.layers[layer].weights[head], atol=1e-6, rtol=0)
+    s, steps = v["steps"], ins.layers[layer]
+    assert s["d"] == steps.q.size(-1) and s["masked"][query + 1 :] == [None] * (T - query - 1)
+    for name in ("scores", "scaled", "weights"):
+        torch.testing.assert_close(torch.tensor(s[name]), getattr(steps, name)[head, query], atol=1e-6, rtol=0)
+    torch.testing.assert_close(torch.tensor(s["scaled"]), torch.tensor(s["scores"]) / math.sqrt(s["d"]), atol=1e-5, rtol=0)
+    out = torch.tensor(s["weights"]) @ torch.tensor(s["v"])  # the weighted sum of the values
+    torch.testing.assert_close(torch.tensor(s["out"]), out, atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.tensor(s["out"]), steps.heads[head, query], atol=1e-6, rtol=0)
+
+
+def test_attention_past_block_size_inspects_the_window_ending_at_the_query(server):
+    tok = server.explorer.tok
+    ids = (tok.encode("ROMEO: O love, sweet night! ") * 6)[:50]  # block_size is 32
+    status, v = call(server, "/api/attention", {"ids": ids, "query": 45})
+    assert status == 200 and v["offset"] == 14 and v["ids"] == ids[14:46] and v["query"] == 31
+    ins = minitf.inspect(server.explorer.model, tok, ids[14:46])
+    torch.testing.assert_close(torch.tensor(v["grid"][0][0]), ins.layers[0].weights[0, 31], atol=1e-6, rtol=0)
+
+
+BAD = [
+    ("/api/generate", {"prompt": 12}, "prompt must be text, got int"),
+    ("/api/generate", {"prompt": "x" * 5000}, "the prompt is 5000 characters; at most 4000, shorten it"),
+    ("/api/generate", {"prompt": "ROMEO: O love " * 20}, r"tokens but this model reads at most block_size=32; shorten"),
+    ("/api/generate", {"max_new_tokens": 5000}, "max_new_tokens is 5000; at most 1000 here"),
+    ("/api/generate", {"max_new_tokens": 0}, "sample.max_new_tokens must be positive, got 0"),
+    ("/api/generate", {"temperature": "hot"}, "temperature must be a number, got 'hot'"),
+    ("/api/generate", {"temperature": -1}, r"sample.temperature must be >= 0 \(0 = greedy\), got -1.0"),
+    ("/api/generate", {"top_p": 2}, r"sample.top_p must be in \(0, 1\], got 2.0"),
+    ("/api/generate", {"top_k": 2.5}, "top_k must be a whole number, got 2.5"),
+    ("/api/generate", {"seed": -1}, r"seed is -1; it must be 0..9223372036854775807"),
+    ("/api/generate", {"temprature": 1}, "unknown field 'temprature'; expected some of max_new_tokens, prompt,"),
+    ("/api/attention", {"ids": [], "query": 0}, "ids must be a list of 1 to 1032 token ids"),
+    ("/api/attention", {"ids": "ROMEO", "query": 0}, "ids must be a list of 1 to 1032 token ids"),
+    ("/api/attention", {"ids": [1, 2], "query": 2}, r"query is 2; it must be 0..1"),
+    ("/api/attention", {"ids": [1, 2]}, "query must be a whole number, got None"),
+    ("/api/attention", {"ids": [1, 10**9], "query": 1}, r"token id 1000000000 is not in the vocabulary \(0..299\)"),
+    ("/api/attention", {"ids": [1, True], "query": 1}, "token id True is not in the vocabulary"),
+    ("/api/attention", {"ids": [1, 2], "query": 1, "layer": 2}, r"layer is 2; it must be 0..1"),
+    ("/api/attention", [1, 2], "the request body must be a JSON object"),
+    ("/api/nowhere", {}, "no endpoint '/api/nowhere' here"),
+]
+
+
+@pytest.mark.parametrize("path, body, message", BAD, ids=[m[:40] for _, _, m in BAD])
+def test_bad_input_is_a_400_with_one_line(server, path, body, message):
+    status, answer = call(server, path, body)
+    assert status == (404 if "nowhere" in path else 400)
+    assert re.search(message, answer["error"]) and "\n" not in answer["error"]
+
+
+def test_bad_requests_busy_server_and_foreign_hosts(server):
+    assert call(server, "/api/attention", raw=b"{not json")[1] == {"error": "the request body is not valid JSON"}
+    status, answer = call(server, "/api/generate", {}, headers={"Content-Type": "text/plain"})
+    assert status == 400 and "Content-Type: application/json" in answer["error"]
+    status, answer = call(server, "/api/run", headers={"Host": "attacker.example:80"})  # DNS rebinding
+    assert status == 403 and "127.0.0.1 or localhost only" in answer["error"]
+    taken = [server.explorer.slots.acquire(blocking=False) for _ in range(MAX_GENERATIONS)]
+    try:
+        status, answer = call(server, "/api/generate", {"prompt": "ROMEO:"})
+        assert all(taken) and status == 503 and "generations are running already" in answer["error"]
+    finally:
+        for _ in range(MAX_GENERATIONS):
+            server.explorer.slots.release()
+
+
+def run_script(*args, timeout=60):
+    return subprocess.run([sys.executable, "scripts/explore.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_script_mistakes_are_one_line_and_exit_2(tmp_path, tiny_run):
+    r = run_script("--run", str(tmp_path / "nope"))
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = run_script("--run", str(tiny_run), "--port", str(port))
+    assert r.returncode == 2 and r.stderr == f"error: cannot serve on 127.0.0.1:{port} (Address already in use); " \
+                                             f"pass another --port (0 picks a free one)\n"
+
+
+def test_script_serves_until_ctrl_c_and_warns_off_loopback(tiny_run):
+    p = subprocess.Popen([sys.executable, "scripts/explore.py", "--run", str(tiny_run), "--port", "0", "--host", "0.0.0.0"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        port = int(re.search(r"http://0\.0\.0\.0:(\d+)/", line)[1])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/run", timeout=10) as r:
+            assert json.loads(r.read())["run"] == tiny_run.name
+    finally:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    assert p.returncode == 0 and "Traceback" not in err and "interrupted" not in err
+    assert err.startswith("warning: serving on 0.0.0.0: anyone who can reach this machine")
+
+
+def test_the_page_ships_in_a_built_package(tmp_path):
+    pytest.importorskip("setuptools", reason="building the package here needs setuptools")
+    src, target = tmp_path / "src", tmp_path / "site"  # a copy: the build leaves build/ and egg-info behind
+    shutil.copytree(ROOT / "minitf", src / "minitf", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--target", str(target), str(src)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    code = ("import minitf, minitf.explore as e; from importlib import resources; "
+            "print(minitf.__file__); print(sum(len(resources.files('minitf').joinpath('explore_static', n).read_bytes()) "
+            "for n, _ in e.STATIC.values()))")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
+                       capture_output=True, text=True, timeout=60)
+    path, size = r.stdout.split()
+    assert path.startswith(str(target)) and int(size) == sum((ROOT / "minitf" / "explore_static" / n).stat().st_size
+                                                             for n, _ in STATIC.values())
