@@ -36,7 +36,7 @@ def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checke
     """`_decode_step` under torch.compile, compiled once per model and batch size: a static
     KVCache keeps every shape fixed. checked: a step of this generation has already run with
     torch.compile's guards checked; the next ones see the same model and cache, so checking
-    again (a quarter of a millisecond per token on a CPU) is skipped."""
+    again on every token (a real cost next to a small model's step on a CPU) is skipped."""
     step = _compiled_steps.get(model)
     if step is None:
         import torch._inductor.config as inductor_config

@@ -57,8 +57,7 @@ class Session:
     step: int = 0
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     best_val: float = float("inf")
-    bad_steps: int = 0          # non-finite steps in a row
-    bad_since_ckpt: int = 0     # non-finite steps since the last checkpoint was due
+    bad_steps: int = 0          # non-finite steps in a row (skipped: never applied to the weights)
     saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
     stop_reason: str = "max_steps"
     t0: float = 0.0
@@ -84,9 +83,9 @@ def finished(run: Session) -> bool:
 
 
 def save_checkpoint(run: Session) -> None:
-    """Commit the weights and training state at run.step, unless the weights are not trusted (a
-    step since the last checkpoint was skipped as non-finite, or a weight is not finite): then
-    the last good checkpoint stays. Every rank's torch RNG and batch generator are gathered, so each resumes
+    """Commit the weights and training state at run.step, unless they are not trusted: the latest
+    step was non-finite (training has not recovered), or a weight is not finite. Then the last
+    good checkpoint stays. Every rank's torch RNG and batch generator are gathered, so each resumes
     its own stream; rank 0 writes."""
     per_rank = [torch.cat([torch.get_rng_state(), run.batch_gen.get_state()]).to(run.device)]  # uint8
     if run.dist.world > 1:
@@ -94,10 +93,9 @@ def save_checkpoint(run: Session) -> None:
         dist.all_gather(per_rank, mine)
     if not run.dist.main:
         return
-    bad, run.bad_since_ckpt = run.bad_since_ckpt, 0
-    if bad or not all(torch.isfinite(p).all() for p in run.raw_model.parameters()):
-        run.log(f"warning: no checkpoint at step {run.step}: {bad} non-finite step(s) since the last one, so the "
-                f"weights are not trusted; {last_good(run)}")
+    if run.bad_steps or not all(torch.isfinite(p).all() for p in run.raw_model.parameters()):
+        run.log(f"warning: no checkpoint at step {run.step}: training has not recovered from non-finite steps "
+                f"({run.bad_steps} in a row); {last_good(run)}")
         return
     state = {"optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
              "rng": runtime.host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],

@@ -167,7 +167,6 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
         run.scaler.update()  # float16 gradients overflowed: the scaler halves its scale, the step is skipped
     else:
         run.bad_steps += 1
-        run.bad_since_ckpt += 1
         run.log(f"warning: step {run.step}: non-finite loss {loss} or grad norm {norm}; step skipped")
     run.optimizer.zero_grad(set_to_none=True)
     if run.bad_steps >= run.cfg.train.max_bad_steps:

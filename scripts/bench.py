@@ -30,6 +30,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
     p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")
     p.add_argument("--json", help="also write the results here")
+    p.add_argument("--system-malloc", action="store_true",
+                   help="leave glibc's allocator as it is (scripts/train.py calls keep_freed_memory): compare both")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     args = p.parse_args()
     # --only takes several words, so overrides written after it land there: move them back
@@ -39,8 +41,13 @@ def main() -> None:
     if unknown:
         p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
     from benchmarks import run_bench  # beside this script
+    from minitf.runtime import keep_freed_memory
 
-    results = run_bench(args.config, args.overrides, args.device, args.vocab, args.only, args.run, args.new_tokens, args.steps, args.rounds)
+    if not args.system_malloc:
+        keep_freed_memory()  # as scripts/train.py does
+    results = run_bench(args.config, args.overrides, args.device, args.vocab, args.only, args.run, args.new_tokens,
+                        args.steps, args.rounds)
+    results["keep_freed_memory"] = not args.system_malloc
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -29,7 +29,7 @@ from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
 from minitf.optim import make_optimizer
-from minitf.runtime import autocast_for, keep_freed_memory, peak_flops, resolve_dtype
+from minitf.runtime import autocast_for, peak_flops, resolve_dtype
 from minitf.trainer import forward_backward
 
 
@@ -58,7 +58,6 @@ def peak_memory_mb(device: torch.device) -> float:
 
 def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup: int = 5, repeats: int = 3) -> dict:
     """Tokens/s of full training steps (forward, backward, clip, AdamW) on random tokens."""
-    keep_freed_memory()  # as scripts/train.py does
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(device)
     tc: TrainConfig = cfg.train

@@ -309,3 +309,69 @@ def test_run_main_handles_ctrl_c_and_a_closed_pipe(tmp_path):
                          stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     out, err = p.communicate(timeout=60)
     assert out.splitlines() == ["line 0", "line 1"] and "Traceback" not in err and "Error" not in err
+
+
+# ------------------------------------------------------------------ stronger versions of weak checks
+
+def test_greedy_text_is_the_argmax_of_each_forward(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    ids = tok.encode("ROMEO:")
+    with torch.no_grad():
+        for _ in range(15):  # the plain loop, no cache, no sampler
+            ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
+    new = ids[len(tok.encode("ROMEO:")):]
+    new = new[:new.index(tok.eot_id)] if tok.eot_id in new else new
+    assert minitf.generate(model, tok, "ROMEO:", max_new_tokens=15, temperature=0) == tok.decode(new)
+
+
+def test_an_empty_prompt_continues_from_a_document_boundary(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    ids = [tok.eot_id]
+    with torch.no_grad():
+        for _ in range(20):
+            ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
+    new = ids[1:]
+    new = new[:new.index(tok.eot_id)] if tok.eot_id in new else new
+    assert minitf.generate(model, tok, "", max_new_tokens=20, temperature=0) == tok.decode(new)
+
+
+def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch):
+    import minitf.plotting as plotting
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_run, other)
+    rows = ckpt.read_metrics(other)
+    for r in rows:
+        r["val_loss"] += 1.0  # another curve than the first run's
+    (other / "metrics.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
+    figures = []
+    monkeypatch.setattr(plotting, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    plotting.plot_runs([tiny_run, other], tmp_path / "both.png")
+    ax_loss, ax_bpb = figures[0].axes
+    lines = {line.get_label(): line for line in ax_loss.get_lines()}
+    assert set(lines) == {"tiny train", "tiny val", "other train", "other val"}
+    assert list(lines["other val"].get_ydata()) == [r["val_loss"] for r in rows]
+    assert list(lines["tiny val"].get_ydata()) == [r["val_loss"] for r in ckpt.read_metrics(tiny_run)]
+    assert [line.get_label() for line in ax_bpb.get_lines()] == ["tiny", "other"]
+
+
+def test_skipped_steps_are_not_applied(tmp_path, corpus, monkeypatch):
+    real_forward = minitf.Transformer.forward
+    calls = []
+
+    def nan_on_steps_5_and_6(self, idx, targets=None, cache=None):
+        logits, loss = real_forward(self, idx, targets, cache)
+        if targets is not None and self.training:
+            calls.append(1)
+            if len(calls) in (5, 6):
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(minitf.Transformer, "forward", nan_on_steps_5_and_6)
+    logs = []
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_bad_steps=3"), log=logs.append)
+    assert sum("step skipped" in line for line in logs) == 2
+    # had a NaN gradient reached the weights, every later weight and loss would be NaN
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == 8
+    assert all(torch.isfinite(t).all() for t in load_file(run / "model.safetensors").values())
+    assert math.isfinite(ckpt.read_metrics(run)[-1]["train_loss"])
