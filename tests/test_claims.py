@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 import minitf
 from minitf import checkpoint as ckpt
 from minitf.cli import newest_run
-from minitf.config import SampleConfig, TrainConfig
-from minitf.optim import lr_at, make_optimizer
+from minitf.config import TrainConfig
+from minitf.optim import make_optimizer
 from minitf.positions import Rotary
 from minitf.trainer import forward_backward
 

@@ -1,6 +1,5 @@
 """What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
 settings, corrupt files and library misuse. Each gives the right behaviour or one clear line."""
-import json
 import os
 import signal
 import subprocess
@@ -9,7 +8,6 @@ import time
 
 import pytest
 import torch
-import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
