@@ -28,3 +28,19 @@ def newest_run(root: str | Path = "runs") -> Path:
         raise MinitfError(f"no trained run under {root}/; train one with python scripts/train.py, "
                           f"or pass --run DIR")
     return runs[-1].parent
+
+
+def stdin_prompts():
+    """One prompt per input line; a line that is not UTF-8 is reported and skipped, not fatal."""
+    for n, raw in enumerate(sys.stdin.buffer, 1):
+        try:
+            yield raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as e:
+            print(f"error: input line {n} is not valid UTF-8 (byte {e.start}); skipped", file=sys.stderr)
+
+
+def read_prompt(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise MinitfError(f"could not read --prompt-file {path}: {getattr(e, 'strerror', None) or e}") from None

@@ -279,12 +279,13 @@ def save_config(cfg: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
 
-def describe_keys() -> str:
-    """All keys with their defaults, for --help."""
+def describe_keys(cfg: Config | None = None) -> str:
+    """Every key with the value cfg gives it (default: the dataclass defaults), for --help."""
+    cfg = cfg or Config()
     lines = []
     for sec in dataclasses.fields(Config):
-        obj = sec.default_factory()
+        section = getattr(cfg, sec.name)
         lines.append(f"  {sec.name}:")
-        for f in dataclasses.fields(obj):
-            lines.append(f"    {sec.name}.{f.name} = {getattr(obj, f.name)!r}")
+        for f in dataclasses.fields(section):
+            lines.append(f"    {sec.name}.{f.name} = {getattr(section, f.name)!r}")
     return "\n".join(lines)

@@ -148,13 +148,17 @@ def check_tokenizer(model: Transformer, tokenizer: Tokenizer) -> None:
                           f"{model.config.vocab_size}; use the tokenizer of the model's run")
 
 
-def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
-    """The ids generation starts from: the prompt's, or <|endoftext|> for an empty one (a new
-    document); a prompt longer than block_size keeps its last block_size (with a warning)."""
+def check_prompt_text(prompt: str) -> None:
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:  # lone surrogates: bytes that were not UTF-8 on the command line
         raise MinitfError(f"the prompt is not valid UTF-8 text (at character {e.start}); re-encode it as UTF-8") from None
+
+
+def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
+    """The ids generation starts from: the prompt's, or <|endoftext|> for an empty one (a new
+    document); a prompt longer than block_size keeps its last block_size (with a warning)."""
+    check_prompt_text(prompt)
     ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
     if len(ids) > block_size:
         warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block_size}; "

@@ -5,7 +5,7 @@ and the head tied to the embedding. Only the storage differs: HF's Conv1D keeps 
 as (in, out) where nn.Linear keeps (out, in), so those matrices are transposed; and minitf pads
 the embedding rows to a multiple of 64 while HF keeps exactly vocab_size rows.
 
-transformers (the `hf` extra: pip install 'minitf[hf]') is imported inside the functions only,
+transformers (the `hf` extra: pip install -e '.[hf]') is imported inside the functions only,
 so `import minitf` never needs it.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise MinitfError("transformers is not installed; pip install 'minitf[hf]' "
+        raise MinitfError("transformers is not installed; pip install -e '.[hf]' "
                           "(or pip install transformers)") from None
     return transformers
 

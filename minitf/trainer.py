@@ -135,7 +135,8 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         run.model = nn.parallel.DistributedDataParallel(
             run.model, device_ids=[device.index] if device.type == "cuda" else None)
     batch, accum = cfg.train.batch_size, cfg.train.grad_accum
-    log(f"model: {model.num_params():,} parameters | device {device} | dtype {str(dtype).split('.')[-1]}"
+    log(f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
+        f"learned position table) | device {device} | dtype {str(dtype).split('.')[-1]}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
         f" sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens")
     run.model.train()

@@ -1,4 +1,4 @@
-"""Write a trained run as a Hugging Face GPT-2 directory (needs the hf extra: pip install 'minitf[hf]').
+"""Write a trained run as a Hugging Face GPT-2 directory (needs the hf extra: pip install -e '.[hf]').
 
     python scripts/export_hf.py --run runs/shakespeare --out hf/shakespeare
     python -c "from transformers import pipeline; print(pipeline('text-generation', 'hf/shakespeare')('ROMEO:'))"

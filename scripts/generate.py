@@ -4,25 +4,19 @@
     python scripts/generate.py --run runs/shakespeare --prompt "JULIET:" --max-new-tokens 200 --stream
     python scripts/generate.py --temperature 0 --num-samples 1        # greedy
     echo "To be" | python scripts/generate.py --interactive           # one prompt per input line
+    python scripts/generate.py --prompt-file scene.txt                # a long, multi-line prompt
 """
 import argparse
 import sys
 import time
+from pathlib import Path
 
-from minitf.checkpoint import load_run
-from minitf.cli import newest_run, run_main
-from minitf.generate import generate, sample_settings, stream
+from minitf.checkpoint import load_run, weights_step
+from minitf.config import ConfigError
+from minitf.cli import newest_run, read_prompt, run_main, stdin_prompts
+from minitf.generate import check_prompt_text, generate, sample_settings, stream
 
 SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
-
-
-def stdin_prompts():
-    """One prompt per input line; a line that is not UTF-8 is reported and skipped, not fatal."""
-    for n, raw in enumerate(sys.stdin.buffer, 1):
-        try:
-            yield raw.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as e:
-            print(f"error: input line {n} is not valid UTF-8 (byte {e.start}); skipped", file=sys.stderr)
 
 
 def main() -> None:
@@ -30,26 +24,36 @@ def main() -> None:
     p.add_argument("--run", help="run directory (default: the newest under runs/)")
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
     p.add_argument("--prompt", help="text to continue (default: the run's sample.prompt; '' = new document)")
-    p.add_argument("--max-new-tokens", type=int)
-    p.add_argument("--temperature", type=float, help="0 = greedy")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--repetition-penalty", type=float)
+    p.add_argument("--prompt-file", help="read the prompt from this UTF-8 file (several lines are fine)")
+    run_default = "default: the run's sample.%s (config.yaml)"
+    p.add_argument("--max-new-tokens", type=int, help=run_default % "max_new_tokens")
+    p.add_argument("--temperature", type=float, help="0 = greedy; " + run_default % "temperature")
+    p.add_argument("--top-k", type=int, help="sample among the k likeliest, 0 = all; " + run_default % "top_k")
+    p.add_argument("--top-p", type=float, help="nucleus: the smallest set reaching p; " + run_default % "top_p")
+    p.add_argument("--repetition-penalty", type=float, help="1 = off; " + run_default % "repetition_penalty")
     p.add_argument("--stop", action="append", help="stop when the text contains this (repeatable)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--num-samples", type=int, default=1)
+    p.add_argument("--seed", type=int, help="a seed makes the text repeatable; " + run_default % "seed")
+    p.add_argument("--num-samples", type=int, default=1, help="samples from one prompt (default: 1)")
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--interactive", action="store_true", help="read prompts, one per line, until end of input")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    p.add_argument("--device", default="cpu", help="auto, cpu, cuda or mps (default: cpu)")
     p.add_argument("--compile", action="store_true",
                    help="torch.compile the decode step: seconds to compile, then faster tokens (long outputs)")
     p.add_argument("--verbose", action="store_true", help="print tokens/s to stderr")
     args = p.parse_args()
-    model, tok, cfg = load_run(args.run or newest_run(), best=args.best, device=args.device)
+    if args.num_samples < 1:  # checked before loading anything, so the error is the only line
+        raise ConfigError(f"--num-samples must be at least 1, got {args.num_samples}")
+    prompt = read_prompt(args.prompt_file) if args.prompt_file else args.prompt
+    if prompt is not None:
+        check_prompt_text(prompt)
+    run = args.run or newest_run()
+    model, tok, cfg = load_run(run, best=args.best, device=args.device)
     # the run's own sampling settings, with those given here on top
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
     opts = dict(stop=args.stop, compile=args.compile)
-    prompt = settings.prompt if args.prompt is None else args.prompt
+    weights = Path(run) / ("best.safetensors" if args.best else "model.safetensors")
+    print(f"[sampling from {run}: {weights.name}, step {weights_step(weights)}]", file=sys.stderr)
+    prompt = settings.prompt if prompt is None else prompt
     for prompt in stdin_prompts() if args.interactive else [prompt]:
         t0 = time.time()
         if args.stream and args.num_samples == 1:

@@ -17,9 +17,10 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 def main() -> None:
+    default = str(CONFIGS / "shakespeare.yaml")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="config keys (set with section.key=value) and their defaults:\n"
-                                       + describe_keys())
+                                epilog="config keys (set with section.key=value) and the values a plain "
+                                       "run uses, from configs/shakespeare.yaml:\n" + describe_keys(load_config(default)))
     p.add_argument("--config", help="YAML recipe (default: configs/shakespeare.yaml; with --resume the run's own "
                                     "config.yaml, and a --config given then applies on top)")
     p.add_argument("--resume", action="store_true",
@@ -27,7 +28,6 @@ def main() -> None:
                         "the budget, the eval/checkpoint/log cadence, train.compile and run.device may change")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
     args = p.parse_args()
-    default = str(CONFIGS / "shakespeare.yaml")
     if args.resume:
         from minitf.checkpoint import resume_config
 

@@ -375,3 +375,18 @@ def test_skipped_steps_are_not_applied(tmp_path, corpus, monkeypatch):
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 8
     assert all(torch.isfinite(t).all() for t in load_file(run / "model.safetensors").values())
     assert math.isfinite(ckpt.read_metrics(run)[-1]["train_loss"])
+
+
+def test_generate_script_says_what_it_loaded_and_reads_a_prompt_file(tmp_path, tiny_run):
+    (tmp_path / "scene.txt").write_text("ROMEO:\nO night,\n", encoding="utf-8")
+    r = script("scripts/generate.py", "--run", str(tiny_run), "--prompt-file", str(tmp_path / "scene.txt"),
+               "--temperature", "0", "--max-new-tokens", "8", "--best")
+    assert r.returncode == 0, r.stderr
+    step = ckpt.weights_step(tiny_run / "best.safetensors")
+    assert r.stderr.splitlines()[0] == f"[sampling from {tiny_run}: best.safetensors, step {step}]"
+    model, tok, _ = minitf.load_run(tiny_run, best=True)
+    assert r.stdout == "ROMEO:\nO night,\n" + minitf.generate(model, tok, "ROMEO:\nO night,\n", max_new_tokens=8,
+                                                              temperature=0) + "\n"
+    r = script("scripts/generate.py", "--run", str(tiny_run), "--prompt-file", str(tmp_path / "none.txt"))
+    assert r.returncode == 2 and r.stderr.strip() == (f"error: could not read --prompt-file {tmp_path / 'none.txt'}: "
+                                                      f"No such file or directory")

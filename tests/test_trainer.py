@@ -146,7 +146,8 @@ def test_script_errors_are_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == "error: unknown config key 'model.n_layers' (did you mean 'n_layer'?)"
     r = _script("scripts/train.py", "--help")
-    assert r.returncode == 0 and "train.max_steps = 2000" in r.stdout
+    assert r.returncode == 0 and "values a plain run uses, from configs/shakespeare.yaml" in r.stdout
+    assert "train.max_seconds = 210.0" in r.stdout and "model.n_embd = 128" in r.stdout  # not the dataclass 256
 
 
 @pytest.mark.slow
