@@ -104,7 +104,7 @@ def _start_long_run(run, corpus):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM", "SIGUSR1"])
 def test_stop_signals_save_and_exit_0_and_the_run_is_locked_meanwhile(tmp_path, corpus, sig):
     run = tmp_path / "run"
     proc = _start_long_run(run, corpus)
