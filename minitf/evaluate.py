@@ -1,10 +1,16 @@
-"""Held-out loss: how well a model predicts text it was not trained on."""
+"""Held-out loss: how well a model predicts text it was not trained on, during training (a few
+fixed batches) and after it, on a whole corpus (`evaluate_text`, scripts/evaluate.py)."""
 from __future__ import annotations
 
-import torch
+import math
 
-from .config import Config
-from .data import TokenData, bits_per_byte
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from .config import Config, DataConfig
+from .data import TokenData, bits_per_byte, prepare_data
 
 
 @torch.no_grad()
@@ -23,3 +29,53 @@ def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
     model.train()
     out["val_bpb"] = bits_per_byte(out["val"], data.bytes_per_token("val"))
     return out
+
+
+@torch.no_grad()
+def evaluate_text(model, tokenizer, data_cfg: DataConfig, batch_size: int = 8, log=print) -> dict:
+    """Loss, perplexity and bits per byte of `model` on a whole corpus, every token predicted once.
+
+    The text goes through the token cache with the model's own tokenizer (prepare_data: bounded
+    memory, cached for the next time), then each split is read from disk in batches of
+    non-overlapping block_size windows, so a corpus bigger than memory is fine. Returns
+    {"train": {...}, "val": {...}, "all": {...}}, each with loss (nats/token), perplexity,
+    bits_per_byte and tokens; with the run's own data settings "val" is its held-out split.
+    """
+    data = prepare_data(data_cfg, tokenizer, log=log)
+    was_training, device = model.training, next(model.parameters()).device
+    model.eval()
+    try:
+        sums = {split: _nats_and_tokens(model, data, split, batch_size, device) for split in ("train", "val")}
+    finally:
+        model.train(was_training)
+    sums["all"] = tuple(map(sum, zip(sums["train"], sums["val"])))
+    out = {}
+    for name, (nats, predicted) in sums.items():
+        splits = ("train", "val") if name == "all" else (name,)
+        nbytes = sum(data.meta["splits"][s]["bytes"] for s in splits)
+        tokens = sum(data.meta["splits"][s]["tokens"] for s in splits)
+        loss = nats / predicted
+        out[name] = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": predicted,
+                     "bits_per_byte": bits_per_byte(loss, nbytes / tokens)}
+    return out
+
+
+def _nats_and_tokens(model, data: TokenData, split: str, batch_size: int, device) -> tuple[float, int]:
+    """Summed cross-entropy over every predicted token of a split, and their count."""
+    block = model.config.block_size
+    dtype = np.dtype(data.meta["dtype"])
+    path = data.path / f"{split}.bin"
+    n = path.stat().st_size // dtype.itemsize
+    starts = list(range(0, n - 1, block))  # window i predicts tokens start+1 .. start+block
+    nats, predicted = 0.0, 0
+    for first in tqdm(range(0, len(starts), batch_size), desc=f"evaluating {split}", unit="batch", leave=False):
+        rows = []
+        for start in starts[first:first + batch_size]:  # plain reads: the split is never mapped whole
+            rows.append(np.fromfile(path, dtype=dtype, count=min(block + 1, n - start), offset=start * dtype.itemsize))
+        same = all(len(r) == len(rows[0]) for r in rows)  # only a split's last window can be shorter
+        for group in [rows] if same else [[r] for r in rows]:
+            xy = torch.from_numpy(np.stack(group).astype(np.int64)).to(device)  # (B, T+1)
+            logits, _ = model(xy[:, :-1])  # (B, T, V)
+            nats += F.cross_entropy(logits.flatten(0, 1).float(), xy[:, 1:].flatten(), reduction="sum").item()
+            predicted += xy[:, 1:].numel()
+    return nats, predicted

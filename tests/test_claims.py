@@ -390,3 +390,34 @@ def test_generate_script_says_what_it_loaded_and_reads_a_prompt_file(tmp_path, t
     r = script("scripts/generate.py", "--run", str(tiny_run), "--prompt-file", str(tmp_path / "none.txt"))
     assert r.returncode == 2 and r.stderr.strip() == (f"error: could not read --prompt-file {tmp_path / 'none.txt'}: "
                                                       f"No such file or directory")
+
+
+# ------------------------------------------------------------------ evaluate a run on any text
+
+def test_evaluate_predicts_every_token_once_with_the_models_own_loss(tiny_run, corpus):
+    from minitf.evaluate import evaluate_text
+
+    model, tok, cfg = minitf.load_run(tiny_run)
+    res = evaluate_text(model, tok, cfg.data, batch_size=3, log=lambda *a: None)
+    val_text = (corpus / "play3.txt").read_text()  # 4 documents, val_fraction 0.1: the last is val
+    ids = tok.encode(val_text)
+    block, total = cfg.model.block_size, 0.0
+    for start in range(0, len(ids) - 1, block):  # the model's own mean loss, window by window
+        w = torch.tensor([ids[start:start + block + 1]])
+        total += model(w[:, :-1], w[:, 1:])[1].item() * (w.size(1) - 1)
+    assert res["val"]["tokens"] == len(ids) - 1
+    assert res["val"]["loss"] == pytest.approx(total / (len(ids) - 1), rel=1e-5)
+    bytes_per_token = len(val_text.encode("utf-8")) / len(ids)  # counted from the file, not from the cache
+    assert res["val"]["bits_per_byte"] == pytest.approx(res["val"]["loss"] / math.log(2) / bytes_per_token)
+    assert res["val"]["perplexity"] == pytest.approx(math.exp(res["val"]["loss"]))
+    assert res["all"]["tokens"] == res["train"]["tokens"] + res["val"]["tokens"]
+
+
+def test_evaluate_script(tiny_run, corpus, tmp_path):
+    (tmp_path / "other.txt").write_text("O Romeo, Romeo, wherefore art thou Romeo?\n" * 40)
+    r = script("scripts/evaluate.py", "--run", str(tiny_run), "--data", f"file:{tmp_path / 'other.txt'}", "--best")
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert f"{tiny_run} (best weights) on file:{tmp_path / 'other.txt'}:" in r.stdout
+    assert [line.split()[0] for line in r.stdout.splitlines()[-3:]] == ["val", "train", "all"]
+    r = script("scripts/evaluate.py", "--run", str(tiny_run), "--data", f"file:{tmp_path / 'none.txt'}")
+    assert r.returncode == 2 and r.stderr.startswith("error: data.source=file:") and "Traceback" not in r.stderr
