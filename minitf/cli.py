@@ -31,12 +31,33 @@ def newest_run(root: str | Path = "runs") -> Path:
 
 
 def stdin_prompts():
-    """One prompt per input line; a line that is not UTF-8 is reported and skipped, not fatal."""
+    """Prompts from standard input: on a terminal, typed at a '> ' prompt (a line ending in a
+    backslash goes on to the next line); piped, one per line, where a line that is not UTF-8 is
+    reported and skipped, not fatal."""
+    if sys.stdin.isatty():
+        yield from _typed_prompts()
+        return
     for n, raw in enumerate(sys.stdin.buffer, 1):
         try:
             yield raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as e:
             print(f"error: input line {n} is not valid UTF-8 (byte {e.start}); skipped", file=sys.stderr)
+
+
+def _typed_prompts():
+    print("type a prompt and press Enter; end a line with \\ to go on to the next; Ctrl-D quits", file=sys.stderr)
+    while True:
+        lines = []
+        try:
+            while True:
+                line = input("> " if not lines else ". ")
+                if not line.endswith("\\"):
+                    break
+                lines.append(line[:-1])
+        except EOFError:  # Ctrl-D
+            print(file=sys.stderr)
+            return
+        yield "\n".join([*lines, line])
 
 
 def read_prompt(path: str) -> str:

@@ -54,10 +54,12 @@ def main() -> None:
     weights = Path(run) / ("best.safetensors" if args.best else "model.safetensors")
     print(f"[sampling from {run}: {weights.name}, step {weights_step(weights)}]", file=sys.stderr)
     prompt = settings.prompt if prompt is None else prompt
+    typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
     for prompt in stdin_prompts() if args.interactive else [prompt]:
         t0 = time.time()
+        echo = "" if typed else prompt
         if args.stream and args.num_samples == 1:
-            print(prompt, end="", flush=True)
+            print(echo, end="", flush=True)
             text = ""
             for piece in stream(model, tok, prompt, settings, **opts):
                 print(piece, end="", flush=True)
@@ -70,7 +72,7 @@ def main() -> None:
             for i, text in enumerate(texts):
                 if args.num_samples > 1:
                     print(f"---------- sample {i + 1} ----------")
-                print(prompt + text)
+                print(echo + text)
         if args.verbose:
             n = sum(len(tok.encode(t)) for t in texts)  # re-encoded: within a token or two of the sampled count
             print(f"[{n} tokens in {time.time() - t0:.2f}s: {n / (time.time() - t0):.1f} tokens/s]", file=sys.stderr)

@@ -421,3 +421,38 @@ def test_evaluate_script(tiny_run, corpus, tmp_path):
     assert [line.split()[0] for line in r.stdout.splitlines()[-3:]] == ["val", "train", "all"]
     r = script("scripts/evaluate.py", "--run", str(tiny_run), "--data", f"file:{tmp_path / 'none.txt'}")
     assert r.returncode == 2 and r.stderr.startswith("error: data.source=file:") and "Traceback" not in r.stderr
+
+
+def test_interactive_on_a_terminal_prompts_and_does_not_echo(tiny_run):
+    import pty
+    import select
+
+    model, tok, _ = minitf.load_run(tiny_run)
+    expected = minitf.generate(model, tok, "ROMEO:\nO", max_new_tokens=6, temperature=0)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: generate.py with a terminal for its standard input and output
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "scripts/generate.py", "--run", str(tiny_run), "--interactive",
+                                  "--temperature", "0", "--max-new-tokens", "6"])
+    out = b""
+
+    def read_until(done, seconds=90):
+        nonlocal out
+        deadline = time.time() + seconds
+        while not done(out):
+            assert time.time() < deadline, out
+            if select.select([fd], [], [], 1.0)[0]:  # never block on a child that hangs
+                out += os.read(fd, 4096)
+
+    read_until(lambda o: o.endswith(b"> "))
+    assert b"Ctrl-D quits" in out
+    os.write(fd, b"ROMEO:\\\n")  # a backslash at the end: the prompt goes on
+    read_until(lambda o: o.endswith(b". "))
+    os.write(fd, b"O\n")
+    read_until(lambda o: o.count(b"> ") == 2)
+    os.write(fd, b"\x04")  # Ctrl-D
+    _, status = os.waitpid(pid, 0)
+    text = out.decode().replace("\r\n", "\n")
+    answer = text.split(". O\n", 1)[1].rsplit("> ", 1)[0]
+    assert answer == expected + "\n"  # the continuation only: what was typed is on the screen already
+    assert os.waitstatus_to_exitcode(status) == 0
