@@ -43,9 +43,10 @@ _CUT = re.compile(r"(?<=\S\n)(?=\S)|(?<=\S)(?= \S)")
 _STALE = re.compile(r"\.tmp-(\d+)-\w+")
 
 
-def pieces(blocks: Iterable[str], size: int = PIECE_CHARS) -> Iterator[str]:
+def pieces(blocks: Iterable[str], size: int | None = None) -> Iterator[str]:
     """One document's text blocks -> pieces of about `size` characters (longer only where the text
     has no cut point) that join to the same text and encode to the same ids as the whole."""
+    size = size or PIECE_CHARS
     buf, start, scan = "", 0, 0  # text not yet given out is buf[start:]; no cut point lies before scan
     for block in blocks:
         buf, scan, start = buf[start:] + block, scan - start, 0
@@ -60,12 +61,11 @@ def pieces(blocks: Iterable[str], size: int = PIECE_CHARS) -> Iterator[str]:
         yield buf[start:]
 
 
-def tasks(docs: Iterable[Iterable[str]], piece_chars: int = PIECE_CHARS,
-          task_chars: int = TASK_CHARS) -> Iterator[list[tuple[int, str]]]:
-    """Documents -> lists of (document index, piece) holding about task_chars characters each."""
-    task, chars = [], 0
+def tasks(docs: Iterable[Iterable[str]]) -> Iterator[list[tuple[int, str]]]:
+    """Documents -> lists of (document index, piece) holding about TASK_CHARS characters each."""
+    task, chars, task_chars = [], 0, TASK_CHARS
     for i, doc in enumerate(docs):
-        for piece in pieces(doc, piece_chars):
+        for piece in pieces(doc):
             task.append((i, piece))
             chars += len(piece)
             if chars >= task_chars:
@@ -207,9 +207,11 @@ def build_splits(docs, tok: Tokenizer, tmp: Path, dtype: np.dtype, num_proc: int
     """Tokenize every document into tmp/train.bin and tmp/val.bin; return the split statistics."""
     writer = SplitWriter(tmp, docs.is_val, np.array([tok.eot_id], dtype).tobytes(), dtype.itemsize)
     t0 = time.perf_counter()
-    with progress(nbytes, "tokenizing") as bar:
+    results = encoded(tasks(docs.docs()), tok, dtype, num_proc)
+    # closing the generator ends the worker pool now, not when an exception's traceback is freed
+    with progress(nbytes, "tokenizing") as bar, contextlib.closing(results):
         try:
-            for result in encoded(tasks(docs.docs()), tok, dtype, num_proc):
+            for result in results:
                 for doc, ids, n in result:
                     writer.add(doc, ids, n)
                     bar.update(n)

@@ -122,7 +122,7 @@ def read_blocks(path: Path, size: int | None = None) -> Iterator[str]:
 
 def _split_blocks(blocks: Iterator[str], cut: int) -> list[Iterator[str]]:
     """One document's blocks -> two documents: its first `cut` characters, then the rest."""
-    state = {"seen": 0, "rest": ""}
+    state = {"seen": 0, "rest": "", "done": False}
 
     def head():
         for block in blocks:
@@ -131,13 +131,16 @@ def _split_blocks(blocks: Iterator[str], cut: int) -> list[Iterator[str]]:
             if take >= len(block):
                 yield block
                 continue
-            if take > 0:
+            state["rest"], state["done"] = block[take:], True
+            if take:
                 yield block[:take]
-            state["rest"] = block[max(take, 0):]
             return
+        state["done"] = True
 
     def tail():
-        yield from head()  # in case the head was not read to its end
+        if not state["done"]:  # the head was not read to its end: skip over it
+            for _ in head():
+                pass
         if state["rest"]:
             yield state["rest"]
         yield from blocks

@@ -28,7 +28,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .build import SPLITS, build_splits, pieces, progress, temp_dir, write_error
+from .build import SPLITS, TASK_CHARS, build_splits, pieces, progress, temp_dir, write_error
 from .config import DataConfig, MinitfError
 from .corpus import Documents, Source, cache_dir
 from .tokenizer import Tokenizer
@@ -152,7 +152,7 @@ def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None,
             tokenizer = _train_tokenizer(docs, cfg.vocab_size, tok_file, log)
             out = _tokens_dir(settings, tokenizer)
         if not (out / "meta.json").is_file():  # (it can be, if only the tokenizer file was deleted)
-            _build(docs, tokenizer, out, settings, cfg.num_proc or 1, log)
+            _build(docs, tokenizer, out, settings, _num_proc(cfg.num_proc, docs.nbytes), log)
     return TokenData(out, tokenizer)
 
 
@@ -196,6 +196,17 @@ class _TrainTexts:
             if not block:
                 return
             yield block
+
+
+def _num_proc(asked: int | None, nbytes: int | None) -> int:
+    """Worker processes for tokenizing: as asked, else one per core but no more than there are
+    tasks. Processes beat the tokenizer's own threads even on one file (see the README), as
+    they also spread the Python work around each encode."""
+    if asked:
+        return asked
+    tasks = math.ceil(nbytes / TASK_CHARS) if nbytes is not None else 1 << 30
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      tasks))
 
 
 def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc: int, log) -> None:

@@ -1,0 +1,133 @@
+"""Data preparation on a generated corpus of a chosen size: seconds, MB/s and peak memory.
+
+scripts/bench.py --only data --data-size MB [--data-files N] calls data_scaling(). The corpus is
+written under a temporary directory (deleted afterwards) as one file or N files of words drawn
+from a Zipf-distributed vocabulary of a million made-up words (1 % of letters non-ASCII), so
+BPE training and encoding see about as many distinct words as in real text. prepare_data runs in
+a child process, so its peak memory is the OS's figure for that process alone: ru_maxrss of the
+child and of its largest worker, and the whole process tree's proportional resident memory
+(PSS, which counts the pages forked workers share with their parent once) sampled every 0.2 s.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+WORDS, CHUNK = 1_000_000, 8 << 20
+
+
+def write_corpus(root: Path, mb: float, files: int, seed: int = 0) -> list[Path]:
+    """mb MB of text as `files` files of about equal size; lines of about ten words."""
+    rng = np.random.default_rng(seed)
+    letters = np.array(list("etaoinshrdlcumwfgypbvkjxqz") + ["é", "ö", "ñ", "ß"])
+    lengths = rng.integers(1, 13, WORDS)
+    n = int(lengths.sum())
+    chars = "".join(letters[np.where(rng.random(n) < 0.01, rng.integers(26, 30, n), rng.integers(0, 26, n))])
+    ends = np.cumsum(lengths)
+    vocab = np.array([chars[e - n : e] for e, n in zip(ends.tolist(), lengths.tolist())])
+    p = 1 / np.arange(1, WORDS + 1) ** 1.05
+    p /= p.sum()
+    root.mkdir(parents=True, exist_ok=True)
+    per_file, paths, text = int(mb * 1e6 / files), [], ""
+    for i in range(files):
+        paths.append(root / f"part{i:05d}.txt")
+        with open(paths[-1], "wb") as f:
+            while f.tell() < per_file:
+                if not text:
+                    words = vocab[rng.choice(WORDS, size=CHUNK // 6, p=p)]
+                    ends = np.where(rng.random(len(words)) < 0.1, ".\n", " ")
+                    text = "".join(np.char.add(words, ends).tolist())
+                data = text[: per_file - f.tell()]  # characters, so a file may end a few bytes long
+                f.write(data.encode("utf-8"))
+                text = text[len(data):]
+    return paths
+
+
+def data_scaling(mb: float, files: int = 1, procs=(None,), rounds: int = 1, vocab_size: int = 4096) -> list[dict]:
+    """Write the corpus once, then prepare it cold in a child process for each num_proc in procs,
+    taking turns `rounds` times (so on a shared machine each is timed beside the others)."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="minitf-bench-data-", dir="/tmp") as tmp:
+        t0 = time.perf_counter()
+        paths = write_corpus(Path(tmp) / "corpus", mb, files)
+        gen_s = time.perf_counter() - t0
+        source = f"file:{paths[0].parent if files > 1 else paths[0]}"
+        for r in range(rounds):
+            for num_proc in procs:
+                args = {"source": source, "vocab_size": vocab_size, "num_proc": num_proc, "cache": f"{tmp}/cache{r}-{num_proc}"}
+                p = subprocess.run([sys.executable, __file__, json.dumps(args)], capture_output=True, text=True)
+                if p.returncode:
+                    raise RuntimeError(f"the preparing child failed: {p.stderr[-2000:]}")
+                res = json.loads(p.stdout.strip().splitlines()[-1])
+                out_mb = res["mb"]
+                shutil.rmtree(args["cache"])
+                out.append({"corpus_mb": round(res.pop("mb"), 1), "files": files, "num_proc": res.pop("num_proc"),
+                            "round": r, "generate_s": round(gen_s, 1), **res,
+                            "mb_per_s": round(out_mb / res["total_s"], 2),
+                            "tokenize_mb_per_s": round(out_mb / res["tokenize_s"], 2)})
+    return out
+
+
+def _tree_rss(pid: int) -> int:
+    """Proportional resident bytes (PSS: a page shared by n processes counts 1/n in each) of pid
+    and all its descendants, from /proc: the memory the preparation really holds."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text()
+            total += int(next(line.split()[1] for line in rollup.splitlines() if line.startswith("Pss:"))) << 10
+            for t in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (t / "children").read_text().split()]
+        except OSError:
+            continue
+    return total
+
+
+def _child(args: dict) -> None:
+    """In the child: prepare_data with a fresh cache, sampling memory by phase; print one JSON line."""
+    import resource
+    import threading
+
+    os.environ["MINITF_CACHE"] = args["cache"]
+    from minitf.config import DataConfig
+    from minitf.data import _num_proc, prepare_data
+
+    phase, peaks, done = ["bpe"], {"bpe": 0, "tokenize": 0}, threading.Event()
+
+    def sample():
+        while not done.wait(0.2):
+            peaks[phase[0]] = max(peaks[phase[0]], _tree_rss(os.getpid()))
+
+    def log(line):
+        phase[0] = "tokenize" if "trained a" in line else phase[0]
+
+    threading.Thread(target=sample, daemon=True).start()
+    t0 = time.perf_counter()
+    data = prepare_data(DataConfig(source=args["source"], vocab_size=args["vocab_size"], num_proc=args["num_proc"]),
+                        log=log)
+    total = time.perf_counter() - t0
+    done.set()
+    s = data.meta["splits"]
+    mib = 1 << 20
+    print(json.dumps({
+        "num_proc": _num_proc(args["num_proc"], data.meta["splits"]["train"]["bytes"]),
+        "mb": (s["train"]["bytes"] + s["val"]["bytes"]) / 1e6, "tokens": s["train"]["tokens"] + s["val"]["tokens"],
+        "total_s": round(total, 1), "tokenize_s": data.meta["tokenize_seconds"],
+        "bpe_and_read_s": round(total - data.meta["tokenize_seconds"], 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_worker_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
+        "peak_tree_rss_bpe_mb": round(peaks["bpe"] / mib), "peak_tree_rss_tokenize_mb": round(peaks["tokenize"] / mib),
+        "cache_mb": round(sum(f.stat().st_size for f in data.path.iterdir()) / 1e6, 1)}))
+
+
+if __name__ == "__main__":
+    _child(json.loads(sys.argv[1]))
