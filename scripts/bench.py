@@ -6,6 +6,8 @@ with a description of the machine.
     python scripts/bench.py --config configs/nanogpt-cpu.yaml --vocab 65 --only train
     python scripts/bench.py --device cuda --config configs/gpt2-small.yaml --json gpu.json
     python scripts/bench.py --run runs/shakespeare --only startup
+    python scripts/bench.py --only data --data-size 100 --data-files 200    # a generated 100 MB corpus
+    python scripts/bench.py --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
 """
 import argparse
 import json
@@ -29,6 +31,13 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=500)
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
     p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")
+    p.add_argument("--data-size", type=float, metavar="MB",
+                   help="with --only data: prepare a generated corpus of this size instead of data.source")
+    p.add_argument("--data-files", type=int, default=1, help="the generated corpus as this many files")
+    p.add_argument("--parquet", action="store_true", help="the generated corpus as parquet shards, read as hf:<dir>")
+    p.add_argument("--data-procs", type=int, nargs="+", metavar="N",
+                   help="data.num_proc values to time in turns (default: minitf's own choice)")
+    p.add_argument("--data-rounds", type=int, default=1, help="turns of --data-procs")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
     a = p.parse_args()
@@ -40,7 +49,20 @@ def main() -> None:
         p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
     from benchmarks import run_bench  # beside this script
 
-    results = run_bench(a.config, a.overrides, a.device, a.vocab, a.only, a.run, a.new_tokens, a.steps, a.rounds)
+    parts = [w for w in a.only if not (w == "data" and a.data_size)]
+    results = run_bench(a.config, a.overrides, a.device, a.vocab, parts, a.run, a.new_tokens, a.steps, a.rounds)
+    if a.data_size:
+        from benchmarks_data import data_scaling
+
+        results["data_scaling"] = data_scaling(a.data_size, a.data_files, a.data_procs or [None], a.data_rounds,
+                                                parquet=a.parquet)
+        for r in results["data_scaling"]:
+            print(f"data      {r['corpus_mb']} MB in {r['files']} "
+                  f"{'parquet shard(s)' if r['source'] == 'hf' else 'text file(s)'}, num_proc {r['num_proc']}: "
+                  f"{r['total_s']} s ({r['mb_per_s']} MB/s end to end; tokenizing {r['tokenize_s']} s, "
+                  f"{r['tokenize_mb_per_s']} MB/s), peak RSS {r['peak_rss_mb']} MB (largest worker "
+                  f"{r['peak_worker_rss_mb']} MB; all processes, PSS: BPE {r['peak_tree_pss_bpe_mb']} MB, "
+                  f"tokenizing {r['peak_tree_pss_tokenize_mb']} MB), cache {r['cache_mb']} MB")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)
