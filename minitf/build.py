@@ -177,6 +177,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def give_back_freed_memory() -> None:
+    """Hand the pages freed by BPE training or tokenizing back to the OS (glibc's malloc_trim).
+
+    Without it they stay with the process: forked workers start with them, and a training that
+    follows keeps them resident for its whole run (scripts/train.py even turns trimming off, for
+    speed), so a big corpus would cost memory long after it was prepared. A no-op elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
 def write_error(path: Path, e: OSError) -> MinitfError:
     return MinitfError(f"could not write {path}: {e.strerror or e}; free some disk space or make it "
                        f"writable, or set MINITF_CACHE to a directory on another disk")

@@ -28,7 +28,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .build import SPLITS, TASK_CHARS, build_splits, pieces, progress, temp_dir, write_error
+from .build import (SPLITS, TASK_CHARS, build_splits, give_back_freed_memory, pieces, progress, temp_dir,
+                    write_error)
 from .config import DataConfig, MinitfError
 from .corpus import Documents, Source, cache_dir
 from .tokenizer import Tokenizer
@@ -161,6 +162,7 @@ def _train_tokenizer(docs: Documents, vocab_size: int, tok_file: Path, log) -> T
     t0, texts = time.perf_counter(), _TrainTexts(docs)
     with progress(min(docs.nbytes or TOKENIZER_TRAIN_CHARS, TOKENIZER_TRAIN_CHARS), "training BPE") as texts.bar:
         tokenizer = Tokenizer.train(texts, vocab_size)
+    give_back_freed_memory()
     log(f"data: trained a {tokenizer.vocab_size}-token BPE on {texts.chars / 1e6:.2f}M characters "
         f"in {time.perf_counter() - t0:.1f} s")
     tok_file.parent.mkdir(parents=True, exist_ok=True)
@@ -233,6 +235,7 @@ def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    give_back_freed_memory()
     tr, va = splits["train"], splits["val"]
     log(f"data: tokenized {(tr['bytes'] + va['bytes']) / 1e6:.2f} MB in {seconds:.1f} s: train "
         f"{tr['tokens']:,} tokens / {tr['documents']} documents, val {va['tokens']:,} / {va['documents']}")
