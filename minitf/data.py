@@ -1,11 +1,17 @@
 """Corpus -> train/val split -> tokenizer -> token cache on disk -> random (B, T) batches.
 
-prepare_data() loads a corpus through HF `datasets`, trains a tokenizer on its train part (unless
-one is given), tokenizes it once and stores each split as one flat .bin file of token ids
-with <|endoftext|> between documents. TokenData.get_batch() samples windows from those files.
+prepare_data() reads a corpus as a stream of documents, trains a tokenizer on its train part
+(unless one is given), tokenizes it once with bounded memory (build.py) and stores each split
+as one flat .bin file of token ids with <|endoftext|> between documents. TokenData.get_batch()
+samples windows from those files.
 
 The sources and the split rule are in corpus.py. Empty documents are dropped; an empty split is
-an error. Byte counts are of the text as loaded (datasets reads \\r\\n as \\n).
+an error. Byte counts are of the text as read (\\r\\n read as \\n).
+
+A cache is checked when opened (meta.json readable, each .bin as long as meta.json says, the
+tokenizer's vocabulary the one the ids were made with), which costs a few stat calls, not a read
+of the ids; prepare_data rebuilds a damaged one. Each batch is checked to hold only ids of the
+vocabulary, so damage of the same size surfaces as one clear error, not an IndexError.
 """
 from __future__ import annotations
 
@@ -14,25 +20,22 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 import torch
 
+from .build import (SPLITS, TASK_CHARS, build_splits, give_back_freed_memory, pieces, progress, temp_dir,
+                    write_error)
 from .config import DataConfig, MinitfError
-from .corpus import Source, cache_dir
-from .io import atomic_write
+from .corpus import Documents, Source, cache_dir
 from .tokenizer import Tokenizer
 
-SPLITS = ("train", "val")
 FORMAT = 1  # bump when the cache layout or the split rule changes, so old caches rebuild
 TOKENIZER_TRAIN_CHARS = 200_000_000  # BPE merges settle long before this; more costs minutes and GBs
-_CUT = re.compile(r"(?<=[!-~]\n)(?=[!-~])")  # 'x\nY': the GPT-2 pre-tokenizer splits here anyway
 
 
 def bits_per_byte(loss_nats_per_token: float, bytes_per_token: float) -> float:
@@ -44,13 +47,24 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
 
 
+class CacheError(MinitfError):
+    """A token cache directory that is damaged: unreadable meta.json, a .bin of the wrong size."""
+
+    def __init__(self, path: Path, why: str):
+        super().__init__(f"the token cache {path} is damaged ({why}); delete it and run again to rebuild it")
+        self.path, self.why = path, why
+
+
 class TokenData:
-    """The token cache of one corpus: train.bin / val.bin memmaps + meta.json + tokenizer.json."""
+    """The token cache of one corpus: train.bin / val.bin + meta.json + tokenizer.json."""
 
     def __init__(self, path: str | Path, tokenizer: Tokenizer | None = None):
         self.path = Path(path)
-        self.meta: dict = json.loads((self.path / "meta.json").read_text())
+        self.meta: dict = _read_meta(self.path)
         self.tokenizer = tokenizer or Tokenizer.load(self.path / "tokenizer.json")
+        if self.tokenizer.vocab_size != self.meta["vocab_size"]:
+            raise CacheError(self.path, f"its ids are for a vocabulary of {self.meta['vocab_size']}, the "
+                                        f"tokenizer has {self.tokenizer.vocab_size}")
 
     def tokens(self, split: str) -> np.memmap:
         """A read-only memmap of a split's token ids."""
@@ -78,6 +92,9 @@ class TokenData:
                 f.seek(i * dtype.itemsize)
                 windows.append(f.read((block_size + 1) * dtype.itemsize))
         xy = np.frombuffer(b"".join(windows), dtype).reshape(batch_size, block_size + 1)
+        if xy.size and int(xy.max()) >= self.meta["vocab_size"]:  # a few µs; an IndexError later costs a run
+            raise CacheError(self.path, f"{split}.bin holds id {int(xy.max())}, outside the vocabulary of "
+                                        f"{self.meta['vocab_size']}")
         xy = torch.from_numpy(xy.astype(np.int64))  # (B, T+1)
         x, y = xy[:, :-1].contiguous(), xy[:, 1:].contiguous()  # (B, T) each
         device = torch.device(device)
@@ -89,6 +106,21 @@ class TokenData:
         if split not in SPLITS:
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         return self.path / f"{split}.bin"
+
+
+def _read_meta(path: Path) -> dict:
+    """meta.json, checked against the sizes of the .bin files beside it."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+        itemsize, vocab = np.dtype(meta["dtype"]).itemsize, int(meta["vocab_size"])
+        tokens = {s: int(meta["splits"][s]["tokens"]) for s in SPLITS}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CacheError(path, f"meta.json: {type(e).__name__}: {e}") from None
+    for s, n in tokens.items():
+        size = (path / f"{s}.bin").stat().st_size if (path / f"{s}.bin").is_file() else None
+        if size != n * itemsize or vocab < 1:
+            raise CacheError(path, f"{s}.bin holds {size} bytes where meta.json says {n:,} tokens of {itemsize}")
+    return meta
 
 
 def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None,
@@ -104,123 +136,109 @@ def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None,
                 "text_field": cfg.text_field}
     tok_file = cache_dir() / "tokenizers" / f"{_digest(settings, vocab_size=cfg.vocab_size)}.json"
     if tokenizer is None and tok_file.is_file():
-        tokenizer = Tokenizer.load(tok_file)
+        with contextlib.suppress(MinitfError):  # an unreadable one is trained again
+            tokenizer = Tokenizer.load(tok_file)
     out = _tokens_dir(settings, tokenizer) if tokenizer else None
     if out and (out / "meta.json").is_file():
-        log(f"data: reusing the token cache {out}")
-        return TokenData(out, tokenizer)
-    with _quiet_datasets():
-        ds, is_val = source.load(cfg, log)
+        try:
+            data = TokenData(out, tokenizer)
+            log(f"data: reusing the token cache {out}")
+            return data
+        except CacheError as e:
+            log(f"data: the token cache {out} is damaged ({e.why}); building it again")
+            shutil.rmtree(out, ignore_errors=True)
+    with _quiet_datasets() if source.kind == "hf" else contextlib.nullcontext():
+        docs = source.load(cfg, log)
         if tokenizer is None:
-            t0, texts = time.perf_counter(), _TrainTexts(ds, is_val)
-            tokenizer = Tokenizer.train(texts, cfg.vocab_size)
-            log(f"data: trained a {tokenizer.vocab_size}-token BPE on {texts.chars / 1e6:.2f}M characters "
-                f"in {time.perf_counter() - t0:.1f} s")
-            tok_file.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(tok_file, lambda tmp: Path(tmp).write_text(tokenizer.to_json(), encoding="utf-8"))
+            tokenizer = _train_tokenizer(docs, cfg.vocab_size, tok_file, log)
             out = _tokens_dir(settings, tokenizer)
         if not (out / "meta.json").is_file():  # (it can be, if only the tokenizer file was deleted)
-            _build(ds, is_val, tokenizer, out, settings, cfg.num_proc, log)
+            _build(docs, tokenizer, out, settings, _num_proc(cfg.num_proc, docs.nbytes), log)
     return TokenData(out, tokenizer)
+
+
+def _train_tokenizer(docs: Documents, vocab_size: int, tok_file: Path, log) -> Tokenizer:
+    """A BPE trained on the train documents, at most TOKENIZER_TRAIN_CHARS characters of them."""
+    t0, texts = time.perf_counter(), _TrainTexts(docs)
+    with progress(min(docs.nbytes or TOKENIZER_TRAIN_CHARS, TOKENIZER_TRAIN_CHARS), "training BPE") as texts.bar:
+        tokenizer = Tokenizer.train(texts, vocab_size)
+    give_back_freed_memory()
+    log(f"data: trained a {tokenizer.vocab_size}-token BPE on {texts.chars / 1e6:.2f}M characters "
+        f"in {time.perf_counter() - t0:.1f} s")
+    tok_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tok_file.with_name(f".{tok_file.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(tokenizer.to_json(), encoding="utf-8")
+        os.replace(tmp, tok_file)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise write_error(tok_file, e) from None
+    return tokenizer
 
 
 class _TrainTexts:
     """The train documents, in pieces, for Tokenizer.train; capped at TOKENIZER_TRAIN_CHARS."""
 
-    def __init__(self, ds, is_val):
-        self.ds, self.is_val, self.chars = ds, is_val, 0
+    def __init__(self, docs: Documents):
+        self.docs, self.chars, self.bar = docs, 0, None
 
     def __iter__(self):
-        texts = (t for batch in self.ds.iter(batch_size=256) for t in batch["text"])
-        for i, text in enumerate(texts):
+        for i, doc in enumerate(self.docs.docs()):
             if self.chars >= TOKENIZER_TRAIN_CHARS:
                 return
-            if text and not self.is_val(i):
-                text = text[: TOKENIZER_TRAIN_CHARS - self.chars]
-                self.chars += len(text)
-                yield from _pieces(text)
+            if not self.docs.is_val(i):
+                yield from pieces(self._capped(doc))
+
+    def _capped(self, blocks):
+        for block in blocks:
+            block = block[: TOKENIZER_TRAIN_CHARS - self.chars]
+            self.chars += len(block)
+            if self.bar is not None:
+                self.bar.update(len(block))
+            if not block:
+                return
+            yield block
 
 
-def _pieces(text: str, size: int = 1 << 16) -> list[str]:
-    """Cut a long text where the pre-tokenizer splits anyway, so the pieces encode to exactly the
-    ids of the whole, and one long document still spreads over all the tokenizer's threads."""
-    out, start = [], 0
-    while len(text) - start > 2 * size and (m := _CUT.search(text, start + size)):
-        out.append(text[start : m.start()])
-        start = m.start()
-    out.append(text[start:])
-    return out
+def _num_proc(asked: int | None, nbytes: int | None) -> int:
+    """Worker processes for tokenizing: as asked, else one per core but no more than there are
+    tasks. Processes also spread the Python work around each encode over the cores, where the
+    tokenizer's own threads share one interpreter (the README has the measured comparison)."""
+    if asked:
+        return asked
+    tasks = math.ceil(nbytes / TASK_CHARS) if nbytes is not None else 1 << 30
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      tasks))
 
 
-def _build(ds, is_val, tok: Tokenizer, out: Path, settings: dict, num_proc: int | None, log) -> None:
+def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc: int, log) -> None:
     """Tokenize every document once and write the cache directory atomically (temp dir + rename)."""
-    t0, dtype = time.perf_counter(), token_dtype(tok.vocab_size)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=out.parent))
     try:
-        rows = _tokenize(ds, tok, dtype, tmp / "ids.arrow", num_proc)
-        splits = _write_splits(rows, is_val, np.array([tok.eot_id], dtype).tobytes(), dtype.itemsize, tmp)
-        seconds = time.perf_counter() - t0
+        tmp = temp_dir(out.parent)
+    except OSError as e:
+        raise write_error(out.parent, e) from None
+    try:
+        dtype = token_dtype(tok.vocab_size)
+        splits = build_splits(docs, tok, tmp, dtype, num_proc, docs.nbytes)
+        seconds = splits.pop("seconds")
         meta = {**settings, "tokenizer_hash": tok.hash, "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
                 "dtype": dtype.name, "splits": splits, "tokenize_seconds": round(seconds, 2)}
-        for p in tmp.glob("ids*.arrow"):
-            p.unlink()
         tok.save(tmp / "tokenizer.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             os.replace(tmp, out)
         except OSError:  # another process built the same cache first: keep theirs
             shutil.rmtree(tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(Path(e.filename) if e.filename else out, e) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    give_back_freed_memory()
     tr, va = splits["train"], splits["val"]
     log(f"data: tokenized {(tr['bytes'] + va['bytes']) / 1e6:.2f} MB in {seconds:.1f} s: train "
         f"{tr['tokens']:,} tokens / {tr['documents']} documents, val {va['tokens']:,} / {va['documents']}")
-
-
-def _tokenize(ds, tok: Tokenizer, dtype: np.dtype, scratch: Path, num_proc: int | None) -> Iterator:
-    """(token ids as bytes, UTF-8 byte count) of each document in order, by a batched datasets.map."""
-    import datasets
-
-    def encode(batch: dict) -> dict:
-        texts = [t or "" for t in batch["text"]]
-        pieces = [_pieces(t) for t in texts]
-        flat = iter(tok.encode_batch([p for ps in pieces for p in ps]))
-        ids = [b"".join(np.asarray(next(flat), dtype).tobytes() for _ in ps) for ps in pieces]
-        return {"ids": ids, "bytes": [len(t.encode("utf-8")) for t in texts]}
-
-    if isinstance(ds, datasets.Dataset):
-        # processes pay off only for big corpora: encode_batch already runs a thread per core
-        nproc = min(num_proc or os.cpu_count() or 1, max(1, len(ds) // 1000))
-        with _env("TOKENIZERS_PARALLELISM", "false" if nproc > 1 else None):
-            ds = ds.map(encode, batched=True, num_proc=nproc if nproc > 1 else None, remove_columns=["text"],
-                        cache_file_name=str(scratch), new_fingerprint=_digest({"scratch": str(scratch)}))
-    else:  # streamed: encoded lazily, as the rows are read
-        ds = ds.map(encode, batched=True, remove_columns=["text"])
-    return (row for batch in ds.iter(batch_size=1000) for row in zip(batch["ids"], batch["bytes"]))
-
-
-def _write_splits(rows: Iterator, is_val, eot: bytes, itemsize: int, tmp: Path) -> dict:
-    """Append each document to its split's .bin, <|endoftext|> between documents; count them."""
-    splits = {s: {"tokens": 0, "bytes": 0, "documents": 0} for s in SPLITS}
-    with open(tmp / "train.bin", "wb") as train, open(tmp / "val.bin", "wb") as val:
-        for i, (ids, nbytes) in enumerate(rows):
-            s, f = (splits["val"], val) if is_val(i) else (splits["train"], train)
-            if not ids:
-                continue  # an empty document
-            if s["documents"]:
-                f.write(eot)
-                s["tokens"] += 1
-            f.write(ids)
-            s["tokens"] += len(ids) // itemsize
-            s["bytes"] += nbytes
-            s["documents"] += 1
-    for name, s in splits.items():
-        if not s["tokens"]:
-            raise MinitfError(f"the {name} split came out empty ({splits['train']['documents']} non-empty "
-                              f"train documents); add text or documents, or change data.val_fraction")
-    return splits
 
 
 def _digest(settings: dict, **extra) -> str:
@@ -233,7 +251,7 @@ def _tokens_dir(settings: dict, tok: Tokenizer) -> Path:
 
 @contextlib.contextmanager
 def _quiet_datasets():
-    """No progress bars while preparing (the log says what happens), then as they were."""
+    """No datasets progress bars while preparing (ours and the log say what happens), then as they were."""
     import datasets
 
     was_on = datasets.is_progress_bar_enabled()
@@ -243,16 +261,3 @@ def _quiet_datasets():
     finally:
         if was_on:
             datasets.enable_progress_bars()
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str | None):
-    """Set an environment variable for a block, unless it is None or the user has set it."""
-    mine = value is not None and name not in os.environ
-    if mine:
-        os.environ[name] = value
-    try:
-        yield
-    finally:
-        if mine:
-            del os.environ[name]

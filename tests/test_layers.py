@@ -8,7 +8,7 @@ from .helpers import ROOT
 # bottom to top; a module may import from its own layer or a lower one, never from a higher one
 LAYERS = [
     {"errors", "config", "io", "runtime"},
-    {"tokenizer", "corpus", "data"},
+    {"tokenizer", "shakespeare", "corpus", "build", "data"},
     {"positions", "attention", "cache", "sampling"},
     {"model"},
     {"checkpoint", "optim"},
