@@ -122,9 +122,12 @@ class Transformer(nn.Module):
 
     def _check_ids(self, ids: torch.Tensor, what: str) -> None:
         """Ids outside 0 .. vocab_size - 1 would index a padding row or crash deep inside torch."""
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.config.vocab_size):
-            raise ValueError(f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {int(ids.min())}, "
-                             f"max {int(ids.max())}); encode with the model's own tokenizer")
+        if not ids.numel():
+            return
+        low, high = (int(v) for v in torch.aminmax(ids))  # one pass over the ids
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {low}, max {high}); "
+                             f"encode with the model's own tokenizer")
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token: 6N for the matmuls forward and backward, plus 12·L·C·T for
@@ -140,7 +143,9 @@ class Transformer(nn.Module):
         """
         if idx.dim() != 2:
             raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
-        if not torch.compiler.is_compiling() and idx.device.type == "cpu":  # a GPU check would wait for the device
+        # on the CPU only (a GPU check would wait for the device), and not while decoding with a
+        # cache, where the ids come from the sampler and every token would pay for the check
+        if cache is None and idx.device.type == "cpu" and not torch.compiler.is_compiling():
             self._check_ids(idx, "idx")
             if targets is not None:
                 self._check_ids(targets[targets != -100], "targets")
