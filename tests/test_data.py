@@ -410,3 +410,13 @@ def test_shakespeare_default_source():
     assert len(seconds) == 2, log  # both timings are printed: BPE training, then tokenizing
     again = Log()
     assert prepare_data(DataConfig(), log=again).path == data.path and again.has("reusing")
+
+
+def test_bytes_per_token_counted_from_the_files(small, tmp_path):
+    docs = [p.read_text(encoding="utf-8") for p in sorted((tmp_path / "c").iterdir())]
+    splits = small.meta["splits"]
+    assert splits["train"]["bytes"] + splits["val"]["bytes"] == sum(len(d.encode("utf-8")) for d in docs)
+    val_ids = np.asarray(small.tokens("val")).tolist()
+    val_docs = [d for d in docs if small.tokenizer.encode(d) == val_ids]
+    assert len(val_docs) == 1  # one whole document went to val
+    assert small.bytes_per_token("val") == pytest.approx(len(val_docs[0].encode("utf-8")) / len(val_ids))
