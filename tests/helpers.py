@@ -30,3 +30,11 @@ def tiny_config(out_dir, corpus_dir, *overrides) -> minitf.Config:
         "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.max_steps=8",
         "train.eval_every=4", "train.ckpt_every=4", "train.eval_batches=2", "train.log_every=2",
         "train.warmup_steps=2", *overrides])
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that a test sends Ctrl-C: a process started in the background (as a
+    CI runner may start this suite) inherits SIGINT ignored, and Python then keeps it ignored."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -223,11 +223,12 @@ def test_train_leaves_the_callers_random_state_alone(tmp_path, corpus):
 
     torch.manual_seed(123), random.seed(123), np.random.seed(123)
     expected = torch.rand(3), random.random(), np.random.rand()
+    handler = signal.getsignal(signal.SIGINT)
     torch.manual_seed(123), random.seed(123), np.random.seed(123)
     minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
     assert torch.equal(torch.rand(3), expected[0]) and random.random() == expected[1]
     assert np.random.rand() == expected[2]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is handler  # the stop flag's handler is gone again
 
 
 def test_run_name_names_the_directory_when_out_dir_is_not_set():

@@ -24,7 +24,7 @@ from minitf.explore import STATIC
 from minitf.explore_api import MAX_GENERATIONS
 from minitf.generate import generate_tokens, sample_settings
 
-from .helpers import ROOT
+from .helpers import ROOT, default_sigint
 
 
 @pytest.fixture
@@ -245,7 +245,7 @@ def test_script_mistakes_are_one_line_and_exit_2(tmp_path, tiny_run):
 
 def test_script_serves_until_ctrl_c_and_warns_off_loopback(tiny_run):
     p = subprocess.Popen([sys.executable, "scripts/explore.py", "--run", str(tiny_run), "--port", "0", "--host", "0.0.0.0"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     try:
         line = p.stdout.readline()
         port = int(re.search(r"http://0\.0\.0\.0:(\d+)/", line)[1])

@@ -1,6 +1,7 @@
 """What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
 settings, corrupt files and library misuse. Each gives the right behaviour or one clear line."""
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from minitf import checkpoint as ckpt
 from minitf.config import ConfigError, MinitfError, load_config
 from minitf.optim import lr_at
 
-from .helpers import ROOT, tiny_config
+from .helpers import ROOT, default_sigint, tiny_config
 
 QUIET = dict(log=lambda *a: None)
 
@@ -95,11 +96,14 @@ def test_resuming_a_finished_run_does_not_step(tmp_path, corpus):
 def _start_long_run(run, corpus):
     proc = subprocess.Popen([sys.executable, *tiny_args(run, corpus, "train.max_steps=100000", "train.ckpt_every=1000",
                                                         "train.eval_every=1000")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (run / "config.yaml").is_file():  # written once training starts
-        time.sleep(0.1)
-    time.sleep(1.5)  # well into the training loop
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
+    # wait until the progress bar shows steps: the loop, and its signal handlers, are running
+    err, deadline = b"", time.time() + 120
+    while b"step/s" not in err:
+        assert time.time() < deadline and proc.poll() is None, err[-500:]
+        if select.select([proc.stderr], [], [], 0.5)[0]:
+            err += os.read(proc.stderr.fileno(), 4096)
     return proc
 
 
