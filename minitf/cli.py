@@ -1,7 +1,10 @@
 """What the scripts share: user mistakes become one line on stderr and a non-zero exit code."""
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from .config import MinitfError
@@ -11,6 +14,7 @@ def run_main(main) -> None:
     """Run main(); a MinitfError prints 'error: ...' and exits 2, Ctrl-C exits 130. No tracebacks."""
     try:
         main()
+        _quiet_late_ctrl_c()
     except MinitfError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
@@ -19,6 +23,18 @@ def run_main(main) -> None:
         sys.exit(130)
     except BrokenPipeError:  # e.g. piped into head
         sys.exit(0)
+
+
+def _quiet_late_ctrl_c() -> None:
+    """main() has returned, but a second Ctrl-C may still come while the interpreter shuts down
+    (torch's exit handlers take a moment): end then with 'interrupted' and 130, not a traceback."""
+    def abort(*_):
+        print("interrupted", file=sys.stderr)
+        os._exit(130)
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is \
+            signal.default_int_handler:
+        signal.signal(signal.SIGINT, abort)
 
 
 def newest_run(root: str | Path = "runs") -> Path:

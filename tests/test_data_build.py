@@ -80,8 +80,11 @@ def test_many_documents_in_tiny_chunks_and_processes_equal_the_whole(tmp_path, m
 def children(pid: int) -> set[int]:
     out = set()
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as f:
-            out |= {int(c) for c in f.read().split()}
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out |= {int(c) for c in f.read().split()}
+        except FileNotFoundError:  # a thread that ended between the listing and the read
+            pass
     return out
 
 
