@@ -14,9 +14,8 @@ import threading
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
-from .checkpoint import BEST, WEIGHTS, load_run, read_metrics
+from .checkpoint import BEST, WEIGHTS, load_run, read_metrics, weights_step
 from .config import MinitfError
 from .generate import prompt_ids, sample_settings, stream_tokens
 from .inspection import Inspection, inspect, token_label
@@ -51,9 +50,7 @@ class Explorer:
         self.run_dir, self.best = Path(run_dir), best
         self.model, self.tok, self.cfg = load_run(run_dir, best=best, device=device)
         self.checkpoint = self.run_dir / (BEST if best else WEIGHTS)
-        with safe_open(str(self.checkpoint), "pt") as f:  # read now: a trainer may write a newer one later
-            step = (f.metadata() or {}).get("step")
-        self.step = int(step) if step is not None else None
+        self.step = weights_step(self.checkpoint)  # read now: a trainer may write a newer one later
         self.slots = threading.BoundedSemaphore(MAX_GENERATIONS)
 
     def run_info(self) -> dict:

@@ -21,7 +21,7 @@ TEXTS = ["ROMEO: O love, sweet night!", "JULIET:\n\tgentle <|endoftext|> fair", 
 @pytest.fixture
 def tf(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # everything here is local; never try the network
-    return pytest.importorskip("transformers", reason="transformers is not installed (pip install 'minitf[hf]')")
+    return pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
 
 
 def random_gpt2(tf, activation="gelu_new", vocab_size=300, tied=True):

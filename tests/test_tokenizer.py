@@ -102,7 +102,7 @@ def test_save_and_load_as_tokenizer_json(tok, tmp_path):
 
 
 def test_transformers_can_load_it(tok, tmp_path):
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install 'minitf[hf]')")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
     tok.save(tmp_path / "tokenizer.json")
     fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
     for s in HARD:
