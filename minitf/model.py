@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from .attention import CausalSelfAttention
 from .config import ConfigError, ModelConfig
@@ -84,6 +85,9 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg.vocab_size), bias=False)
+        # recompute each block's activations in backward instead of keeping them (less memory,
+        # about one more forward pass of compute); set by training, off for everything else
+        self.checkpoint_blocks = False
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.init_weights()
@@ -160,7 +164,10 @@ class Transformer(nn.Module):
             x = x + self.wpe(T, offset)  # (B, T, C) + (T, C)
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
+            if self.checkpoint_blocks and self.training and cache is None and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, self.rope, None, i, use_reentrant=False)
+            else:
+                x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
         x = self.ln_f(x)

@@ -26,6 +26,12 @@ def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device) -> t
                              fused=device.type in ("cuda", "cpu"))
 
 
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set this step's learning rate: lr times each group's lr_scale (1 unless the group says)."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
+
+
 def lr_at(step: int, progress: float, tc: TrainConfig) -> float:
     """Linear warmup over warmup_steps, times a cosine from lr to min_lr over progress 0 -> 1.
 

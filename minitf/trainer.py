@@ -28,7 +28,7 @@ from .config import Config, MinitfError, TrainConfig
 from .data import prepare_data
 from .evaluate import evaluate
 from .model import Transformer
-from .optim import lr_at, make_optimizer, schedule_progress
+from .optim import lr_at, make_optimizer, schedule_progress, set_lr
 from .session import Meter, Session, explain_changes, finished, last_good, restore_checkpoint, save_checkpoint
 from .tokenizer import Tokenizer
 
@@ -150,8 +150,7 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
     Returns (loss, grad norm, elapsed seconds, stop) as agreed by all ranks: one small collective
     keeps every rank's decisions (skip, stop) identical. It is the step's one host sync.
     """
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
+    set_lr(run.optimizer, lr)
     loss_sum, norm = forward_backward(run.model, run.raw_model, run.next_batch, run.optimizer, run.scaler, run.autocast,
                                       run.cfg.train, distributed=run.dist.world > 1)
     host = torch.tensor([run.elapsed(), float(interrupted)], dtype=torch.float64, device=run.device)
