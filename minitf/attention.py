@@ -96,14 +96,18 @@ class CausalSelfAttention(nn.Module):
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.fused = cfg.attention == "sdpa"
+        self.qk_norm = cfg.qk_norm
 
     def qkv(self, x: torch.Tensor, rope=None, offset=0):
-        """Queries, keys and values of every head, (B, H, T, D) each; rotated by rope if given."""
+        """Queries, keys and values of every head, (B, H, T, D) each; q and k RMS-normalised per
+        head when model.qk_norm, then rotated by rope if given."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        if self.qk_norm:  # unit-RMS rows bound every score, so no logit can run away with one head
+            q, k = F.rms_norm(q, (self.head_dim,)), F.rms_norm(k, (self.head_dim,))
         if rope is not None:
             q, k = rope(q, offset), rope(k, offset)
         return q, k, v

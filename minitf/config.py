@@ -115,7 +115,7 @@ class DataConfig(_Section):
 class ModelConfig(_Section):
     _section = "model"
     _choices = {"positions": ("learned", "sinusoidal", "rope"), "attention": ("sdpa", "reference"),
-                "norm": ("layernorm", "rmsnorm"), "ffn": ("gelu", "swiglu"), "gelu": ("tanh", "exact")}
+                "norm": ("layernorm", "rmsnorm"), "ffn": ("gelu", "swiglu", "relu2"), "gelu": ("tanh", "exact")}
     vocab_size: int | None = None       # set from the tokenizer, not from the file
     block_size: int = 256
     n_layer: int = 4
@@ -128,11 +128,13 @@ class ModelConfig(_Section):
     gelu: str = "tanh"                  # tanh approximation, as GPT-2
     dropout: float = 0.0
     bias: bool = True
-    tie_embeddings: bool = True
+    tie_embeddings: bool = True         # false: a separate LM head, initialised to zero
     rope_base: float = 10000.0
+    qk_norm: bool = False               # RMS-normalise each head's queries and keys before q @ k^T
+    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap); None = off
 
     def validate(self) -> None:
-        self._positive("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "rope_base")
+        self._positive("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "rope_base", "logit_softcap")
         if self.n_embd % self.n_head:
             raise ConfigError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
         if self.positions == "rope" and (self.n_embd // self.n_head) % 2:

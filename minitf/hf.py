@@ -21,7 +21,7 @@ from .tokenizer import EOT, Tokenizer
 
 # what GPT-2 is; any other value of these keys has no GPT-2 form
 GPT2_SETTINGS = {"positions": "learned", "norm": "layernorm", "ffn": "gelu", "gelu": "tanh", "bias": True,
-                 "tie_embeddings": True}
+                 "tie_embeddings": True, "qk_norm": False, "logit_softcap": None}
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # HF activation names -> model.gelu; gelu_new, gelu_fast and gelu_pytorch_tanh are one formula
 HF_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
@@ -38,7 +38,7 @@ def _transformers():
 
 
 def _yaml(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_gpt2_compatible(cfg: ModelConfig) -> None:

@@ -86,7 +86,7 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
             steps["ffn_out"] = blk.mlp(blk.ln_2(x))  # (1, T, C)
             x = x + steps["ffn_out"]
             layers.append(LayerSteps(**{name: _one(t) for name, t in steps.items()}))
-        logits = model.lm_head(model.ln_f(x))[..., : model.config.vocab_size]  # (1, T, V)
+        logits = model.logits(x)  # (1, T, V)
     finally:
         model.train(was_training)
     return Inspection(ids=ids, tokens=[tokenizer.decode([i]) for i in ids], embeddings=_one(embeddings),

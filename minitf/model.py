@@ -30,8 +30,15 @@ def swiglu_hidden(n_embd: int) -> int:
     return max(64, 64 * round(8 * n_embd / 3 / 64))
 
 
+class ReLU2(nn.Module):
+    """relu(x)^2: as cheap as relu, smooth at zero from one side, and sparse (modded-nanogpt)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x).square()
+
+
 class FeedForward(nn.Module):
-    """Position-wise MLP: gelu (d -> 4d -> d) or swiglu (silu(x W_gate) * (x W_up) -> d)."""
+    """Position-wise MLP: gelu or relu2 (d -> 4d -> d), or swiglu (silu(x W_gate) * (x W_up) -> d)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -40,7 +47,10 @@ class FeedForward(nn.Module):
         # swiglu's gate and up projections are fused in one matrix, split after the matmul
         self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if self.swiglu else hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
-        self.act = None if self.swiglu else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
+        if cfg.ffn == "relu2":
+            self.act = ReLU2()
+        else:
+            self.act = None if self.swiglu else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -102,6 +112,8 @@ class Transformer(nn.Module):
           with depth; each block adds two such terms.
         - Biases: zero. Norm weights: one (their modules' own reset).
         - Embedding rows past vocab_size (padding): zero; they are never fed or predicted.
+        - An untied LM head: zero, so every token starts equally likely and the first steps
+          train the head from the features instead of undoing a random projection.
         """
         resid_std = 0.02 / math.sqrt(2 * self.config.n_layer)
         for name, p in self.named_parameters():
@@ -115,6 +127,8 @@ class Transformer(nn.Module):
             if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
                 m.reset_parameters()
         self.wte.weight[self.config.vocab_size :].zero_()
+        if not self.config.tie_embeddings:
+            self.lm_head.weight.zero_()
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; by default without position embeddings (as nanoGPT counts), since
@@ -138,6 +152,15 @@ class Transformer(nn.Module):
         attention's scores and weighted sum."""
         c = self.config
         return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's output (B, T, C) -> logits (B, T, vocab_size): final norm, LM head,
+        and the soft cap when model.logit_softcap is set (padding rows are never predicted)."""
+        logits = self.lm_head(self.ln_f(x))[..., : self.config.vocab_size]  # (B, T, V)
+        cap = self.config.logit_softcap
+        if cap is not None:  # smooth clip to (-cap, cap): confident logits cannot grow without bound
+            logits = cap * torch.tanh(logits.float() / cap)
+        return logits
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None):
         """idx (B, T) token ids -> (logits (B, T, vocab_size), loss or None).
@@ -170,8 +193,7 @@ class Transformer(nn.Module):
                 x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
-        x = self.ln_f(x)
-        logits = self.lm_head(x)[..., : self.config.vocab_size]  # (B, T, V): padding never predicted
+        logits = self.logits(x)  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),

@@ -39,6 +39,16 @@ def test_greedy_cache_equals_no_cache_past_block_size(positions, norm, ffn):
     assert len(set(cached[0].tolist())) > 3  # not a degenerate constant stream
 
 
+@pytest.mark.parametrize("options", [dict(qk_norm=True, positions="rope"), dict(ffn="relu2"),
+                                     dict(logit_softcap=3.0, tie_embeddings=False)])
+def test_greedy_cache_equals_no_cache_with_options(options):
+    m = model_for(**options)
+    prompt = [5, 17, 3, 44, 2]
+    cached = tokens(m, prompt, 40, True, repetition_penalty=1.5)
+    assert cached.tolist() == tokens(m, prompt, 40, False, repetition_penalty=1.5).tolist()
+    assert len(set(cached[0].tolist())) > 3
+
+
 def test_cache_logits_match_full_forward():
     m = model_for(positions="rope")
     x = torch.randint(0, 97, (2, 12))

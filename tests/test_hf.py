@@ -106,6 +106,9 @@ def test_import_untied_head(tf):
     ("bias=false", "model.bias=false has no GPT-2 equivalent; only models with model.bias=true"),
     ("gelu=exact", "model.gelu=exact has no GPT-2 equivalent; only models with model.gelu=tanh"),
     ("tie_embeddings=false", "model.tie_embeddings=false has no GPT-2 equivalent"),
+    ("ffn=relu2", "model.ffn=relu2 has no GPT-2 equivalent"),
+    ("qk_norm=true", "model.qk_norm=true has no GPT-2 equivalent; only models with model.qk_norm=false"),
+    ("logit_softcap=15", "model.logit_softcap=15.0 has no GPT-2 equivalent; only models with model.logit_softcap=null"),
 ])
 def test_export_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
     cfg = minitf.load_config(None, ["model.vocab_size=300", "model.n_layer=1", "model.n_embd=32",

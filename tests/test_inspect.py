@@ -78,6 +78,31 @@ def test_pieces_recombine_into_the_models_logits(tok, positions, norm, ffn):
     assert (logits - expected).abs().max() < 1e-4 and expected.std() > 0.1  # not trivially equal
 
 
+@pytest.mark.parametrize("options", [dict(qk_norm=True, positions="rope"), dict(ffn="relu2"),
+                                     dict(logit_softcap=3.0, tie_embeddings=False)])
+def test_pieces_recombine_with_options(tok, options):
+    model = random_model(tok, **options)
+    ins = minitf.inspect(model, tok, TEXT)
+    ids = torch.tensor([tok.encode(TEXT)])
+    with torch.no_grad():
+        x = model.wte(ids)[0] + (model.wpe(ids.size(1)) if model.wpe is not None else 0)  # (T, C)
+        for block, s in zip(model.blocks, ins.layers):
+            if options.get("qk_norm"):  # each head's q and k rows have unit RMS (before rope, which keeps norms)
+                torch.testing.assert_close(s.q.pow(2).mean(-1), torch.ones(2, ids.size(1)), atol=1e-4, rtol=0)
+                torch.testing.assert_close(s.k.pow(2).mean(-1), torch.ones(2, ids.size(1)), atol=1e-4, rtol=0)
+            torch.testing.assert_close(s.weights, torch.softmax(s.masked, dim=-1))
+            torch.testing.assert_close(s.attn_out, block.attn.c_proj(s.heads.transpose(0, 1).reshape(-1, 16)))
+            x = x + s.attn_out
+            x = x + s.ffn_out
+        logits = model.lm_head(model.ln_f(x))[:, : tok.vocab_size]  # (T, V)
+        if options.get("logit_softcap"):
+            logits = 3.0 * torch.tanh(logits / 3.0)
+        expected = model(ids)[0][0]
+    torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ins.logits, expected, atol=1e-4, rtol=1e-4)
+    assert expected.std() > 0.1
+
+
 def test_trained_run_and_training_mode_is_restored(tiny_run):
     model, tok, cfg = minitf.load_run(tiny_run)
     model.train()

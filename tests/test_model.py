@@ -79,6 +79,48 @@ def test_causality(positions, attention, norm, ffn):
     assert (la[:, t + 1:] - lb[:, t + 1:]).abs().max() > 1e-3  # the future did change
 
 
+# the options from modded-nanogpt's speedruns, one at a time and all together
+OPTIONS = [dict(qk_norm=True), dict(ffn="relu2"), dict(logit_softcap=15.0), dict(tie_embeddings=False),
+           dict(qk_norm=True, ffn="relu2", logit_softcap=15.0, tie_embeddings=False, positions="rope", norm="rmsnorm")]
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_causality_with_options(options):
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny(**options)).eval()
+    with torch.no_grad():  # the untied head starts at zero: every logit would be equal
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    a = torch.randint(0, 100, (2, 24))
+    b = a.clone()
+    b[:, 12:] = torch.randint(0, 100, (2, 12))
+    la, lb = m(a)[0], m(b)[0]
+    torch.testing.assert_close(la[:, :12], lb[:, :12], atol=1e-5, rtol=1e-5)
+    assert (la[:, 12:] - lb[:, 12:]).abs().max() > 1e-3
+
+
+def test_option_worked_values():
+    x = torch.tensor([-2.0, -0.5, 0.0, 0.5, 3.0])
+    assert minitf.model.ReLU2()(x).tolist() == [0.0, 0.0, 0.0, 0.25, 9.0]
+    m = minitf.Transformer(tiny(logit_softcap=2.0, tie_embeddings=False)).eval()
+    assert m.lm_head.weight.abs().max() == 0 and m.wte.weight.abs().max() > 0  # untied head starts at zero
+    assert m(torch.tensor([[1, 2, 3]]))[0].abs().max() == 0  # ... so every token starts equally likely
+    with torch.no_grad():
+        m.lm_head.weight.fill_(0.0)
+        m.lm_head.weight[7] = 100.0  # a huge logit for token 7 ...
+    logits = m(torch.tensor([[1, 2, 3]]))[0]
+    assert logits.max() <= 2.0 and logits.min() >= -2.0  # ... is capped at 2 * tanh(.) < 2
+    q = torch.tensor([[[[3.0, 4.0], [0.0, -2.0]]]])  # (B, H, T, D): rms 3.54 and 1.41
+    attn = minitf.model.CausalSelfAttention(minitf.ModelConfig(vocab_size=100, n_embd=2, n_head=1, qk_norm=True))
+    with torch.no_grad():
+        attn.c_attn.weight.copy_(torch.eye(2).repeat(3, 1))
+        attn.c_attn.bias.zero_()
+    qn, kn, v = attn.qkv(q[0].transpose(0, 1).reshape(1, 2, 2))
+    torch.testing.assert_close(qn[0, 0], torch.tensor([[0.8485, 1.1314], [0.0, -1.4142]]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(kn, qn)
+    torch.testing.assert_close(v[0, 0], q[0, 0])  # values are not normalised
+
+
 @pytest.mark.parametrize("positions", ["learned", "rope"])
 def test_learns_one_batch(positions):
     torch.manual_seed(0)
