@@ -151,13 +151,16 @@ class ModelConfig(_Section):
 @dataclass
 class TrainConfig(_Section):
     _section = "train"
-    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16")}
+    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16"), "optimizer": ("adamw", "muon")}
     batch_size: int = 32
     grad_accum: int = 1
     max_steps: int = 2000
     max_seconds: float | None = None    # wall-clock budget; the LR schedule then follows elapsed time
+    optimizer: str = "adamw"            # muon: Muon for the blocks' matrices, AdamW (lr) for the rest
     lr: float = 1e-3
-    min_lr: float = 1e-4
+    min_lr: float = 1e-4                # the schedule's floor; Muon's follows in proportion
+    muon_lr: float = 0.02               # Muon's peak LR (train.optimizer=muon)
+    muon_momentum: float = 0.95
     warmup_steps: int = 100
     weight_decay: float = 0.1
     beta1: float = 0.9
@@ -172,13 +175,13 @@ class TrainConfig(_Section):
     max_bad_steps: int = 10             # non-finite steps in a row before training stops
 
     def validate(self) -> None:
-        self._positive("batch_size", "grad_accum", "max_steps", "max_seconds", "lr", "eval_every",
+        self._positive("batch_size", "grad_accum", "max_steps", "max_seconds", "lr", "muon_lr", "eval_every",
                        "eval_batches", "ckpt_every", "log_every", "max_bad_steps")
         if self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr must be in [0, train.lr={self.lr}], got {self.min_lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
             raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
-        for n in ("beta1", "beta2"):
+        for n in ("beta1", "beta2", "muon_momentum"):
             if not 0 <= getattr(self, n) < 1:
                 raise ConfigError(f"train.{n} must be in [0, 1), got {getattr(self, n)}")
 
