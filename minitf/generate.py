@@ -108,8 +108,10 @@ class _TextAssembler:
         self.tok, self.stop = tokenizer, [s for s in stop if s]
         self.pending: list[int] = []  # ids whose bytes do not yet end on a whole character
         self.text, self.emitted, self.done = "", 0, False
+        self.tokens = 0  # ids pushed: the sampled tokens, <|endoftext|> included
 
     def push(self, token: int) -> str:
+        self.tokens += 1
         if token == self.tok.eot_id:
             self.done = True
             return self.flush()
@@ -168,23 +170,29 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
 
 
 def _text_steps(model, tokenizer, prompt: str, settings: SampleConfig, stop, num_samples: int,
-                use_cache: bool, compile: bool):
-    """Yield, per step, the new text of every sample (until all samples are done)."""
+                use_cache: bool, compile: bool, info: dict | None = None):
+    """Yield, per step, the new text of every sample (until all samples are done); info, when
+    given, gets "tokens": how many tokens each sample drew (re-encoding its text can differ)."""
     if num_samples < 1:
         raise ConfigError(f"num_samples must be at least 1, got {num_samples}")
     check_tokenizer(model, tokenizer)
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     stop = [stop] if isinstance(stop, str) else list(stop or [])
     texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
-    for nxt in generate_tokens(model, ids, settings, num_samples, use_cache, compile):
-        yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]
-        if all(t.done for t in texts):
-            return
-    yield [t.flush() for t in texts]
+    try:
+        for nxt in generate_tokens(model, ids, settings, num_samples, use_cache, compile):
+            yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]
+            if all(t.done for t in texts):
+                return
+        yield [t.flush() for t in texts]
+    finally:
+        if info is not None:
+            info["tokens"] = [t.tokens for t in texts]
 
 
 def generate(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, stop=None,
-             num_samples: int = 1, use_cache: bool = True, compile: bool = False, **overrides):
+             num_samples: int = 1, use_cache: bool = True, compile: bool = False, info: dict | None = None,
+             **overrides):
     """The text that follows `prompt` (not including it); a list of num_samples texts when > 1.
 
     settings: a SampleConfig (default: SampleConfig()); keyword overrides of its fields
@@ -192,20 +200,21 @@ def generate(model, tokenizer, prompt: str = "", settings: SampleConfig | None =
     generate(model, tok, "ROMEO:", max_new_tokens=100, temperature=0.8, top_k=50, seed=0).
     Generation ends at max_new_tokens, at <|endoftext|>, or as soon as the text contains a stop
     string (the text before it is returned). An empty prompt starts a new document.
-    compile=True: a torch.compile'd decode step, see generate_tokens.
+    compile=True: a torch.compile'd decode step, see generate_tokens. info: a dict that gets
+    "tokens", the number of tokens each sample drew.
     """
     settings = sample_settings(settings, **overrides)
     out = [""] * num_samples
-    for step in _text_steps(model, tokenizer, prompt, settings, stop, num_samples, use_cache, compile):
+    for step in _text_steps(model, tokenizer, prompt, settings, stop, num_samples, use_cache, compile, info):
         out = [o + p for o, p in zip(out, step)]
     return out[0] if num_samples == 1 else out
 
 
 def stream(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, stop=None,
-           use_cache: bool = True, compile: bool = False, **overrides):
+           use_cache: bool = True, compile: bool = False, info: dict | None = None, **overrides):
     """Like generate, but yields text pieces as they are decoded, never half a character."""
     settings = sample_settings(settings, **overrides)
-    for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile):
+    for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile, info):
         if step[0]:
             yield step[0]
 

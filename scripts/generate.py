@@ -56,25 +56,25 @@ def main() -> None:
     prompt = settings.prompt if prompt is None else prompt
     typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
     for prompt in stdin_prompts() if args.interactive else [prompt]:
-        t0 = time.time()
+        t0, info = time.time(), {}
         echo = "" if typed else prompt
         if args.stream and args.num_samples == 1:
             print(echo, end="", flush=True)
             text = ""
-            for piece in stream(model, tok, prompt, settings, **opts):
+            for piece in stream(model, tok, prompt, settings, info=info, **opts):
                 print(piece, end="", flush=True)
                 text += piece
             print()
             texts = [text]
         else:
-            texts = generate(model, tok, prompt, settings, num_samples=args.num_samples, **opts)
+            texts = generate(model, tok, prompt, settings, num_samples=args.num_samples, info=info, **opts)
             texts = [texts] if args.num_samples == 1 else texts
             for i, text in enumerate(texts):
                 if args.num_samples > 1:
                     print(f"---------- sample {i + 1} ----------")
                 print(echo + text)
         if args.verbose:
-            n = sum(len(tok.encode(t)) for t in texts)  # re-encoded: within a token or two of the sampled count
+            n = sum(info["tokens"])  # as sampled (re-encoding the text can merge or split tokens)
             print(f"[{n} tokens in {time.time() - t0:.2f}s: {n / (time.time() - t0):.1f} tokens/s]", file=sys.stderr)
 
 

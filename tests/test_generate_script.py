@@ -6,6 +6,7 @@ import sys
 import pytest
 
 import minitf
+from minitf.generate import stream_tokens
 from .helpers import ROOT
 
 
@@ -34,6 +35,24 @@ def test_stop_strings_and_empty_prompt(tiny_run):
     cut = minitf.generate(model, tok, "", max_new_tokens=60, temperature=0, stop=[stop])
     assert cut == full[: full.find(stop)]
     assert "".join(minitf.stream(model, tok, "", max_new_tokens=60, temperature=0, stop=stop)) == cut
+
+
+def test_token_counts_are_the_sampled_tokens(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    for settings in (dict(temperature=0), dict(temperature=1.0, top_k=None, seed=3)):
+        drawn = len(list(stream_tokens(model, tok, "ROMEO:", max_new_tokens=40, **settings)))
+        info = {}
+        text = minitf.generate(model, tok, "ROMEO:", max_new_tokens=40, info=info, **settings)
+        assert info["tokens"] == [drawn] and 0 < drawn <= 40
+        assert "".join(minitf.stream(model, tok, "ROMEO:", max_new_tokens=40, info=info, **settings)) == text
+        assert info["tokens"] == [drawn]
+    info = {}
+    minitf.generate(model, tok, "ROMEO:", max_new_tokens=7, num_samples=3, seed=0, info=info)
+    assert len(info["tokens"]) == 3 and all(0 < n <= 7 for n in info["tokens"])
+    r = gen("--run", str(tiny_run), "--prompt", "ROMEO:", "--temperature", "0", "--max-new-tokens", "40",
+            "--verbose")
+    drawn = len(list(stream_tokens(model, tok, "ROMEO:", max_new_tokens=40, temperature=0)))
+    assert r.returncode == 0 and f"[{drawn} tokens in " in r.stderr, r.stderr
 
 
 def test_script_defaults_to_newest_run(tiny_run, tmp_path):
