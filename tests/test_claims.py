@@ -348,12 +348,31 @@ def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch)
     figures = []
     monkeypatch.setattr(plotting, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
     plotting.plot_runs([tiny_run, other], tmp_path / "both.png")
-    ax_loss, ax_bpb = figures[0].axes
+    ax_loss, ax_bpb, ax_lr = figures[0].axes
     lines = {line.get_label(): line for line in ax_loss.get_lines()}
     assert set(lines) == {"tiny train", "tiny val", "other train", "other val"}
     assert list(lines["other val"].get_ydata()) == [r["val_loss"] for r in rows]
     assert list(lines["tiny val"].get_ydata()) == [r["val_loss"] for r in ckpt.read_metrics(tiny_run)]
     assert [line.get_label() for line in ax_bpb.get_lines()] == ["tiny", "other"]
+    assert [line.get_label() for line in ax_lr.get_lines()] == ["tiny", "other"]
+
+
+def test_curves_against_seconds_and_a_single_evaluation(tmp_path, tiny_run, monkeypatch):
+    import minitf.plotting as plotting
+
+    one = tmp_path / "one"
+    shutil.copytree(tiny_run, one)
+    rows = ckpt.read_metrics(one)[:1]
+    (one / "metrics.jsonl").write_text(__import__("json").dumps(rows[0]) + "\n")
+    (one / "steps.jsonl").unlink(missing_ok=True)
+    figures = []
+    monkeypatch.setattr(plotting, "save_figure", lambda fig, path, **kw: figures.append(fig) or path)
+    plotting.plot_runs([one], tmp_path / "one.png", x="seconds")
+    ax_loss, ax_bpb, ax_lr = figures[0].axes
+    (bpb,) = ax_bpb.get_lines()
+    assert list(bpb.get_xdata()) == [rows[0]["elapsed_s"]] and bpb.get_marker() == "o"  # a point, not nothing
+    assert list(ax_lr.get_lines()[0].get_ydata()) == [rows[0]["lr"]]
+    assert "seconds" in ax_bpb.get_xlabel()
 
 
 def test_skipped_steps_are_not_applied(tmp_path, corpus, monkeypatch):
