@@ -3,8 +3,8 @@
     cfg = minitf.load_config("configs/shakespeare.yaml", overrides=["model.n_layer=2"])
     minitf.train(cfg)
     model, tok, cfg = minitf.load_run("runs/shakespeare")
-    print(minitf.generate(model, tok, "ROMEO:", max_new_tokens=100))
-    steps = minitf.inspect(model, tok, "ROMEO: O")     # Q, K, V, scores, weights of every head
+    print(minitf.generate(model, tok, "Romeo.\\n", max_new_tokens=100))
+    steps = minitf.inspect(model, tok, "Romeo. O")     # Q, K, V, scores, weights of every head
 """
 from . import attention
 from .checkpoint import load_run

@@ -189,7 +189,7 @@ class TrainConfig(_Section):
 @dataclass
 class SampleConfig(_Section):
     _section = "sample"
-    prompt: str = "ROMEO:"
+    prompt: str = "Romeo.\n"            # how this corpus writes a speaker: the name, a full stop, a new line
     max_new_tokens: int = 300
     temperature: float = 0.8            # 0 = greedy
     top_k: int | None = 50

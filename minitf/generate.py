@@ -197,7 +197,7 @@ def generate(model, tokenizer, prompt: str = "", settings: SampleConfig | None =
 
     settings: a SampleConfig (default: SampleConfig()); keyword overrides of its fields
     (max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed) apply on top, e.g.
-    generate(model, tok, "ROMEO:", max_new_tokens=100, temperature=0.8, top_k=50, seed=0).
+    generate(model, tok, "Romeo.\\n", max_new_tokens=100, temperature=0.8, top_k=50, seed=0).
     Generation ends at max_new_tokens, at <|endoftext|>, or as soon as the text contains a stop
     string (the text before it is returned). An empty prompt starts a new document.
     compile=True: a torch.compile'd decode step, see generate_tokens. info: a dict that gets

@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn as nn
 
+from . import runtime
 from .config import TrainConfig
 
 
@@ -19,8 +20,9 @@ def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):
     # biases are not such maps (an embedding row is a lookup, not a matrix product), so AdamW keeps them.
     hidden = {id(p) for name, p in model.named_parameters() if name.startswith("blocks.") and p.dim() == 2}
     matrices = [p for p in params if id(p) in hidden]
-    muon = torch.optim.Muon([{"params": matrices, "lr_scale": tc.muon_lr / tc.lr}], lr=tc.muon_lr,
-                            weight_decay=tc.weight_decay, momentum=tc.muon_momentum)
+    ns_dtype = "bfloat16" if device.type == "cuda" or runtime.cpu_has_native_bf16() else "float32"
+    muon = Muon([{"params": matrices, "lr_scale": tc.muon_lr / tc.lr}], lr=tc.muon_lr,
+                weight_decay=tc.weight_decay, momentum=tc.muon_momentum, ns_dtype=ns_dtype)
     return Optimizers(adamw=_adamw(model, [p for p in params if id(p) not in hidden], tc, device), muon=muon)
 
 
@@ -38,6 +40,51 @@ def _adamw(model: nn.Module, params: list, tc: TrainConfig, device: torch.device
     # the fused kernel updates all tensors in one pass instead of one small kernel per tensor
     return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2),
                              fused=device.type in ("cuda", "cpu"))
+
+
+def orthogonalise(g: torch.Tensor, dtype: torch.dtype, steps: int = 5) -> torch.Tensor:
+    """Newton-Schulz iteration: a matrix with g's singular vectors whose singular values are pushed
+    toward 1. The quintic's coefficients (Keller Jordan's) make small values grow fast, at the price
+    of landing in about 0.5 .. 1.5 instead of exactly 1, which trains as well."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g.to(dtype)
+    tall = g.size(0) > g.size(1)
+    if tall:  # iterate on the wide form, so the Gram matrix is the smaller one
+        x = x.T
+    x = x / x.norm().clamp(min=1e-7)  # spectral norm <= Frobenius norm = 1: inside the iteration's range
+    for _ in range(steps):
+        gram = x @ x.T  # (r, r), r = the smaller side
+        poly = torch.addmm(gram, gram, gram, beta=b, alpha=c)  # b*G + c*G^2
+        x = torch.addmm(x, poly, x, beta=a)  # a*x + (b*G + c*G^2) @ x
+    return x.T if tall else x
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon: Nesterov momentum whose update of each 2-D matrix is orthogonalised (all its
+    directions move by about the same amount), scaled by sqrt(max(1, rows / cols)), with decoupled
+    weight decay. The rule of torch.optim.Muon (tests/test_optim.py checks that the steps are equal),
+    except that the Newton-Schulz matmuls run in ns_dtype: torch's always uses bfloat16, which a
+    CPU without native bfloat16 multiplies several times slower than float32."""
+
+    def __init__(self, params, lr: float, weight_decay: float = 0.0, momentum: float = 0.95,
+                 ns_dtype: str = "bfloat16"):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum,
+                                  "ns_dtype": ns_dtype})
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for group in self.param_groups:
+            lr, beta = group["lr"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if "momentum_buffer" not in self.state[p]:
+                    self.state[p]["momentum_buffer"] = torch.zeros_like(p.grad)
+                buf = self.state[p]["momentum_buffer"]
+                buf.lerp_(p.grad, 1 - beta)  # buf = beta * buf + (1 - beta) * grad
+                update = orthogonalise(p.grad.lerp(buf, beta), getattr(torch, group["ns_dtype"]))  # Nesterov
+                p.mul_(1 - lr * group["weight_decay"])
+                p.add_(update.to(p.dtype), alpha=-lr * max(1.0, p.size(0) / p.size(1)) ** 0.5)
 
 
 class Optimizers:

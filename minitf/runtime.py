@@ -64,6 +64,17 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (x86 AVX512-BF16 or AMX, from the kernel's
+    flags); elsewhere bfloat16 is converted to float32 and back around every operation."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:  # not Linux: assume not
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def autocast_for(dtype: torch.dtype, device: torch.device):
     """Mixed precision for dtypes below float32; float32 runs as it is."""
     return torch.autocast(device.type, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()

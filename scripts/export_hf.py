@@ -1,7 +1,7 @@
 """Write a trained run as a Hugging Face GPT-2 directory (needs the hf extra: pip install -e '.[hf]').
 
     python scripts/export_hf.py --run runs/shakespeare --out hf/shakespeare
-    python -c "from transformers import pipeline; print(pipeline('text-generation', 'hf/shakespeare')('ROMEO:'))"
+    python -c "from transformers import pipeline; print(pipeline('text-generation', 'hf/shakespeare')('Romeo.\\n'))"
 
 Only models GPT-2 can express export: positions=learned, norm=layernorm, ffn=gelu, gelu=tanh,
 bias=true, tie_embeddings=true. Anything else is refused with the setting named.

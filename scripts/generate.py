@@ -1,7 +1,7 @@
 """Sample text from a trained run (the newest under runs/ unless --run is given).
 
     python scripts/generate.py
-    python scripts/generate.py --run runs/shakespeare --prompt "JULIET:" --max-new-tokens 200 --stream
+    python scripts/generate.py --run runs/shakespeare --prompt $'Juliet.\n' --max-new-tokens 200 --stream
     python scripts/generate.py --temperature 0 --num-samples 1        # greedy
     echo "To be" | python scripts/generate.py --interactive           # one prompt per input line
     python scripts/generate.py --prompt-file scene.txt                # a long, multi-line prompt

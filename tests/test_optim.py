@@ -27,6 +27,7 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
     names = {id(p): n for n, p in m.named_parameters()}
     muon = sorted(names[id(p)] for g in opt.named["muon"].param_groups for p in g["params"])
     adamw = sorted(names[id(p)] for g in opt.named["adamw"].param_groups for p in g["params"])
+    assert opt.named["muon"].param_groups[0]["ns_dtype"] in ("float32", "bfloat16")
     assert muon == sorted(f"blocks.{i}.{w}.weight" for i in range(2)
                           for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
     assert "wte.weight" in adamw and "lm_head.weight" in adamw and "wpe.wpe.weight" in adamw
@@ -54,6 +55,27 @@ def test_a_muon_step_is_an_orthogonalised_update():
     assert (s > 0.5).float().mean() > 0.9 and s.max() < 1.6
     assert torch.linalg.svdvals(grad).max() / torch.linalg.svdvals(grad).min() > 5  # the raw gradient is not
     assert (update * grad).sum() > 0  # a descent direction
+
+
+def test_muon_steps_equal_torch_muon():
+    """minitf's Muon with bfloat16 Newton-Schulz is torch.optim.Muon's rule: the same weights
+    after three steps with momentum and weight decay, on a tall and a wide matrix."""
+    torch.manual_seed(0)
+    mine = [torch.randn(48, 16), torch.randn(16, 40)]
+    theirs = [w.clone() for w in mine]
+    opt_a = optim.Muon(mine, lr=0.02, weight_decay=0.1, momentum=0.9, ns_dtype="bfloat16")
+    opt_b = torch.optim.Muon(theirs, lr=0.02, weight_decay=0.1, momentum=0.9)
+    for _ in range(3):
+        grads = [torch.randn_like(w) for w in mine]
+        for ws, opt in ((mine, opt_a), (theirs, opt_b)):
+            for w, g in zip(ws, grads):
+                w.grad = g.clone()
+            opt.step()
+    for a, b in zip(mine, theirs):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    # float32 Newton-Schulz (on CPUs without native bfloat16) gives about the same matrix
+    diff = optim.orthogonalise(grads[0], torch.float32) - optim.orthogonalise(grads[0], torch.bfloat16).float()
+    assert 0 < diff.abs().max() < 0.05
 
 
 def test_muon_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
