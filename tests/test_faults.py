@@ -133,8 +133,12 @@ def test_a_second_signal_aborts(tmp_path, corpus):
     time.sleep(0.1)  # two presses; sent together, Python would run the handler once for both
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    assert "interrupted" in err
-    assert proc.returncode == 130
+    assert "Traceback" not in err
+    # a tiny run may finish its last step within the 0.1 s: the second signal then lands while the
+    # interpreter shuts down, where Python has put SIGINT's default action back and the process
+    # dies of it (-2, which a shell reports as 130, as for the 'interrupted' exit)
+    assert ("interrupted" in err and proc.returncode == 130) or proc.returncode == -signal.SIGINT, \
+        (proc.returncode, err[-500:])
 
 
 # ------------------------------------------------------------------ one consistent checkpoint

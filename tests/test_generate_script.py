@@ -59,7 +59,7 @@ def test_script_defaults_to_newest_run(tiny_run, tmp_path):
     shutil.copytree(tiny_run, tmp_path / "runs" / "tiny")
     r = gen("--max-new-tokens", "20", "--seed", "0", "--verbose", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("ROMEO:") and "tokens/s" in r.stderr
+    assert r.stdout.startswith("Romeo.\n") and "tokens/s" in r.stderr  # the config's prompt, as the corpus writes it
     r = gen("--run", str(tiny_run), "--prompt", "JULIET:", "--stream", "--temperature", "0",
             "--max-new-tokens", "15")
     assert r.returncode == 0 and r.stdout.startswith("JULIET:")
