@@ -146,3 +146,36 @@ def from_hf_gpt2(path_or_model) -> Transformer:
             else:
                 p.copy_(src)
     return model.eval()
+
+
+def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
+    """(model, tokenizer) from a local Hugging Face GPT-2 directory, to fine-tune from
+    (run.init_from). Nothing is downloaded: fetch a hub model with your own tools first.
+
+    The tokenizer is the directory's tokenizer.json, or GPT-2's classic vocab.json + merges.txt
+    (what GPT2Tokenizer.save_pretrained writes), read as the byte-level BPE they describe.
+    """
+    where = Path(path)
+    if not where.is_dir():
+        raise MinitfError(f"run.init_from={str(path)!r} is not a directory; pass a local Hugging Face GPT-2 "
+                          f"directory (config.json, model weights, tokenizer files)")
+    model = from_hf_gpt2(where)
+    if (where / "tokenizer.json").is_file():
+        tokenizer = Tokenizer.load(where / "tokenizer.json")
+    elif (where / "vocab.json").is_file() and (where / "merges.txt").is_file():
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, pre_tokenizers
+
+        backend = HFTokenizer(models.BPE.from_file(str(where / "vocab.json"), str(where / "merges.txt")))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.decoder = decoders.ByteLevel()
+        if backend.token_to_id(EOT) is not None:
+            backend.add_special_tokens([EOT])  # so a literal <|endoftext|> in text is the separator, as in GPT-2
+        tokenizer = Tokenizer(backend)
+    else:
+        raise MinitfError(f"{where} holds no tokenizer (tokenizer.json, or vocab.json and merges.txt); "
+                          f"save the model's tokenizer into it with save_pretrained")
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise MinitfError(f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
+                          f"{model.config.vocab_size}; save the model's own tokenizer beside it")
+    return model.train(), tokenizer
