@@ -149,7 +149,7 @@ class ModelConfig(_Section):
 @dataclass
 class TrainConfig(_Section):
     _section = "train"
-    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16")}
+    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16"), "parallel": ("ddp", "fsdp")}
     batch_size: int = 32
     grad_accum: int = 1
     max_steps: int = 2000
@@ -168,6 +168,8 @@ class TrainConfig(_Section):
     dtype: str = "auto"
     compile: bool = False
     max_bad_steps: int = 10             # non-finite steps in a row before training stops
+    parallel: str = "ddp"               # under torchrun: ddp copies the model to every process, fsdp shards it
+    activation_checkpointing: bool = False  # recompute each block in backward: less memory, ~1/3 more compute
 
     def validate(self) -> None:
         self._positive("batch_size", "grad_accum", "max_steps", "max_seconds", "lr", "eval_every",
@@ -179,6 +181,8 @@ class TrainConfig(_Section):
         for n in ("beta1", "beta2"):
             if not 0 <= getattr(self, n) < 1:
                 raise ConfigError(f"train.{n} must be in [0, 1), got {getattr(self, n)}")
+        if self.parallel == "fsdp" and self.dtype == "float16":  # its GradScaler does not see the other shards
+            raise ConfigError("train.parallel=fsdp does not support train.dtype=float16; use bfloat16 or float32")
 
 
 @dataclass
