@@ -160,8 +160,9 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
                                       run.cfg.train, distributed=run.dist.world > 1)
     host = torch.tensor([run.elapsed(), float(interrupted)], dtype=torch.float64, device=run.device)
     stats = torch.cat([torch.stack([loss_sum.double(), norm.double()]), host])
-    if run.dist.world > 1:  # the grad norm is the same on all ranks (DDP's all-reduce; FSDP's norm over all
-        # shards): averaging keeps it
+    # the grad norm is the same on every rank (DDP all-reduced the gradients; under FSDP it is the norm
+    # over all shards), so averaging keeps it
+    if run.dist.world > 1:
         dist.all_reduce(stats)
         stats /= run.dist.world
     loss, norm, elapsed, stop_flag = stats.tolist()
