@@ -3,8 +3,8 @@
 DDP keeps a whole copy of the weights, gradients and AdamW state in every process. FSDP2
 (`fully_shard`) keeps 1/world of each: a block's weights are all-gathered just before it runs and
 freed after it, and its gradients are reduce-scattered back to the shards, so only one block is
-whole at a time. One process (no torchrun) trains unsharded, exactly as ddp does, but writes the
-same checkpoint, so a run can move between one process and many.
+whole at a time. One process (no torchrun, or torchrun with one) trains unsharded, exactly as ddp
+does, but writes the same checkpoint, so a run can move between one process and many.
 
 The checkpoint in the run directory:
 
