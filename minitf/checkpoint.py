@@ -1,7 +1,7 @@
 """The run directory: what training writes and what `load_run` reads back.
 
     runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
-                state.pt  metrics.jsonl  loss.png
+                state.pt  metrics.jsonl  loss.png  (train.parallel=fsdp: sharded-<step>/, see parallel.py)
 
 Every file but metrics.jsonl (appended a line at a time) is written to a temporary name in the
 same directory and moved into place with os.replace. A checkpoint is committed by one rename:
@@ -59,22 +59,36 @@ def save_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> 
     """Commit a checkpoint: state.pt (training state + the weights) in one rename, then
     model.safetensors from the same weights for the readers. state["tokenizer"]: its hash."""
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    atomic_write(run_dir / STATE, lambda tmp: torch.save({**state, "step": step, "model": weights}, tmp))
+    write_state(run_dir, {**state, "model": weights}, step)
     save_weights(model, run_dir / WEIGHTS, step, state.get("tokenizer"))
+
+
+def write_state(run_dir: Path, state: dict, step: int) -> None:
+    """The commit point: state.pt, written whole or not at all."""
+    atomic_write(run_dir / STATE, lambda tmp: torch.save({**state, "step": step}, tmp))
+
+
+def read_state(run_dir: Path, needs: str = "model") -> dict:
+    """state.pt as a dict (weights_only: nothing is unpickled); `needs` is a key it must hold."""
+    path = run_dir / STATE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not {"step", needs} <= state.keys():
+            raise KeyError(needs)
+    except FileNotFoundError:
+        raise MinitfError(f"{path} not found; start a new run without --resume") from None
+    except Exception as e:  # a truncated or foreign file: torch raises many kinds
+        raise MinitfError(f"{path} is unreadable ({type(e).__name__}); the training state is damaged, "
+                          f"start a new run.out_dir") from None
+    return state
 
 
 def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = True) -> dict:
     """The training state of the last committed checkpoint, its weights loaded into model.
     repair: rewrite model.safetensors from state.pt if it is missing or of another step."""
     path = run_dir / STATE
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        step, weights = state["step"], state["model"]
-    except FileNotFoundError:
-        raise MinitfError(f"{path} not found; start a new run without --resume") from None
-    except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise MinitfError(f"{path} is unreadable ({type(e).__name__}); the training state is damaged, "
-                          f"start a new run.out_dir") from None
+    state = read_state(run_dir)
+    step, weights = state["step"], state["model"]
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
@@ -177,8 +191,8 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
 
 # what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs
 RESUMABLE = ("train.max_steps", "train.max_seconds", "train.eval_every", "train.eval_batches", "train.ckpt_every",
-             "train.log_every", "train.compile", "train.max_bad_steps", "run.device", "run.out_dir", "run.name", "data.num_proc",
-             "sample.")
+             "train.log_every", "train.compile", "train.activation_checkpointing", "train.max_bad_steps", "run.device",
+             "run.out_dir", "run.name", "data.num_proc", "sample.")
 BUDGET = ("train.max_steps", "train.max_seconds")
 
 

@@ -151,7 +151,8 @@ class ModelConfig(_Section):
 @dataclass
 class TrainConfig(_Section):
     _section = "train"
-    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16"), "optimizer": ("adamw", "muon")}
+    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16"), "optimizer": ("adamw", "muon"),
+                "parallel": ("ddp", "fsdp")}
     batch_size: int = 32
     grad_accum: int = 1
     max_steps: int = 2000
@@ -173,6 +174,8 @@ class TrainConfig(_Section):
     dtype: str = "auto"
     compile: bool = False
     max_bad_steps: int = 10             # non-finite steps in a row before training stops
+    parallel: str = "ddp"               # under torchrun: ddp copies the model to every process, fsdp shards it
+    activation_checkpointing: bool = False  # recompute each block in backward: less memory, ~1/3 more compute
 
     def validate(self) -> None:
         self._positive("batch_size", "grad_accum", "max_steps", "max_seconds", "lr", "muon_lr", "eval_every",
@@ -184,6 +187,10 @@ class TrainConfig(_Section):
         for n in ("beta1", "beta2", "muon_momentum"):
             if not 0 <= getattr(self, n) < 1:
                 raise ConfigError(f"train.{n} must be in [0, 1), got {getattr(self, n)}")
+        if self.parallel == "fsdp" and self.dtype == "float16":  # its GradScaler does not see the other shards
+            raise ConfigError("train.parallel=fsdp does not support train.dtype=float16; use bfloat16 or float32")
+        if self.parallel == "fsdp" and self.optimizer == "muon":  # Newton-Schulz needs whole matrices, not shards
+            raise ConfigError("train.parallel=fsdp does not support train.optimizer=muon; use adamw or parallel=ddp")
 
 
 @dataclass
@@ -282,15 +289,3 @@ def load_config(path: str | Path | dict | None = None, overrides=()) -> Config:
 
 def save_config(cfg: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-
-
-def describe_keys(cfg: Config | None = None) -> str:
-    """Every key with the value cfg gives it (default: the dataclass defaults), for --help."""
-    cfg = cfg or Config()
-    lines = []
-    for sec in dataclasses.fields(Config):
-        section = getattr(cfg, sec.name)
-        lines.append(f"  {sec.name}:")
-        for f in dataclasses.fields(section):
-            lines.append(f"    {sec.name}.{f.name} = {getattr(section, f.name)!r}")
-    return "\n".join(lines)

@@ -13,7 +13,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from . import checkpoint as ckpt
-from . import runtime
+from . import parallel, runtime
 from .config import Config, MinitfError, load_config
 from .data import TokenData
 from .model import Transformer
@@ -47,7 +47,7 @@ class Session:
     device: torch.device
     data: TokenData
     model: nn.Module            # what the step calls: compiled and/or wrapped in DDP
-    raw_model: Transformer      # the plain module: evaluated and saved
+    raw_model: Transformer      # the module itself (sharded in place under fsdp): evaluated and saved
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     autocast: contextlib.AbstractContextManager
@@ -61,6 +61,11 @@ class Session:
     saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
     stop_reason: str = "max_steps"
     t0: float = 0.0
+
+    @property
+    def sharded(self) -> bool:
+        """fsdp under torchrun: the weights are spread over the ranks, so all of them evaluate and save."""
+        return parallel.is_sharded(self.raw_model)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.time() - self.t0
@@ -86,21 +91,27 @@ def save_checkpoint(run: Session) -> None:
     """Commit the weights and training state at run.step, unless they are not trusted: the latest
     step was non-finite (training has not recovered), or a weight is not finite. Then the last
     good checkpoint stays. Every rank's torch RNG and batch generator are gathered, so each resumes
-    its own stream; rank 0 writes."""
-    per_rank = [torch.cat([torch.get_rng_state(), run.batch_gen.get_state()]).to(run.device)]  # uint8
+    its own stream; rank 0 writes (under fsdp every rank writes its shards: parallel.py)."""
+    finite = all(torch.isfinite(parallel.local(p)).all() for p in run.raw_model.parameters())  # this rank's shard
+    per_rank = [torch.cat([torch.get_rng_state(), run.batch_gen.get_state(),
+                           torch.tensor([finite], dtype=torch.uint8)]).to(run.device)]  # uint8
     if run.dist.world > 1:
         mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(run.dist.world)]
         dist.all_gather(per_rank, mine)
-    if not run.dist.main:
+    fsdp = run.cfg.train.parallel == "fsdp"
+    if not (run.dist.main or fsdp):
         return
-    if run.bad_steps or not all(torch.isfinite(p).all() for p in run.raw_model.parameters()):
+    if run.bad_steps or not all(t[-1] for t in per_rank):  # every rank sees the same: under fsdp they all skip
         run.log(f"warning: no checkpoint at step {run.step}: training has not recovered from non-finite steps "
                 f"({run.bad_steps} in a row); {last_good(run)}")
         return
-    state = {"optimizer": run.optimizer.state_dict(), "scaler": run.scaler.state_dict(),
-             "rng": runtime.host_rng_state(), "rank_rng": [t.cpu() for t in per_rank],
-             "elapsed": run.elapsed(), "best_val": run.best_val, "tokenizer": run.data.tokenizer.hash}
-    ckpt.save_checkpoint(run.run_dir, run.raw_model, state, run.step)
+    state = {"scaler": run.scaler.state_dict(), "rng": runtime.host_rng_state(),
+             "rank_rng": [t[:-1].cpu() for t in per_rank], "elapsed": run.elapsed(), "best_val": run.best_val,
+             "tokenizer": run.data.tokenizer.hash}
+    if fsdp:
+        parallel.save_sharded(run.run_dir, run.raw_model, run.optimizer, state, run.step, run.dist.main)
+    else:
+        ckpt.save_checkpoint(run.run_dir, run.raw_model, {**state, "optimizer": run.optimizer.state_dict()}, run.step)
     run.saved_step = run.step
 
 
@@ -112,9 +123,14 @@ def last_good(run: Session) -> str:
 
 def restore_checkpoint(run: Session, log) -> None:
     """Weights, optimizer, counters and RNG streams from the run directory's last checkpoint."""
-    state = ckpt.load_checkpoint(run.run_dir, run.raw_model, log, repair=run.dist.main)
+    fsdp = run.cfg.train.parallel == "fsdp"
+    if fsdp:  # the model and AdamW come from the sharded folder, resharded to this many ranks
+        state = parallel.load_sharded(run.run_dir, run.raw_model, run.optimizer, log, run.dist.main)
+    else:
+        state = ckpt.load_checkpoint(run.run_dir, run.raw_model, log, repair=run.dist.main)
     try:
-        run.optimizer.load_state_dict(state["optimizer"])
+        if not fsdp:
+            run.optimizer.load_state_dict(state["optimizer"])
         run.scaler.load_state_dict(state["scaler"])
     except (ValueError, KeyError, RuntimeError) as e:
         raise MinitfError(f"{run.run_dir / ckpt.STATE}: the optimizer state does not fit this model "

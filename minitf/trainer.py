@@ -1,6 +1,7 @@
 """The training loop: `train(cfg)` fits a Transformer and writes a run directory.
 
-One process, or one per GPU/CPU under torchrun (DistributedDataParallel). Resume is exact: the
+One process, or one per GPU/CPU under torchrun: DistributedDataParallel, or with train.parallel=fsdp
+the model sharded over the processes (FSDP2; parallel.py). Resume is exact: the
 weights, optimizer, schedule position, every RNG and the batch sampler's generator are saved, so
 k steps + resume + (N - k) steps equal N steps bit for bit (on CPU in float32).
 
@@ -23,7 +24,7 @@ import torch.nn as nn
 from tqdm import tqdm
 
 from . import checkpoint as ckpt
-from . import runtime
+from . import parallel, runtime
 from .config import Config, MinitfError, TrainConfig
 from .data import prepare_data
 from .evaluate import evaluate
@@ -76,7 +77,7 @@ def _loop(run: Session, on_eval) -> None:
 
             out_of_time = cfg.train.max_seconds is not None and elapsed >= cfg.train.max_seconds
             last = run.step == cfg.train.max_steps or out_of_time or stop_now
-            if run.dist.main and (run.step % cfg.train.eval_every == 0 or last):
+            if (run.dist.main or run.sharded) and (run.step % cfg.train.eval_every == 0 or last):
                 record_eval(run, lr, norm, elapsed, bar.write, on_eval)
             if run.step % cfg.train.ckpt_every == 0 or last:
                 save_checkpoint(run)
@@ -114,7 +115,10 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
 
     torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
     model = Transformer(cfg.model).to(device)
+    model.checkpoint_blocks = cfg.train.activation_checkpointing
     dtype = runtime.resolve_dtype(cfg.train.dtype, device)
+    if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
+        parallel.shard(model, device, dtype)
     tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
     run = Session(cfg, run_dir, procs, device, data, model, model, make_optimizer(model, cfg.train, device),
                   torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
@@ -131,12 +135,13 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
 
     if cfg.train.compile:
         run.model = torch.compile(run.model)
-    if procs.world > 1:
+    if procs.world > 1 and not run.sharded:
         run.model = nn.parallel.DistributedDataParallel(
             run.model, device_ids=[device.index] if device.type == "cuda" else None)
     batch, accum = cfg.train.batch_size, cfg.train.grad_accum
     log(f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
         f"learned position table) | device {device} | dtype {str(dtype).split('.')[-1]}"
+        f"{f' | sharded over {procs.world} procs (fsdp)' if run.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
         f" sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens")
     run.model.train()
@@ -155,7 +160,9 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
                                       run.cfg.train, distributed=run.dist.world > 1)
     host = torch.tensor([run.elapsed(), float(interrupted)], dtype=torch.float64, device=run.device)
     stats = torch.cat([torch.stack([loss_sum.double(), norm.double()]), host])
-    if run.dist.world > 1:  # the grad norm is equal on all ranks after DDP's all-reduce: averaging keeps it
+    # the grad norm is the same on every rank (DDP all-reduced the gradients; under FSDP it is the norm
+    # over all shards), so averaging keeps it
+    if run.dist.world > 1:
         dist.all_reduce(stats)
         stats /= run.dist.world
     loss, norm, elapsed, stop_flag = stats.tolist()
@@ -179,36 +186,42 @@ def forward_backward(model, raw_model, next_batch, optimizer, scaler, autocast, 
                      distributed: bool = False):
     """Gradients of one step over grad_accum micro-batches, unscaled and clipped.
 
-    Returns (mean loss, grad norm) as tensors: nothing here waits for the device. Under DDP the
-    gradients are all-reduced only on the last micro-batch.
+    Returns (mean loss, grad norm) as tensors: nothing here waits for the device. Under DDP or
+    FSDP the gradients are communicated only on the last micro-batch (parallel.micro_batch), and
+    under FSDP the norm is over all shards: clip_grad_norm_ on DTensor gradients reduces it.
     """
     loss_sum = None
     for micro in range(tc.grad_accum):
         x, y = next_batch()
         sync = not distributed or micro == tc.grad_accum - 1
-        with (contextlib.nullcontext() if sync else model.no_sync()), autocast:
+        with parallel.micro_batch(model, raw_model, sync), autocast:
             _, loss = model(x, y)
             loss = loss / tc.grad_accum
         scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
     scaler.unscale_(optimizer)
     norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
-    return loss_sum, norm
+    return loss_sum, parallel.plain(norm)
 
 
 def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:
-    """Evaluate, append the metrics, keep best.safetensors (rank 0 only)."""
+    """Evaluate, append the metrics, keep best.safetensors. Rank 0 alone, or under fsdp every rank
+    (each holds a shard of the weights: all evaluate the same batches, rank 0 writes)."""
     result = evaluate(run.raw_model, run.data, run.cfg, run.device, run.autocast)
-    ckpt.append_metrics(run.run_dir, {
-        "step": run.step, "train_loss": result["train"], "val_loss": result["val"], "val_bpb": result["val_bpb"],
-        "lr": lr, "grad_norm": norm, "tokens_per_s": round(run.meter.tok_s), "elapsed_s": round(elapsed, 2),
-        "tokens": run.step * run.meter.tokens_per_step})
-    if on_eval is not None:
-        on_eval(run.run_dir)
-    write(f"step {run.step}: train {result['train']:.4f} | val {result['val']:.4f} | val bpb {result['val_bpb']:.3f}")
-    if result["val"] < run.best_val:
-        run.best_val = result["val"]
-        ckpt.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash)
+    if run.dist.main:
+        ckpt.append_metrics(run.run_dir, {
+            "step": run.step, "train_loss": result["train"], "val_loss": result["val"], "val_bpb": result["val_bpb"],
+            "lr": lr, "grad_norm": norm, "tokens_per_s": round(run.meter.tok_s), "elapsed_s": round(elapsed, 2),
+            "tokens": run.step * run.meter.tokens_per_step})
+        if on_eval is not None:
+            on_eval(run.run_dir)
+        write(f"step {run.step}: train {result['train']:.4f} | val {result['val']:.4f} | "
+              f"val bpb {result['val_bpb']:.3f}")
+    val = parallel.rank0_value(result["val"], run.device) if run.sharded else result["val"]
+    if val < run.best_val:  # sharded, every rank takes this branch together: the weights are gathered
+        run.best_val = val
+        parallel.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash,
+                              run.dist.main)
 
 
 def _progress_bar(run: Session) -> tqdm:

@@ -1,6 +1,6 @@
 """Measure minitf: training throughput, generation with and without the KV cache, tokenizer and
-data preparation speed, start-up time, the explorer's first token, peak memory. Prints a table; --json writes the numbers
-with a description of the machine.
+data preparation speed, start-up time, the explorer's first token, peak memory, and memory per process
+under ddp and fsdp. Prints a table; --json writes the numbers with a description of the machine.
 
     python scripts/bench.py                                   # the default recipe on this machine
     python scripts/bench.py --config configs/nanogpt-cpu.yaml --vocab 65 --only train
@@ -8,6 +8,7 @@ with a description of the machine.
     python scripts/bench.py --run runs/shakespeare --only startup explore
     python scripts/bench.py --only data --data-size 100 --data-files 200    # a generated 100 MB corpus
     python scripts/bench.py --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
+    python scripts/bench.py --only memory                     # ~52M params, ddp vs fsdp, 2 CPU processes
 """
 import argparse
 import json
@@ -17,7 +18,7 @@ from minitf.cli import run_main
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
-PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore")
+PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore", "memory")
 
 
 def main() -> None:
@@ -25,8 +26,8 @@ def main() -> None:
     p.add_argument("--config", default=str(CONFIGS / "shakespeare.yaml"))
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
-    p.add_argument("--only", nargs="+", default=list(PARTS), metavar="PART",
-                   help=f"any of {', '.join(PARTS)} (default: all)")
+    p.add_argument("--only", nargs="+", default=[w for w in PARTS if w != "memory"], metavar="PART",
+                   help=f"any of {', '.join(PARTS)} (default: all but memory, which takes minutes)")
     p.add_argument("--run", help="a trained run for the start-up and explorer measurements (default: the newest under runs/)")
     p.add_argument("--new-tokens", type=int, default=500)
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
@@ -38,6 +39,7 @@ def main() -> None:
     p.add_argument("--data-procs", type=int, nargs="+", metavar="N",
                    help="data.num_proc values to time in turns (default: minitf's own choice)")
     p.add_argument("--data-rounds", type=int, default=1, help="turns of --data-procs")
+    p.add_argument("--memory-procs", type=int, default=2, help="processes for the memory part (gloo, CPU)")
     p.add_argument("--json", help="also write the results here")
     p.add_argument("--system-malloc", action="store_true",
                    help="leave glibc's allocator as it is (scripts/train.py calls keep_freed_memory): compare both")
@@ -54,7 +56,7 @@ def main() -> None:
 
     if not args.system_malloc:
         keep_freed_memory()  # as scripts/train.py does
-    parts = [w for w in args.only if not (w == "data" and args.data_size)]
+    parts = [w for w in args.only if not (w == "data" and args.data_size) and w != "memory"]
     results = run_bench(args.config, args.overrides, args.device, args.vocab, parts, args.run, args.new_tokens,
                         args.steps, args.rounds)
     results["keep_freed_memory"] = not args.system_malloc
@@ -65,6 +67,10 @@ def main() -> None:
                                                args.data_rounds, parquet=args.parquet)
         for r in results["data_scaling"]:
             print(describe(r))
+    if "memory" in args.only:
+        from benchmarks_memory import memory_per_rank
+
+        results["memory_per_rank"] = memory_per_rank(args.memory_procs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -10,8 +10,8 @@
 import argparse
 from pathlib import Path
 
-from minitf.cli import run_main
-from minitf.config import describe_keys, load_config
+from minitf.cli import describe_keys, run_main
+from minitf.config import load_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 

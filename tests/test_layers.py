@@ -11,7 +11,7 @@ LAYERS = [
     {"tokenizer", "shakespeare", "corpus", "build", "data"},
     {"positions", "attention", "cache", "sampling"},
     {"model"},
-    {"checkpoint", "optim", "metrics"},
+    {"checkpoint", "optim", "metrics", "parallel"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf"},
     {"plotting", "heatmaps", "cli", "explore", "explore_api"},
 ]
