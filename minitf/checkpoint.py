@@ -1,9 +1,9 @@
 """The run directory: what training writes and what `load_run` reads back.
 
     runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
-                state.pt  metrics.jsonl  loss.png  (train.parallel=fsdp: sharded-<step>/, see parallel.py)
+                state.pt  metrics.jsonl  steps.jsonl  loss.png  (tensorboard/)  (train.parallel=fsdp: sharded-<step>/, see parallel.py)
 
-Every file but metrics.jsonl (appended a line at a time) is written to a temporary name in the
+Every file but metrics.jsonl and steps.jsonl (appended a line at a time) is written to a temporary name in the
 same directory and moved into place with os.replace. A checkpoint is committed by one rename:
 state.pt holds the weights beside the optimizer, RNG and counters, so weights and training state
 always belong to the same step; model.safetensors (what generate, inspect and export read) is
@@ -14,7 +14,6 @@ tensors come from safetensors, the training state from torch.load(weights_only=T
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from pathlib import Path
 
@@ -25,12 +24,12 @@ from safetensors.torch import load_model, save_model
 
 from .config import Config, ConfigError, MinitfError, load_config, save_config
 from .io import atomic_write, read_yaml
+from .metrics import METRICS, read_rows
 from .model import Transformer
 from .runtime import resolve_device
 from .tokenizer import Tokenizer
 
-WEIGHTS, BEST, STATE, CONFIG, TOKENIZER, METRICS = (
-    "model.safetensors", "best.safetensors", "state.pt", "config.yaml", "tokenizer.json", "metrics.jsonl")
+WEIGHTS, BEST, STATE, CONFIG, TOKENIZER = "model.safetensors", "best.safetensors", "state.pt", "config.yaml", "tokenizer.json"
 
 
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
@@ -114,35 +113,9 @@ def load_weights(model: nn.Module, path: Path) -> None:
                           f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?")
 
 
-def append_metrics(run_dir: Path, record: dict) -> None:
-    """One line, appended with a single write: a kill leaves at most one cut line, which
-    read_metrics skips and resume's truncate_metrics drops."""
-    path = Path(run_dir) / METRICS
-    try:
-        with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-    except OSError as e:
-        raise MinitfError(f"could not write {path}: {e.strerror or e}") from None
-
-
 def read_metrics(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / METRICS
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by a kill
-            pass
-    return out
-
-
-def truncate_metrics(run_dir: Path, step: int) -> None:
-    """On resume, drop records logged after the checkpoint we go back to, so steps never repeat."""
-    records = [r for r in read_metrics(run_dir) if r.get("step", 0) <= step]
-    atomic_write(Path(run_dir) / METRICS,
-                 lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in records)))
+    """metrics.jsonl's rows, one per evaluation (a line cut by a kill is skipped)."""
+    return read_rows(Path(run_dir) / METRICS)
 
 
 def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):
@@ -191,8 +164,8 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
 
 # what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs
 RESUMABLE = ("train.max_steps", "train.max_seconds", "train.eval_every", "train.eval_batches", "train.ckpt_every",
-             "train.log_every", "train.compile", "train.activation_checkpointing", "train.max_bad_steps", "run.device",
-             "run.out_dir", "run.name", "data.num_proc", "sample.")
+             "train.log_every", "train.logger", "train.typical_steps", "train.compile", "train.activation_checkpointing",
+             "train.max_bad_steps", "run.device", "run.out_dir", "run.name", "run.init_from", "data.num_proc", "sample.")
 BUDGET = ("train.max_steps", "train.max_seconds")
 
 

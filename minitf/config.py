@@ -85,6 +85,7 @@ class RunConfig(_Section):
     out_dir: str | None = None          # None: runs/<name>
     seed: int = 1337
     device: str = "auto"
+    init_from: str | None = None        # a local Hugging Face GPT-2 directory to fine-tune (model.* from it)
 
     def validate(self) -> None:
         if self.out_dir is None:
@@ -152,7 +153,7 @@ class ModelConfig(_Section):
 class TrainConfig(_Section):
     _section = "train"
     _choices = {"dtype": ("auto", "float32", "bfloat16", "float16"), "optimizer": ("adamw", "muon"),
-                "parallel": ("ddp", "fsdp")}
+                "parallel": ("ddp", "fsdp"), "logger": ("jsonl", "tensorboard")}
     batch_size: int = 32
     grad_accum: int = 1
     max_steps: int = 2000
@@ -170,7 +171,9 @@ class TrainConfig(_Section):
     eval_every: int = 200
     eval_batches: int = 20
     ckpt_every: int = 200
-    log_every: int = 10
+    log_every: int = 10                 # steps between steps.jsonl rows (loss, LR) and progress-bar updates
+    logger: str = "jsonl"               # tensorboard: event files in <run>/tensorboard too
+    typical_steps: int | None = None    # steps the budget gives on a typical 2-core CPU; far fewer get a warning
     dtype: str = "auto"
     compile: bool = False
     max_bad_steps: int = 10             # non-finite steps in a row before training stops

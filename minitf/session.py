@@ -13,9 +13,11 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from . import checkpoint as ckpt
+from . import metrics
 from . import parallel, runtime
 from .config import Config, MinitfError, load_config
 from .data import TokenData
+from .metrics import Logger
 from .model import Transformer
 from .optim import lr_at, schedule_progress
 
@@ -33,8 +35,13 @@ class Meter:
         self.t_last, self.step_last = now, step
         post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
         if self.peak:
-            post["mfu"] = f"{100 * self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak:.1f}%"
+            post["mfu"] = f"{100 * self.mfu:.1f}%"
         return post
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation between the last two log points: a fraction of the peak."""
+        return self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak if self.peak else 0.0
 
 
 @dataclass
@@ -60,6 +67,7 @@ class Session:
     bad_steps: int = 0          # non-finite steps in a row (skipped: never applied to the weights)
     saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
     stop_reason: str = "max_steps"
+    logger: Logger | None = None  # rank 0's metrics (metrics.jsonl, steps.jsonl, TensorBoard)
     t0: float = 0.0
 
     @property
@@ -147,7 +155,7 @@ def restore_checkpoint(run: Session, log) -> None:
             f"batches are reseeded")
         run.batch_gen.manual_seed(run.cfg.run.seed + run.dist.rank + 1000 * run.step)
     if run.dist.main:
-        ckpt.truncate_metrics(run.run_dir, run.step)
+        metrics.truncate(run.run_dir, run.step)
     log(f"resuming {run.run_dir} at step {run.step}")
 
 

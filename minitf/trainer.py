@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -24,10 +25,11 @@ import torch.nn as nn
 from tqdm import tqdm
 
 from . import checkpoint as ckpt
-from . import parallel, runtime
+from . import hf, parallel, runtime
 from .config import Config, MinitfError, TrainConfig
 from .data import prepare_data
 from .evaluate import evaluate
+from .metrics import Logger
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
 from .session import Meter, Session, explain_changes, finished, last_good, restore_checkpoint, save_checkpoint
@@ -55,11 +57,23 @@ def train(cfg: Config | str | Path, resume: bool = False, log=print,
             _loop(run, on_eval)
     run.log(f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; "
             f"best val loss {run.best_val:.4f}")
+    _warn_if_short(run)
     run.log(f"run directory: {run.run_dir}\nsample from it: python scripts/generate.py --run {run.run_dir}")
     if run.dist.world > 1:
         dist.barrier()
         dist.destroy_process_group()
     return run.run_dir
+
+
+def _warn_if_short(run: Session) -> None:
+    """A time budget that bought far fewer steps than the recipe gets on a typical machine trains a
+    weaker model than the recipe promises: say so, and how to give it more time."""
+    tc = run.cfg.train
+    if run.stop_reason == "time budget" and tc.typical_steps and run.step < tc.typical_steps / 2:
+        run.log(f"note: this machine did {run.step} steps in train.max_seconds={tc.max_seconds:g}, under half the "
+                f"~{tc.typical_steps} this recipe gets on a typical 2-core CPU, so the model is weaker than "
+                f"the recipe's. To train longer: python scripts/train.py --resume {run.run_dir} "
+                f"train.max_seconds={2 * tc.max_seconds:g}")
 
 
 def _loop(run: Session, on_eval) -> None:
@@ -74,6 +88,10 @@ def _loop(run: Session, on_eval) -> None:
             bar.update(min(elapsed, cfg.train.max_seconds) - bar.n if cfg.train.max_seconds else 1)
             if run.step % cfg.train.log_every == 0 or run.step == cfg.train.max_steps:
                 bar.set_postfix(run.meter.update(run.step, loss, lr))
+                if run.logger is not None:
+                    run.logger.log_step({"step": run.step, "loss": loss, "lr": lr, "grad_norm": norm,
+                                         "tokens_per_s": round(run.meter.tok_s), "elapsed_s": round(elapsed, 2),
+                                         **({"mfu": run.meter.mfu} if run.meter.peak else {})})
 
             out_of_time = cfg.train.max_seconds is not None and elapsed >= cfg.train.max_seconds
             last = run.step == cfg.train.max_steps or out_of_time or stop_now
@@ -103,18 +121,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         held.enter_context(ckpt.lock_run_dir(run_dir, create=not resume))
     run_dir, changed = ckpt.check_run_dir(cfg, resume)  # under the lock: no other trainer writes now
 
-    # data: rank 0 builds the token cache, the others then find it ready
-    tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER) if resume else None
-    if procs.main:
-        data = prepare_data(cfg.data, tokenizer, log=log)
-    if procs.world > 1:
-        dist.barrier()
-    if not procs.main:
-        data = prepare_data(cfg.data, tokenizer, log=log)
-    cfg.model.vocab_size = data.tokenizer.vocab_size
-
-    torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
-    model = Transformer(cfg.model).to(device)
+    model, data = _model_and_data(cfg, procs, run_dir if resume else None, device, log)
     model.checkpoint_blocks = cfg.train.activation_checkpointing
     dtype = runtime.resolve_dtype(cfg.train.dtype, device)
     if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
@@ -132,6 +139,9 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     elif procs.main:
         run_dir.mkdir(parents=True, exist_ok=True)
         ckpt.write_run_files(run_dir, cfg, data.tokenizer)
+    if procs.main:
+        run.logger = Logger(run_dir, cfg.train.logger, resume_step=run.step if resume else None)
+        held.callback(run.logger.close)
 
     if cfg.train.compile:
         run.model = torch.compile(run.model)
@@ -147,6 +157,30 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     run.model.train()
     run.meter.step_last, run.t0 = run.step, time.time()
     return run
+
+
+def _model_and_data(cfg: Config, procs: runtime.Dist, resume_dir: Path | None, device, log):
+    """The model (new, or run.init_from's pretrained GPT-2) and the token data for its tokenizer:
+    rank 0 builds the token cache, the others then find it ready. Sets cfg.model from what was built."""
+    tokenizer = Tokenizer.load(resume_dir / ckpt.TOKENIZER) if resume_dir else None
+    pretrained = None
+    if cfg.run.init_from and resume_dir is None:  # a resume has its own weights and tokenizer
+        pretrained, tokenizer = hf.load_pretrained(cfg.run.init_from)
+        cfg.model = dataclasses.replace(pretrained.config, dropout=cfg.model.dropout)  # the one model key a fine-tune sets
+        log(f"init_from {cfg.run.init_from}: {cfg.model.n_layer} layers x {cfg.model.n_embd} wide, "
+            f"vocabulary {tokenizer.vocab_size}, block {cfg.model.block_size} (model.* comes from it)")
+    if procs.main:
+        data = prepare_data(cfg.data, tokenizer, log=log)
+    if procs.world > 1:
+        dist.barrier()
+    if not procs.main:
+        data = prepare_data(cfg.data, tokenizer, log=log)
+    cfg.model.vocab_size = data.tokenizer.vocab_size
+    torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
+    model = Transformer(cfg.model)
+    if pretrained is not None:
+        model.load_state_dict(pretrained.state_dict())
+    return model.to(device), data
 
 
 def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float, float, bool]:
@@ -209,7 +243,7 @@ def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_
     (each holds a shard of the weights: all evaluate the same batches, rank 0 writes)."""
     result = evaluate(run.raw_model, run.data, run.cfg, run.device, run.autocast)
     if run.dist.main:
-        ckpt.append_metrics(run.run_dir, {
+        run.logger.log_eval({
             "step": run.step, "train_loss": result["train"], "val_loss": result["val"], "val_bpb": result["val_bpb"],
             "lr": lr, "grad_norm": norm, "tokens_per_s": round(run.meter.tok_s), "elapsed_s": round(elapsed, 2),
             "tokens": run.step * run.meter.tokens_per_step})

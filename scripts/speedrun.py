@@ -121,7 +121,7 @@ def report(recipes: dict, results: dict, args) -> None:
         s = summary[label]
         t = f"{s['t_to_ref']:.0f}" if s["t_to_ref"] is not None else "never"
         print(f"{label:<16}{s['final_bpb']:>9.3f}{s['full_val_bpb']:>10.3f}{t:>10}{s['steps']:>8.0f}"
-              f"{s['tokens_per_s']:>9,.0f}   ({', '.join(f'{r['full_val_bpb']:.3f}' for r in rs)})")
+              f"{s['tokens_per_s']:>9,.0f}   (" + ", ".join(f"{r['full_val_bpb']:.3f}" for r in rs) + ")")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "machine": machine(), "seconds": args.seconds, "rounds": args.rounds,
