@@ -32,7 +32,8 @@ def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
 
 
 @torch.no_grad()
-def evaluate_text(model, tokenizer, data_cfg: DataConfig, batch_size: int = 8, log=print) -> dict:
+def evaluate_text(model, tokenizer, data_cfg: DataConfig, batch_size: int = 8, log=print,
+                  splits=("train", "val")) -> dict:
     """Loss, perplexity and bits per byte of `model` on a whole corpus, every token predicted once.
 
     The text goes through the token cache with the model's own tokenizer (prepare_data: bounded
@@ -40,20 +41,21 @@ def evaluate_text(model, tokenizer, data_cfg: DataConfig, batch_size: int = 8, l
     non-overlapping block_size windows, so a corpus bigger than memory is fine. Returns
     {"train": {...}, "val": {...}, "all": {...}}, each with loss (nats/token), perplexity,
     bits_per_byte and tokens; with the run's own data settings "val" is its held-out split.
+    splits=("val",) reads the held-out split alone (and "all" is then the same).
     """
     data = prepare_data(data_cfg, tokenizer, log=log)
     was_training, device = model.training, next(model.parameters()).device
     model.eval()
     try:
-        sums = {split: _nats_and_tokens(model, data, split, batch_size, device) for split in ("train", "val")}
+        sums = {split: _nats_and_tokens(model, data, split, batch_size, device) for split in splits}
     finally:
         model.train(was_training)
-    sums["all"] = tuple(map(sum, zip(sums["train"], sums["val"])))
+    sums["all"] = tuple(map(sum, zip(*(sums[s] for s in splits))))
     out = {}
     for name, (nats, predicted) in sums.items():
-        splits = ("train", "val") if name == "all" else (name,)
-        nbytes = sum(data.meta["splits"][s]["bytes"] for s in splits)
-        tokens = sum(data.meta["splits"][s]["tokens"] for s in splits)
+        parts = splits if name == "all" else (name,)
+        nbytes = sum(data.meta["splits"][s]["bytes"] for s in parts)
+        tokens = sum(data.meta["splits"][s]["tokens"] for s in parts)
         loss = nats / predicted
         out[name] = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": predicted,
                      "bits_per_byte": bits_per_byte(loss, nbytes / tokens)}

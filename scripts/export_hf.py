@@ -4,7 +4,8 @@
     python -c "from transformers import pipeline; print(pipeline('text-generation', 'hf/shakespeare')('Romeo.\\n'))"
 
 Only models GPT-2 can express export: positions=learned, norm=layernorm, ffn=gelu, gelu=tanh,
-bias=true, tie_embeddings=true. Anything else is refused with the setting named.
+bias=true, tie_embeddings=true, qk_norm=false, no logit_softcap. Anything else is refused with the
+setting named.
 """
 import argparse
 

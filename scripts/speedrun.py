@@ -53,7 +53,7 @@ def train_once(label: str, args: list[str], out_dir: Path, seconds: float, log_p
         raise MinitfError(f"recipe {label!r} failed (exit {r.returncode}); its output is in {log_path}")
     rows = [row for row in read_metrics(out_dir) if "val_bpb" in row]
     model, tokenizer, cfg = load_run(out_dir)
-    full = evaluate_text(model, tokenizer, cfg.data, log=lambda *a: None)["val"]
+    full = evaluate_text(model, tokenizer, cfg.data, log=lambda *a: None, splits=("val",))["val"]
     return {"curve": [(row["elapsed_s"], row["val_bpb"]) for row in rows], "final_bpb": rows[-1]["val_bpb"],
             "full_val_bpb": full["bits_per_byte"], "steps": rows[-1]["step"],
             "tokens_per_s": rows[-1]["tokens"] / rows[-1]["elapsed_s"], "seconds": rows[-1]["elapsed_s"],

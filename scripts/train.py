@@ -39,7 +39,8 @@ def main() -> None:
     from minitf.runtime import keep_freed_memory
     from minitf.trainer import train
 
-    keep_freed_memory()  # a process-wide allocator setting: this process only trains
+    if cfg.train.parallel != "fsdp":  # fsdp frees and regathers shards all the time: its saving needs them returned
+        keep_freed_memory()  # a process-wide allocator setting: this process only trains
     train(cfg, resume=args.resume, on_eval=plot_loss)
 
 
