@@ -25,7 +25,8 @@ def main() -> None:
                                     "config.yaml, and a --config given then applies on top)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in run.out_dir from its last checkpoint and its own config.yaml; only "
-                        "the budget, the eval/checkpoint/log cadence, train.compile and run.device may change")
+                        "the budget, the eval/checkpoint/log cadence, train.logger, train.compile, "
+                        "train.activation_checkpointing and run.device may change (README: Training)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
     args = p.parse_args()
     if args.resume:
