@@ -47,10 +47,8 @@ class FeedForward(nn.Module):
         # swiglu's gate and up projections are fused in one matrix, split after the matmul
         self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if self.swiglu else hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
-        if cfg.ffn == "relu2":
-            self.act = ReLU2()
-        else:
-            self.act = None if self.swiglu else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
+        self.act = (None if self.swiglu else ReLU2() if cfg.ffn == "relu2"
+                    else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none"))
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -13,11 +13,9 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from . import checkpoint as ckpt
-from . import metrics
-from . import parallel, runtime
+from . import metrics, parallel, runtime
 from .config import Config, MinitfError, load_config
 from .data import TokenData
-from .metrics import Logger
 from .model import Transformer
 from .optim import lr_at, schedule_progress
 
@@ -67,7 +65,7 @@ class Session:
     bad_steps: int = 0          # non-finite steps in a row (skipped: never applied to the weights)
     saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
     stop_reason: str = "max_steps"
-    logger: Logger | None = None  # rank 0's metrics (metrics.jsonl, steps.jsonl, TensorBoard)
+    logger: metrics.Logger | None = None  # rank 0's metrics (metrics.jsonl, steps.jsonl, TensorBoard)
     t0: float = 0.0
 
     @property

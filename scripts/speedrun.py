@@ -18,10 +18,10 @@ import shlex
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
+from benchmarks import machine  # beside this script
 
 from minitf.checkpoint import load_run, read_metrics
 from minitf.cli import run_main
@@ -72,13 +72,6 @@ def time_to_reach(curve: list, target: float) -> float | None:
     return None
 
 
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
-    return {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "date": time.strftime("%Y-%m-%d %H:%M")}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("recipes", nargs="+", metavar="[LABEL=]CONFIG [overrides]",
@@ -124,7 +117,7 @@ def report(recipes: dict, results: dict, args) -> None:
               f"{s['tokens_per_s']:>9,.0f}   (" + ", ".join(f"{r['full_val_bpb']:.3f}" for r in rs) + ")")
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "machine": machine(), "seconds": args.seconds, "rounds": args.rounds,
+            "machine": machine(torch.device("cpu")), "seconds": args.seconds, "rounds": args.rounds,
             "recipes": {label: shlex.join(words) for label, words in recipes.items()},
             "summary": summary, "runs": results}, indent=1))
         print(f"wrote {args.json}")

@@ -38,3 +38,24 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def train_with_snapshot(cfg, snapshot: Path, at_step: int, monkeypatch) -> Path:
+    """Train cfg straight through, copying its run directory to `snapshot` right after the
+    checkpoint of `at_step` is committed (as a kill just then would leave it); the run directory."""
+    import shutil
+
+    from minitf import checkpoint as ckpt
+
+    real_save = ckpt.save_checkpoint
+
+    def save_and_snapshot(run_dir, model, state, step):
+        real_save(run_dir, model, state, step)
+        if step == at_step and not snapshot.exists():
+            shutil.copytree(run_dir, snapshot)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_and_snapshot)
+    try:
+        return minitf.train(cfg, log=lambda *a: None)
+    finally:
+        monkeypatch.setattr(ckpt, "save_checkpoint", real_save)

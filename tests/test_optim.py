@@ -1,7 +1,6 @@
 """Muon for the blocks' matrices beside AdamW for the rest: the split, one LR schedule for both,
 a step's update, exact resume, and DDP."""
 import contextlib
-import shutil
 
 import pytest
 import torch
@@ -15,7 +14,7 @@ from minitf import optim
 from minitf.config import TrainConfig
 from minitf.trainer import forward_backward
 
-from .helpers import tiny_config
+from .helpers import tiny_config, train_with_snapshot
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 MUON = dict(optimizer="muon", lr=2e-3, muon_lr=0.05, weight_decay=0.0)
@@ -81,16 +80,7 @@ def test_muon_steps_equal_torch_muon():
 def test_muon_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     overrides = ("train.optimizer=muon", "train.muon_lr=0.05", "model.dropout=0.1")
     snapshot = tmp_path / "at-step-4"
-    real_save = ckpt.save_checkpoint
-
-    def save_and_snapshot(run_dir, model, state, step):
-        real_save(run_dir, model, state, step)
-        if step == 4 and not snapshot.exists():
-            shutil.copytree(run_dir, snapshot)
-
-    monkeypatch.setattr(ckpt, "save_checkpoint", save_and_snapshot)
-    straight = minitf.train(tiny_config(tmp_path / "straight", corpus, *overrides), log=lambda *a: None)
-    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    straight = train_with_snapshot(tiny_config(tmp_path / "straight", corpus, *overrides), snapshot, 4, monkeypatch)
     state = torch.load(snapshot / "state.pt", weights_only=True)["optimizer"]
     assert set(state) == {"adamw", "muon"} and state["muon"]["state"]  # both states, momentum included
     resumed = minitf.train(snapshot, resume=True, log=lambda *a: None)

@@ -1,7 +1,6 @@
 """Training: optimizer groups, schedule, exact resume, crash safety and bad input."""
 import math
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -16,7 +15,7 @@ from minitf import checkpoint as ckpt
 from minitf import optim
 from minitf.config import MinitfError, TrainConfig
 
-from .helpers import ROOT, tiny_config
+from .helpers import ROOT, tiny_config, train_with_snapshot
 
 
 def test_optimizer_groups_decay_only_linear_matrices():
@@ -63,16 +62,7 @@ def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     # dropout on, so the torch RNG state must come back too
     cfg = lambda d: tiny_config(tmp_path / d, corpus, "model.dropout=0.1", "train.grad_accum=2")
     snapshot = tmp_path / "at-step-4"
-    real_save = ckpt.save_checkpoint
-
-    def save_and_snapshot(run_dir, model, state, step):
-        real_save(run_dir, model, state, step)
-        if step == 4 and not snapshot.exists():
-            shutil.copytree(run_dir, snapshot)
-
-    monkeypatch.setattr(ckpt, "save_checkpoint", save_and_snapshot)
-    straight = minitf.train(cfg("straight"), log=lambda *a: None)  # 8 steps, snapshot after 4
-    monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+    straight = train_with_snapshot(cfg("straight"), snapshot, 4, monkeypatch)  # 8 steps, snapshot after 4
     resumed = minitf.train(tiny_config(snapshot, corpus, "model.dropout=0.1", "train.grad_accum=2"),
                            resume=True, log=lambda *a: None)
     a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
