@@ -35,7 +35,9 @@ from .corpus import Documents, Source, cache_dir
 from .tokenizer import Tokenizer
 
 FORMAT = 1  # bump when the cache layout or the split rule changes, so old caches rebuild
-TOKENIZER_TRAIN_CHARS = 200_000_000  # BPE merges settle long before this; more costs minutes and GBs
+# BPE merges settle long before this (on a generated corpus, 100M characters compress held-out text
+# as well as 200M, within 0.03 %); BPE memory grows with it (0.80 GB peak at 100M, 1.03 GB at 200M)
+TOKENIZER_TRAIN_CHARS = 100_000_000
 
 
 def bits_per_byte(loss_nats_per_token: float, bytes_per_token: float) -> float:
