@@ -174,7 +174,7 @@ class TrainConfig(_Section):
     log_every: int = 10                 # steps between steps.jsonl rows (loss, LR) and progress-bar updates
     logger: str = "jsonl"               # tensorboard: event files in <run>/tensorboard too
     typical_steps: int | None = None    # steps the budget gives on a typical 2-core CPU; far fewer get a warning
-    dtype: str = "auto"
+    dtype: str = "auto"                 # auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32
     compile: bool = False
     max_bad_steps: int = 10             # non-finite steps in a row before training stops
     parallel: str = "ddp"               # under torchrun: ddp copies the model to every process, fsdp shards it

@@ -58,9 +58,13 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """A train.dtype name as a torch dtype. "auto" is bfloat16 where the hardware multiplies it
+    natively (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX, where the default recipe
+    trains ~1.7x faster at the same quality per step, README Performance) and float32 elsewhere."""
     if name == "auto":
-        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if cuda_bf16 else torch.float32
+        native = (torch.cuda.is_bf16_supported() if device.type == "cuda"
+                  else device.type == "cpu" and cpu_has_native_bf16())
+        return torch.bfloat16 if native else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 

@@ -150,13 +150,21 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
             run.model, device_ids=[device.index] if device.type == "cuda" else None)
     batch, accum = cfg.train.batch_size, cfg.train.grad_accum
     log(f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
-        f"learned position table) | device {device} | dtype {str(dtype).split('.')[-1]}"
+        f"learned position table) | device {device} | dtype {_dtype_words(cfg.train.dtype, dtype, device)}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if run.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
         f" sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens")
     run.model.train()
     run.meter.step_last, run.t0 = run.step, time.time()
     return run
+
+
+def _dtype_words(asked: str, dtype: torch.dtype, device: torch.device) -> str:
+    """The dtype for the start-up line; on a CPU, why "auto" chose it."""
+    name = str(dtype).split(".")[-1]
+    if asked != "auto" or device.type != "cpu":
+        return name
+    return f"{name} (auto: {'native' if dtype == torch.bfloat16 else 'no native'} bf16 on this CPU)"
 
 
 def _model_and_data(cfg: Config, procs: runtime.Dist, resume_dir: Path | None, device, log):

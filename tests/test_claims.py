@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 import minitf
 from minitf import checkpoint as ckpt
+from minitf import runtime
 from minitf.cli import newest_run
 from minitf.config import TrainConfig
 from minitf.optim import make_optimizer
@@ -136,6 +137,17 @@ def test_mixed_precision_trains_and_resumes(tmp_path, corpus, monkeypatch, dtype
     assert loaded == [saved]
     if dtype == "float16":
         assert saved["scale"] > 0  # the grad scaler's scale is part of the checkpoint
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_dtype_is_bf16_only_on_a_cpu_that_multiplies_it_natively(tmp_path, corpus, monkeypatch, native):
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: native)
+    assert runtime.resolve_dtype("auto", torch.device("cpu")) == (torch.bfloat16 if native else torch.float32)
+    assert runtime.resolve_dtype("float32", torch.device("cpu")) == torch.float32
+    logs = []
+    minitf.train(tiny_config(tmp_path / "run", corpus, "train.dtype=auto", "train.max_steps=2"), log=logs.append)
+    said = "bfloat16 (auto: native bf16 on this CPU)" if native else "float32 (auto: no native bf16 on this CPU)"
+    assert any(f"| dtype {said} |" in line for line in logs)
 
 
 # ------------------------------------------------------------------ sampling
