@@ -78,7 +78,7 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
     assert not torch.equal(tuned.wte.weight[:300], model.wte.weight[:300])
     assert len(minitf.generate(tuned, tuned_tok, "Romeo.\n", max_new_tokens=10, seed=0)) > 0
     back = minitf.hf.to_hf_gpt2(tuned, tuned_tok, tmp_path / "back")
-    tf = pytest.importorskip("transformers")
+    tf = pytest.importorskip("transformers", reason="pip install -e '.[hf]'")
     again = tf.GPT2LMHeadModel.from_pretrained(back).eval()
     with torch.no_grad():
         torch.testing.assert_close(again(ids).logits, tuned(ids)[0], atol=1e-4, rtol=1e-4)
