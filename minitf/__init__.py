@@ -1,22 +1,55 @@
 """minitf: a minimal, trainable transformer framework.
 
-    cfg = minitf.load_config("configs/shakespeare.yaml", overrides=["model.n_layer=2"])
-    minitf.train(cfg)
-    model, tok, cfg = minitf.load_run("runs/shakespeare")
-    print(minitf.generate(model, tok, "Romeo.\\n", max_new_tokens=100))
-    steps = minitf.inspect(model, tok, "Romeo. O")     # Q, K, V, scores, weights of every head
+cfg = minitf.load_config("configs/shakespeare.yaml", overrides=["model.n_layer=2"])
+minitf.train(cfg)
+model, tok, cfg = minitf.load_run("runs/shakespeare")
+print(minitf.generate(model, tok, "Romeo.\\n", max_new_tokens=100))
+steps = minitf.inspect(model, tok, "Romeo. O")     # Q, K, V, scores, weights of every head
 """
+
 from . import attention
-from .checkpoint import load_run
 from .cache import KVCache
-from .config import (Config, ConfigError, DataConfig, MinitfError, ModelConfig, RunConfig,
-                     SampleConfig, TrainConfig, load_config)
+from .checkpoint import load_run
+from .config import (
+    Config,
+    ConfigError,
+    DataConfig,
+    MinitfError,
+    ModelConfig,
+    RunConfig,
+    SampleConfig,
+    TrainConfig,
+    load_config,
+)
 from .generate import generate, sample_next_token, stream, stream_tokens
 from .inspection import inspect
 from .model import Transformer
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "KVCache",
+    "MinitfError",
+    "ModelConfig",
+    "RunConfig",
+    "SampleConfig",
+    "TrainConfig",
+    "Tokenizer",
+    "Transformer",
+    "attention",
+    "generate",
+    "inspect",
+    "load_config",
+    "load_run",
+    "sample_next_token",
+    "stream",
+    "stream_tokens",
+    "train",
+]
 
 
 def train(cfg, resume: bool = False, log=print, plot: bool = True, overrides=()):

@@ -5,6 +5,7 @@ and returns the weights, so it can be read, inspected and tested against worked 
 module uses `F.scaled_dot_product_attention` by default, which computes the same thing in one
 fused kernel (flash attention on a GPU) without materialising the T x T weights.
 """
+
 from __future__ import annotations
 
 import math
@@ -128,8 +129,9 @@ class CausalSelfAttention(nn.Module):
         if self.fused and not (cache is not None and cache.static):
             p = self.dropout if self.training else 0.0
             # is_causal is top-left aligned, right only when S == T; one query (T == 1) sees every key
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
-                                               is_causal=mask is None and T > 1)  # (B, H, T, D)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=mask is None and T > 1
+            )  # (B, H, T, D)
         else:
             y, weights = attention(q, k, v, causal=mask is None, mask=mask)  # (B, H, T, D), (B, H, T, S)
             if self.training and self.dropout > 0:
@@ -141,5 +143,14 @@ class CausalSelfAttention(nn.Module):
         (B, H, T, D), scores/scaled/masked/weights (B, H, T, T), heads (B, H, T, D), out (B, T, C)."""
         q, k, v = self.qkv(x, rope)
         s = attention_steps(q, k, v, causal=True)
-        return dict(q=q, k=k, v=v, scores=s["scores"], scaled=s["scaled"], masked=s["masked"],
-                    weights=s["weights"], heads=s["out"], out=self.project(s["out"]))
+        return dict(
+            q=q,
+            k=k,
+            v=v,
+            scores=s["scores"],
+            scaled=s["scaled"],
+            masked=s["masked"],
+            weights=s["weights"],
+            heads=s["out"],
+            out=self.project(s["out"]),
+        )

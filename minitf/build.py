@@ -11,6 +11,7 @@ into place when complete; a later build removes temporary directories whose proc
 (killed, or out of memory), so an interrupted build leaves nothing behind. Worker processes are
 asked to die with this process (Linux), so a killed build leaves no orphans.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,8 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -96,8 +97,10 @@ def encoded(tasks: Iterable, tok: Tokenizer, dtype: np.dtype, num_proc: int) -> 
         yield from (encode_task(tok, dtype, t) for t in tasks)
         return
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with _env("TOKENIZERS_PARALLELISM", "false"), \
-            ctx.Pool(num_proc, _worker_start, (tok.to_json(), dtype.str, os.getpid())) as pool:
+    with (
+        _env("TOKENIZERS_PARALLELISM", "false"),
+        ctx.Pool(num_proc, _worker_start, (tok.to_json(), dtype.str, os.getpid())) as pool,
+    ):
         pending: deque = deque()
         for t in tasks:
             pending.append(pool.apply_async(_worker_encode, (t,)))
@@ -152,8 +155,10 @@ class SplitWriter:
             f.close()
         for name, s in self.stats.items():
             if not s["tokens"]:
-                raise MinitfError(f"the {name} split came out empty ({self.stats['train']['documents']} non-empty "
-                                  f"train documents); add text or documents, or change data.val_fraction")
+                raise MinitfError(
+                    f"the {name} split came out empty ({self.stats['train']['documents']} non-empty "
+                    f"train documents); add text or documents, or change data.val_fraction"
+                )
         return self.stats
 
 
@@ -188,16 +193,27 @@ def give_back_freed_memory() -> None:
 
 
 def write_error(path: Path, e: OSError) -> MinitfError:
-    return MinitfError(f"could not write {path}: {e.strerror or e}; free some disk space or make it "
-                       f"writable, or set MINITF_CACHE to a directory on another disk")
+    return MinitfError(
+        f"could not write {path}: {e.strerror or e}; free some disk space or make it "
+        f"writable, or set MINITF_CACHE to a directory on another disk"
+    )
 
 
 def progress(total: int | None, desc: str):
     """A progress bar in MB with MB/s (and an ETA when total is known), on a terminal only."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, unit_divisor=1000, mininterval=1,
-                disable=None, leave=False, file=sys.stderr)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1000,
+        mininterval=1,
+        disable=None,
+        leave=False,
+        file=sys.stderr,
+    )
 
 
 @contextlib.contextmanager

@@ -3,6 +3,7 @@
 The model reads and extends it in `forward(idx, cache=...)`; sampling (generate.py) creates it and
 decides when to reset it. It lives below the model because attention writes into it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -63,7 +64,7 @@ class KVCache:
     def reset(self) -> None:
         self.pos = self.pos.zero_() if self.static else 0
 
-    def repeat(self, n: int) -> "KVCache":
+    def repeat(self, n: int) -> KVCache:
         """A batch-n copy of a batch-1 cache: prefill a shared prompt once, then sample n ways."""
         out = copy.copy(self)  # same settings; new tensors below, so the two never share storage
         out.k = [k.repeat(n, 1, 1, 1) for k in self.k]  # (n, H, block_size, D) each

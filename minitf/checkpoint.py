@@ -1,7 +1,8 @@
 """The run directory: what training writes and what `load_run` reads back.
 
     runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
-                state.pt  metrics.jsonl  steps.jsonl  loss.png  (tensorboard/)  (train.parallel=fsdp: sharded-<step>/, see parallel.py)
+                state.pt  metrics.jsonl  steps.jsonl  loss.png  (tensorboard/)
+                (train.parallel=fsdp: sharded-<step>/, see parallel.py)
 
 Every file but metrics.jsonl and steps.jsonl (appended a line at a time) is written to a temporary name in the
 same directory and moved into place with os.replace. A checkpoint is committed by one rename:
@@ -11,6 +12,7 @@ written from the same weights right after, and resume repairs it if a kill came 
 A trainer holds an OS lock on the directory (.lock) while it runs. Nothing is ever unpickled:
 tensors come from safetensors, the training state from torch.load(weights_only=True).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,7 +31,13 @@ from .model import Transformer
 from .runtime import resolve_device
 from .tokenizer import Tokenizer
 
-WEIGHTS, BEST, STATE, CONFIG, TOKENIZER = "model.safetensors", "best.safetensors", "state.pt", "config.yaml", "tokenizer.json"
+WEIGHTS, BEST, STATE, CONFIG, TOKENIZER = (
+    "model.safetensors",
+    "best.safetensors",
+    "state.pt",
+    "config.yaml",
+    "tokenizer.json",
+)
 
 
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
@@ -77,8 +85,9 @@ def read_state(run_dir: Path, needs: str = "model") -> dict:
     except FileNotFoundError:
         raise MinitfError(f"{path} not found; start a new run without --resume") from None
     except Exception as e:  # a truncated or foreign file: torch raises many kinds
-        raise MinitfError(f"{path} is unreadable ({type(e).__name__}); the training state is damaged, "
-                          f"start a new run.out_dir") from None
+        raise MinitfError(
+            f"{path} is unreadable ({type(e).__name__}); the training state is damaged, start a new run.out_dir"
+        ) from None
     return state
 
 
@@ -91,8 +100,9 @@ def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = T
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
-        raise MinitfError(f"{path} holds a model of another shape ({str(e).splitlines()[-1].strip()[:100]}); "
-                          f"was config.yaml edited?") from None
+        raise MinitfError(
+            f"{path} holds a model of another shape ({str(e).splitlines()[-1].strip()[:100]}); was config.yaml edited?"
+        ) from None
     found = weights_step(run_dir / WEIGHTS)
     if repair and found != step:
         log(f"repairing {run_dir / WEIGHTS}: it holds step {found}, the committed checkpoint step {step}")
@@ -109,8 +119,10 @@ def load_weights(model: nn.Module, path: Path) -> None:
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
         raise MinitfError(f"{path} is truncated or corrupted ({str(e).splitlines()[0][:120]})") from None
     if missing or unexpected:
-        raise MinitfError(f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
-                          f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?")
+        raise MinitfError(
+            f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?"
+        )
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
@@ -124,21 +136,27 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
         raise MinitfError(f"load_run takes the path of a run directory, got {type(path).__name__}")
     run_dir = Path(path)
     if not run_dir.is_dir():
-        raise MinitfError(f"run directory {str(run_dir)!r} does not exist; train one first "
-                          f"(python scripts/train.py) or pass --run DIR")
+        raise MinitfError(
+            f"run directory {str(run_dir)!r} does not exist; train one first "
+            f"(python scripts/train.py) or pass --run DIR"
+        )
     for name in (CONFIG, TOKENIZER, BEST if best else WEIGHTS):
         if not (run_dir / name).is_file():
             raise MinitfError(f"{run_dir} has no {name}; it is not a complete minitf run directory")
     cfg = load_config(run_dir / CONFIG)
     tok = Tokenizer.load(run_dir / TOKENIZER)
     if cfg.model.vocab_size != tok.vocab_size:
-        raise MinitfError(f"{run_dir / TOKENIZER} has {tok.vocab_size} tokens but the model was built "
-                          f"for {cfg.model.vocab_size}; the tokenizer does not belong to this run")
+        raise MinitfError(
+            f"{run_dir / TOKENIZER} has {tok.vocab_size} tokens but the model was built "
+            f"for {cfg.model.vocab_size}; the tokenizer does not belong to this run"
+        )
     weights = run_dir / (BEST if best else WEIGHTS)
     trained_with = weights_metadata(weights).get("tokenizer")
     if trained_with and trained_with != tok.hash:
-        raise MinitfError(f"{run_dir / TOKENIZER} is not the tokenizer this model was trained with (its hash "
-                          f"differs from the one recorded in {weights.name}); restore the run's own tokenizer.json")
+        raise MinitfError(
+            f"{run_dir / TOKENIZER} is not the tokenizer this model was trained with (its hash "
+            f"differs from the one recorded in {weights.name}); restore the run's own tokenizer.json"
+        )
     model = Transformer(cfg.model).to(_device(device))
     load_weights(model, weights)
     return model.eval(), tok, cfg
@@ -163,9 +181,25 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
 
 
 # what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs
-RESUMABLE = ("train.max_steps", "train.max_seconds", "train.eval_every", "train.eval_batches", "train.ckpt_every",
-             "train.log_every", "train.logger", "train.typical_steps", "train.compile", "train.activation_checkpointing",
-             "train.max_bad_steps", "run.device", "run.out_dir", "run.name", "run.init_from", "data.num_proc", "sample.")
+RESUMABLE = (
+    "train.max_steps",
+    "train.max_seconds",
+    "train.eval_every",
+    "train.eval_batches",
+    "train.ckpt_every",
+    "train.log_every",
+    "train.logger",
+    "train.typical_steps",
+    "train.compile",
+    "train.activation_checkpointing",
+    "train.max_bad_steps",
+    "run.device",
+    "run.out_dir",
+    "run.name",
+    "run.init_from",
+    "data.num_proc",
+    "sample.",
+)
 BUDGET = ("train.max_steps", "train.max_seconds")
 
 
@@ -173,8 +207,12 @@ def changed_keys(old: Config, new: Config) -> dict[str, tuple]:
     """{'section.key': (old, new)} for every key whose value differs (the model's vocab_size,
     which comes from the tokenizer, aside)."""
     a, b = old.to_dict(), new.to_dict()
-    return {f"{sec}.{key}": (a[sec][key], b[sec][key]) for sec in a for key in a[sec]
-            if a[sec][key] != b[sec][key] and f"{sec}.{key}" != "model.vocab_size"}
+    return {
+        f"{sec}.{key}": (a[sec][key], b[sec][key])
+        for sec in a
+        for key in a[sec]
+        if a[sec][key] != b[sec][key] and f"{sec}.{key}" != "model.vocab_size"
+    }
 
 
 def resume_config(overrides=(), config_path=None, default_config=None) -> Config:
@@ -184,8 +222,9 @@ def resume_config(overrides=(), config_path=None, default_config=None) -> Config
     run_dir = Path(load_config(config_path or default_config, overrides).run.out_dir)
     if not (run_dir / CONFIG).is_file():
         what = "checkpoint" if not run_dir.is_dir() else CONFIG
-        raise MinitfError(f"{run_dir} has no {what} to resume; drop --resume to start a new run, or name the "
-                          f"run with run.out_dir=DIR")
+        raise MinitfError(
+            f"{run_dir} has no {what} to resume; drop --resume to start a new run, or name the run with run.out_dir=DIR"
+        )
     base = read_yaml(run_dir / CONFIG)
     for section, values in (read_yaml(Path(config_path)) if config_path else {}).items():
         base.setdefault(section, {}).update(values or {})
@@ -200,21 +239,27 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
     if resume and not (run_dir / STATE).is_file():
         if any((run_dir / n).is_file() for n in (WEIGHTS, BEST)):
-            raise MinitfError(f"{run_dir} has weights but no training state ({STATE}): it stopped before its first "
-                              f"checkpoint or was copied without it, so it cannot be resumed; start a new run.out_dir")
+            raise MinitfError(
+                f"{run_dir} has weights but no training state ({STATE}): it stopped before its first "
+                f"checkpoint or was copied without it, so it cannot be resumed; start a new run.out_dir"
+            )
         raise MinitfError(f"{run_dir} has no checkpoint to resume; drop --resume to start a new run")
     if not resume:
         held = [n for n in (STATE, WEIGHTS, BEST) if (run_dir / n).is_file()]
         if held:
-            raise MinitfError(f"{run_dir} already holds a run; pass --resume to continue it, or set run.out_dir to "
-                              f"a new directory (it has {', '.join(held)})")
+            raise MinitfError(
+                f"{run_dir} already holds a run; pass --resume to continue it, or set run.out_dir to "
+                f"a new directory (it has {', '.join(held)})"
+            )
         return run_dir, {}
     changed = changed_keys(load_config(run_dir / CONFIG), cfg)
     fixed = [k for k in changed if not k.startswith(RESUMABLE)]
     if fixed:
-        raise ConfigError(f"--resume cannot change {', '.join(fixed)} (the run was trained with "
-                          f"{', '.join(f'{k}={changed[k][0]!r}' for k in fixed)}); resume with the run's own "
-                          f"config or start a new run.out_dir. A resume may change only {', '.join(RESUMABLE)}*")
+        raise ConfigError(
+            f"--resume cannot change {', '.join(fixed)} (the run was trained with "
+            f"{', '.join(f'{k}={changed[k][0]!r}' for k in fixed)}); resume with the run's own "
+            f"config or start a new run.out_dir. A resume may change only {', '.join(RESUMABLE)}*"
+        )
     return run_dir, changed
 
 
@@ -246,8 +291,9 @@ def lock_run_dir(run_dir: Path, create: bool = True):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-            raise MinitfError(f"{run_dir} is in use by pid {pid}; wait for that training to end or choose "
-                              f"another run.out_dir") from None
+            raise MinitfError(
+                f"{run_dir} is in use by pid {pid}; wait for that training to end or choose another run.out_dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield

@@ -1,5 +1,6 @@
 """What the scripts share: user mistakes become one line on stderr and a non-zero exit code;
 the newest run, prompts from stdin, every config key for --help."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -30,12 +31,15 @@ def run_main(main) -> None:
 def _quiet_late_ctrl_c() -> None:
     """main() has returned, but a second Ctrl-C may still come while the interpreter shuts down
     (torch's exit handlers take a moment): end then with 'interrupted' and 130, not a traceback."""
+
     def abort(*_):
         print("interrupted", file=sys.stderr)
         os._exit(130)
 
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is \
-            signal.default_int_handler:
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):
         signal.signal(signal.SIGINT, abort)
 
 
@@ -43,8 +47,7 @@ def newest_run(root: str | Path = "runs") -> Path:
     """The run directory under `root` whose weights were written last."""
     runs = sorted(Path(root).glob("*/model.safetensors"), key=lambda p: p.stat().st_mtime)
     if not runs:
-        raise MinitfError(f"no trained run under {root}/; train one with python scripts/train.py, "
-                          f"or pass --run DIR")
+        raise MinitfError(f"no trained run under {root}/; train one with python scripts/train.py, or pass --run DIR")
     return runs[-1].parent
 
 

@@ -3,6 +3,7 @@
 Every mistake (unknown key, wrong type, bad value) raises ConfigError with one line that names
 the key and what is allowed, so it never surfaces later as a traceback from inside torch.
 """
+
 from __future__ import annotations
 
 import copy
@@ -61,8 +62,9 @@ class _Section:
             where = f"{self._section}.{f.name}"
             setattr(self, f.name, _coerce(where, getattr(self, f.name), hints[f.name]))
             if f.name in self._choices and getattr(self, f.name) not in self._choices[f.name]:
-                raise ConfigError(f"{where} must be one of {'|'.join(self._choices[f.name])}, "
-                                  f"got {getattr(self, f.name)!r}")
+                raise ConfigError(
+                    f"{where} must be one of {'|'.join(self._choices[f.name])}, got {getattr(self, f.name)!r}"
+                )
         self.validate()
 
     def validate(self) -> None:
@@ -82,10 +84,10 @@ class RunConfig(_Section):
     _section = "run"
     _choices = {"device": ("auto", "cpu", "cuda", "mps")}
     name: str = "shakespeare"
-    out_dir: str | None = None          # None: runs/<name>
+    out_dir: str | None = None  # None: runs/<name>
     seed: int = 1337
     device: str = "auto"
-    init_from: str | None = None        # a local Hugging Face GPT-2 directory to fine-tune (model.* from it)
+    init_from: str | None = None  # a local Hugging Face GPT-2 directory to fine-tune (model.* from it)
 
     def validate(self) -> None:
         if self.out_dir is None:
@@ -95,18 +97,19 @@ class RunConfig(_Section):
 @dataclass
 class DataConfig(_Section):
     _section = "data"
-    source: str = "shakespeare"         # a corpus source: the kinds are listed in minitf/corpus.py
+    source: str = "shakespeare"  # a corpus source: the kinds are listed in minitf/corpus.py
     vocab_size: int = 4096
     val_fraction: float = 0.1
-    text_field: str = "text"            # column holding the text in hf: datasets
-    streaming: bool = False             # stream hf: datasets instead of downloading them whole
-    max_documents: int | None = None    # cap on documents read from a source
-    num_proc: int | None = None         # tokenizer processes; None = one per core
+    text_field: str = "text"  # column holding the text in hf: datasets
+    streaming: bool = False  # stream hf: datasets instead of downloading them whole
+    max_documents: int | None = None  # cap on documents read from a source
+    num_proc: int | None = None  # tokenizer processes; None = one per core
 
     def validate(self) -> None:
         if self.vocab_size < 257:
-            raise ConfigError(f"data.vocab_size must be at least 257 (256 bytes + <|endoftext|>), "
-                              f"got {self.vocab_size}")
+            raise ConfigError(
+                f"data.vocab_size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}"
+            )
         if not 0 < self.val_fraction <= 0.5:
             raise ConfigError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction}")
         self._positive("max_documents", "num_proc")
@@ -115,9 +118,14 @@ class DataConfig(_Section):
 @dataclass
 class ModelConfig(_Section):
     _section = "model"
-    _choices = {"positions": ("learned", "sinusoidal", "rope"), "attention": ("sdpa", "reference"),
-                "norm": ("layernorm", "rmsnorm"), "ffn": ("gelu", "swiglu", "relu2"), "gelu": ("tanh", "exact")}
-    vocab_size: int | None = None       # set from the tokenizer, not from the file
+    _choices = {
+        "positions": ("learned", "sinusoidal", "rope"),
+        "attention": ("sdpa", "reference"),
+        "norm": ("layernorm", "rmsnorm"),
+        "ffn": ("gelu", "swiglu", "relu2"),
+        "gelu": ("tanh", "exact"),
+    }
+    vocab_size: int | None = None  # set from the tokenizer, not from the file
     block_size: int = 256
     n_layer: int = 4
     n_head: int = 4
@@ -126,12 +134,12 @@ class ModelConfig(_Section):
     attention: str = "sdpa"
     norm: str = "layernorm"
     ffn: str = "gelu"
-    gelu: str = "tanh"                  # tanh approximation, as GPT-2
+    gelu: str = "tanh"  # tanh approximation, as GPT-2
     dropout: float = 0.0
     bias: bool = True
-    tie_embeddings: bool = True         # false: a separate LM head, initialised to zero
+    tie_embeddings: bool = True  # false: a separate LM head, initialised to zero
     rope_base: float = 10000.0
-    qk_norm: bool = False               # RMS-normalise each head's queries and keys before q @ k^T
+    qk_norm: bool = False  # RMS-normalise each head's queries and keys before q @ k^T
     logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap); None = off
 
     def validate(self) -> None:
@@ -139,8 +147,9 @@ class ModelConfig(_Section):
         if self.n_embd % self.n_head:
             raise ConfigError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
         if self.positions == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ConfigError(f"model.positions=rope needs an even head size, got n_embd/n_head = "
-                              f"{self.n_embd // self.n_head}")
+            raise ConfigError(
+                f"model.positions=rope needs an even head size, got n_embd/n_head = {self.n_embd // self.n_head}"
+            )
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
 
@@ -152,37 +161,52 @@ class ModelConfig(_Section):
 @dataclass
 class TrainConfig(_Section):
     _section = "train"
-    _choices = {"dtype": ("auto", "float32", "bfloat16", "float16"), "optimizer": ("adamw", "muon"),
-                "parallel": ("ddp", "fsdp"), "logger": ("jsonl", "tensorboard")}
+    _choices = {
+        "dtype": ("auto", "float32", "bfloat16", "float16"),
+        "optimizer": ("adamw", "muon"),
+        "parallel": ("ddp", "fsdp"),
+        "logger": ("jsonl", "tensorboard"),
+    }
     batch_size: int = 32
     grad_accum: int = 1
     max_steps: int = 2000
-    max_seconds: float | None = None    # wall-clock budget; the LR schedule then follows elapsed time
-    optimizer: str = "adamw"            # muon: Muon for the blocks' matrices, AdamW (lr) for the rest
+    max_seconds: float | None = None  # wall-clock budget; the LR schedule then follows elapsed time
+    optimizer: str = "adamw"  # muon: Muon for the blocks' matrices, AdamW (lr) for the rest
     lr: float = 1e-3
-    min_lr: float = 1e-4                # the schedule's floor; Muon's follows in proportion
-    muon_lr: float = 0.02               # Muon's peak LR (train.optimizer=muon)
+    min_lr: float = 1e-4  # the schedule's floor; Muon's follows in proportion
+    muon_lr: float = 0.02  # Muon's peak LR (train.optimizer=muon)
     muon_momentum: float = 0.95
     warmup_steps: int = 100
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
-    grad_clip: float = 1.0              # 0 disables clipping (the norm is still logged)
+    grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
     eval_every: int = 200
     eval_batches: int = 20
     ckpt_every: int = 200
-    log_every: int = 10                 # steps between steps.jsonl rows (loss, LR) and progress-bar updates
-    logger: str = "jsonl"               # tensorboard: event files in <run>/tensorboard too
-    typical_steps: int | None = None    # steps the budget gives on a typical 2-core CPU; far fewer get a warning
-    dtype: str = "auto"                 # auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32
+    log_every: int = 10  # steps between steps.jsonl rows (loss, LR) and progress-bar updates
+    logger: str = "jsonl"  # tensorboard: event files in <run>/tensorboard too
+    typical_steps: int | None = None  # steps the budget gives on a typical 2-core CPU; far fewer get a warning
+    dtype: str = "auto"  # auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32
     compile: bool = False
-    max_bad_steps: int = 10             # non-finite steps in a row before training stops
-    parallel: str = "ddp"               # under torchrun: ddp copies the model to every process, fsdp shards it
+    max_bad_steps: int = 10  # non-finite steps in a row before training stops
+    parallel: str = "ddp"  # under torchrun: ddp copies the model to every process, fsdp shards it
     activation_checkpointing: bool = False  # recompute each block in backward: less memory, ~1/3 more compute
 
     def validate(self) -> None:
-        self._positive("batch_size", "grad_accum", "max_steps", "max_seconds", "lr", "muon_lr", "eval_every",
-                       "eval_batches", "ckpt_every", "log_every", "max_bad_steps")
+        self._positive(
+            "batch_size",
+            "grad_accum",
+            "max_steps",
+            "max_seconds",
+            "lr",
+            "muon_lr",
+            "eval_every",
+            "eval_batches",
+            "ckpt_every",
+            "log_every",
+            "max_bad_steps",
+        )
         if self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr must be in [0, train.lr={self.lr}], got {self.min_lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
@@ -199,9 +223,9 @@ class TrainConfig(_Section):
 @dataclass
 class SampleConfig(_Section):
     _section = "sample"
-    prompt: str = "Romeo.\n"            # how this corpus writes a speaker: the name, a full stop, a new line
+    prompt: str = "Romeo.\n"  # how this corpus writes a speaker: the name, a full stop, a new line
     max_new_tokens: int = 300
-    temperature: float = 0.8            # 0 = greedy
+    temperature: float = 0.8  # 0 = greedy
     top_k: int | None = 50
     top_p: float | None = None
     repetition_penalty: float = 1.0
@@ -218,8 +242,7 @@ class SampleConfig(_Section):
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ConfigError(f"sample.top_p must be in (0, 1], got {self.top_p}")
         if self.repetition_penalty <= 0:
-            raise ConfigError(f"sample.repetition_penalty must be positive (1 = off), "
-                              f"got {self.repetition_penalty}")
+            raise ConfigError(f"sample.repetition_penalty must be positive (1 = off), got {self.repetition_penalty}")
 
 
 @dataclass
@@ -231,7 +254,7 @@ class Config:
     sample: SampleConfig = field(default_factory=SampleConfig)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
+    def from_dict(cls, d: dict) -> Config:
         if not isinstance(d, dict):
             raise ConfigError(f"a config must be a mapping of sections, got {type(d).__name__}")
         sections = {f.name: f.type for f in dataclasses.fields(cls)}

@@ -11,6 +11,7 @@ dataset, each as a stream of documents, plus the train/val split rule.
 - Invalid UTF-8 in a file is an error naming the file and byte offset, never a silent replacement.
   Empty files are skipped with a note.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -20,9 +21,9 @@ import math
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from . import shakespeare
 from .config import ConfigError, DataConfig, MinitfError
@@ -30,8 +31,11 @@ from .config import ConfigError, DataConfig, MinitfError
 BLOCK_CHARS = 1 << 20  # text is read and handed on in blocks of at most this many characters
 _LOCAL = shakespeare.LOCAL
 # every kind of data.source, as the user writes it; a new kind is added here and in Source
-KINDS = {"shakespeare": "shakespeare", "file": "file:<path, directory or glob>",
-         "hf": "hf:<dataset>[:<config>] or hf:<local dataset directory>"}
+KINDS = {
+    "shakespeare": "shakespeare",
+    "file": "file:<path, directory or glob>",
+    "hf": "hf:<dataset>[:<config>] or hf:<local dataset directory>",
+}
 
 
 def cache_dir() -> Path:
@@ -47,6 +51,7 @@ class Documents:
     """A corpus ready to read: docs() starts a fresh pass (each document an iterator of text
     blocks); is_val(i) says whether document i is held out; nbytes is about how many bytes of
     text a pass reads (None when unknown), for progress bars."""
+
     docs: Callable[[], Iterator[Iterator[str]]]
     is_val: Callable[[int], bool]
     nbytes: int | None
@@ -58,11 +63,12 @@ class Source:
     def __init__(self, cfg: DataConfig):
         self.kind, _, self.spec = cfg.source.partition(":")
         if self.kind not in KINDS or (self.kind == "shakespeare") != (cfg.source == "shakespeare"):
-            raise ConfigError(f"data.source must be {', '.join(repr(k) for k in KINDS.values())}; "
-                              f"got {cfg.source!r}")
+            raise ConfigError(f"data.source must be {', '.join(repr(k) for k in KINDS.values())}; got {cfg.source!r}")
         if self.kind != "shakespeare" and not self.spec.strip():
-            raise ConfigError(f"data.source={cfg.source} names no {'path' if self.kind == 'file' else 'dataset'}; "
-                              f"write it as {KINDS[self.kind]}")
+            raise ConfigError(
+                f"data.source={cfg.source} names no {'path' if self.kind == 'file' else 'dataset'}; "
+                f"write it as {KINDS[self.kind]}"
+            )
         root = Path(self.spec).expanduser()
         self.local = self.kind == "hf" and (root.exists() or self.spec.startswith(("/", ".", "~")))
         self.files: list[Path] = []
@@ -71,11 +77,12 @@ class Source:
             self.files, self.empty = _text_files(self.spec)
         elif self.local:  # hf:<local dataset directory>, read without the network
             if not root.is_dir():
-                raise MinitfError(f"data.source={cfg.source}: no such directory; hf: takes a hub dataset "
-                                  f"name or a local dataset directory (one text file goes in file:PATH)")
+                raise MinitfError(
+                    f"data.source={cfg.source}: no such directory; hf: takes a hub dataset "
+                    f"name or a local dataset directory (one text file goes in file:PATH)"
+                )
             self.spec = str(root)
-            self.files = sorted(p for p in root.rglob("*") if p.is_file()
-                                and ".cache" not in p.relative_to(root).parts)
+            self.files = sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.relative_to(root).parts)
         salt = shakespeare.SHAKESPEARE_SHA256 if self.kind == "shakespeare" else ""
         h = hashlib.sha256(f"{cfg.source}\0{salt}".encode())
         for f in self.files:
@@ -96,8 +103,10 @@ class Source:
             cut = int(n * (1 - f))
             log(f"data: {cfg.source}: 1 document of {n:,} characters; val is its last {f:.0%}")
             return Documents(lambda: iter(_split_blocks(read_blocks(files[0]), cut)), lambda i: i == 1, nbytes)
-        log(f"data: {cfg.source}: {len(files):,} documents; "
-            f"{'the last' if len(files) * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val")
+        log(
+            f"data: {cfg.source}: {len(files):,} documents; "
+            f"{'the last' if len(files) * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val"
+        )
         return Documents(lambda: (read_blocks(p) for p in files), val_rule(len(files), f), nbytes)
 
 
@@ -155,8 +164,10 @@ def _text_files(spec: str) -> tuple[list[Path], list[Path]]:
     files = sorted(Path(f) for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
     if not files:
         what = "is a directory with no *.txt files" if p.is_dir() else "matches no files"
-        raise MinitfError(f"data.source=file:{spec} {what}; point it at a UTF-8 text file, a directory "
-                          f"of *.txt files or a glob such as 'file:notes/**/*.md'")
+        raise MinitfError(
+            f"data.source=file:{spec} {what}; point it at a UTF-8 text file, a directory "
+            f"of *.txt files or a glob such as 'file:notes/**/*.md'"
+        )
     empty = [f for f in files if f.stat().st_size == 0]
     if len(empty) == len(files):
         raise MinitfError(f"data.source=file:{spec}: all {len(files)} file(s) are empty; add some text")
@@ -171,10 +182,14 @@ def _explain_utf8(path: Path) -> None:
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as u:
-                raise MinitfError(f"{path} is not valid UTF-8 (byte 0x{chunk[u.start]:02x} at offset "
-                                  f"{offset + u.start}); convert it first, e.g. iconv -f latin1 "
-                                  f"-t utf-8 {path.name} > {path.stem}.utf8.txt") from None
+                raise MinitfError(
+                    f"{path} is not valid UTF-8 (byte 0x{chunk[u.start]:02x} at offset "
+                    f"{offset + u.start}); convert it first, e.g. iconv -f latin1 "
+                    f"-t utf-8 {path.name} > {path.stem}.utf8.txt"
+                ) from None
             offset += len(chunk)
+
+
 def _load_hf(spec: str, cfg: DataConfig, local: bool):
     """hf:<dataset>[:<config>] from the hub (failing in seconds when it is unreachable, where
     datasets itself retries for ~20 s) into the user's HF cache, or hf:<local dataset directory>
@@ -183,8 +198,9 @@ def _load_hf(spec: str, cfg: DataConfig, local: bool):
     from huggingface_hub import constants
 
     name, _, config = (spec, "", "") if local else spec.partition(":")
-    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on")
-                  for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))  # then datasets reads its cache
+    offline = any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )  # then datasets reads its cache
     if not local and not offline:
         endpoint = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
         try:
@@ -192,23 +208,31 @@ def _load_hf(spec: str, cfg: DataConfig, local: bool):
         except urllib.error.HTTPError:
             pass  # it answered, so it is reachable
         except (OSError, ValueError) as e:
-            raise MinitfError(f"could not reach the Hugging Face hub at {endpoint} to load {name!r} "
-                              f"({getattr(e, 'reason', e)}); use hf:/path/to/a/downloaded/dataset, set "
-                              f"HF_HUB_OFFLINE=1 to read your HF cache, {_LOCAL}") from None
+            raise MinitfError(
+                f"could not reach the Hugging Face hub at {endpoint} to load {name!r} "
+                f"({getattr(e, 'reason', e)}); use hf:/path/to/a/downloaded/dataset, set "
+                f"HF_HUB_OFFLINE=1 to read your HF cache, {_LOCAL}"
+            ) from None
     try:
-        ds = datasets.load_dataset(name, config or None, split="train", streaming=cfg.streaming,
-                                   cache_dir=str(cache_dir() / "datasets") if local else None)
+        ds = datasets.load_dataset(
+            name,
+            config or None,
+            split="train",
+            streaming=cfg.streaming,
+            cache_dir=str(cache_dir() / "datasets") if local else None,
+        )
         columns = ds.column_names if ds.column_names is not None else list(next(iter(ds)))
     except Exception as e:  # datasets raises many types; the user needs the first line and a way out
         first = (str(e).strip().splitlines() or [""])[0]
-        raise MinitfError(f"could not load dataset {spec!r} ({type(e).__name__}: {first}); check the "
-                          f"name and config, {_LOCAL}") from e
+        raise MinitfError(
+            f"could not load dataset {spec!r} ({type(e).__name__}: {first}); check the name and config, {_LOCAL}"
+        ) from e
     if cfg.text_field not in columns:
-        raise MinitfError(f"dataset {spec!r} has no column {cfg.text_field!r} (it has {', '.join(columns)}); "
-                          f"set data.text_field to the one holding the text")
+        raise MinitfError(
+            f"dataset {spec!r} has no column {cfg.text_field!r} (it has {', '.join(columns)}); "
+            f"set data.text_field to the one holding the text"
+        )
     return ds
-
-
 
 
 def _hf_documents(ds, cfg: DataConfig, log) -> Documents:
@@ -223,13 +247,16 @@ def _hf_documents(ds, cfg: DataConfig, log) -> Documents:
         text = ds[0][cfg.text_field] or ""
         cut = int(len(text) * (1 - f))
         log(f"data: {cfg.source}: 1 document of {len(text):,} characters; val is its last {f:.0%}")
-        return Documents(lambda: iter([iter([text[:cut]]), iter([text[cut:]])]), lambda i: i == 1,
-                         len(text.encode("utf-8")))
+        return Documents(
+            lambda: iter([iter([text[:cut]]), iter([text[cut:]])]), lambda i: i == 1, len(text.encode("utf-8"))
+        )
 
     def docs():
         for batch in ds.iter(batch_size=256):
             yield from (iter([t or ""]) for t in batch[cfg.text_field])
 
-    log(f"data: {cfg.source}: {'streamed' if n is None else f'{n:,}'} documents; "
-        f"{'the last' if n and n * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val")
+    log(
+        f"data: {cfg.source}: {'streamed' if n is None else f'{n:,}'} documents; "
+        f"{'the last' if n and n * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val"
+    )
     return Documents(docs, val_rule(n, f), ds.data.nbytes if n is not None else None)

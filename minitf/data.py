@@ -13,6 +13,7 @@ tokenizer's vocabulary the one the ids were made with), which costs a few stat c
 of the ids; prepare_data rebuilds a damaged one. Each batch is checked to hold only ids of the
 vocabulary, so damage of the same size surfaces as one clear error, not an IndexError.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,14 +23,13 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-from .build import (SPLITS, TASK_CHARS, build_splits, give_back_freed_memory, pieces, progress, temp_dir,
-                    write_error)
+from .build import SPLITS, TASK_CHARS, build_splits, give_back_freed_memory, pieces, progress, temp_dir, write_error
 from .config import DataConfig, MinitfError
 from .corpus import Documents, Source, cache_dir
 from .tokenizer import Tokenizer
@@ -65,8 +65,11 @@ class TokenData:
         self.meta: dict = _read_meta(self.path)
         self.tokenizer = tokenizer or Tokenizer.load(self.path / "tokenizer.json")
         if self.tokenizer.vocab_size != self.meta["vocab_size"]:
-            raise CacheError(self.path, f"its ids are for a vocabulary of {self.meta['vocab_size']}, the "
-                                        f"tokenizer has {self.tokenizer.vocab_size}")
+            raise CacheError(
+                self.path,
+                f"its ids are for a vocabulary of {self.meta['vocab_size']}, the "
+                f"tokenizer has {self.tokenizer.vocab_size}",
+            )
 
     def tokens(self, split: str) -> np.memmap:
         """A read-only memmap of a split's token ids."""
@@ -75,8 +78,14 @@ class TokenData:
     def bytes_per_token(self, split: str) -> float:
         return self.meta["splits"][split]["bytes"] / self.meta["splits"][split]["tokens"]
 
-    def get_batch(self, split: str, batch_size: int, block_size: int, generator: torch.Generator,
-                  device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    def get_batch(
+        self,
+        split: str,
+        batch_size: int,
+        block_size: int,
+        generator: torch.Generator,
+        device: str | torch.device = "cpu",
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """batch_size random windows of the split: x (B, T) and y = x shifted left by one, int64."""
         dtype = np.dtype(self.meta["dtype"])
         # Plain reads, not a memmap: pages read through a long-lived map count as this process's
@@ -85,9 +94,11 @@ class TokenData:
         with open(self._bin(split), "rb", buffering=0) as f:
             n = os.fstat(f.fileno()).st_size // dtype.itemsize
             if n < block_size + 1:
-                raise MinitfError(f"the {split} split has only {n} tokens, fewer than block_size+1="
-                                  f"{block_size + 1}; use a bigger corpus, a smaller model.block_size or a "
-                                  f"larger data.val_fraction")
+                raise MinitfError(
+                    f"the {split} split has only {n} tokens, fewer than block_size+1="
+                    f"{block_size + 1}; use a bigger corpus, a smaller model.block_size or a "
+                    f"larger data.val_fraction"
+                )
             ix = torch.randint(n - block_size, (batch_size,), generator=generator, device=generator.device)
             windows = []
             for i in ix.tolist():
@@ -95,8 +106,9 @@ class TokenData:
                 windows.append(f.read((block_size + 1) * dtype.itemsize))
         xy = np.frombuffer(b"".join(windows), dtype).reshape(batch_size, block_size + 1)
         if xy.size and int(xy.max()) >= self.meta["vocab_size"]:  # a few µs; an IndexError later costs a run
-            raise CacheError(self.path, f"{split}.bin holds id {int(xy.max())}, outside the vocabulary of "
-                                        f"{self.meta['vocab_size']}")
+            raise CacheError(
+                self.path, f"{split}.bin holds id {int(xy.max())}, outside the vocabulary of {self.meta['vocab_size']}"
+            )
         xy = torch.from_numpy(xy.astype(np.int64))  # (B, T+1)
         x, y = xy[:, :-1].contiguous(), xy[:, 1:].contiguous()  # (B, T) each
         device = torch.device(device)
@@ -125,17 +137,21 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None,
-                 log: Callable[[str], None] = print) -> TokenData:
+def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None, log: Callable[[str], None] = print) -> TokenData:
     """Build, or reuse, the token cache of cfg.source under cache_dir()/tokens/<key>/.
 
     The key covers the source's fingerprint, the tokenizer and the split settings. Without a
     tokenizer one is trained on the train split (vocab cfg.vocab_size), and cached too.
     """
     source = Source(cfg)
-    settings = {"format": FORMAT, "source": cfg.source, "fingerprint": source.fingerprint,
-                "val_fraction": cfg.val_fraction, "max_documents": cfg.max_documents,
-                "text_field": cfg.text_field}
+    settings = {
+        "format": FORMAT,
+        "source": cfg.source,
+        "fingerprint": source.fingerprint,
+        "val_fraction": cfg.val_fraction,
+        "max_documents": cfg.max_documents,
+        "text_field": cfg.text_field,
+    }
     tok_file = cache_dir() / "tokenizers" / f"{_digest(settings, vocab_size=cfg.vocab_size)}.json"
     if tokenizer is None and tok_file.is_file():
         with contextlib.suppress(MinitfError):  # an unreadable one is trained again
@@ -165,8 +181,10 @@ def _train_tokenizer(docs: Documents, vocab_size: int, tok_file: Path, log) -> T
     with progress(min(docs.nbytes or TOKENIZER_TRAIN_CHARS, TOKENIZER_TRAIN_CHARS), "training BPE") as texts.bar:
         tokenizer = Tokenizer.train(texts, vocab_size)
     give_back_freed_memory()
-    log(f"data: trained a {tokenizer.vocab_size}-token BPE on {texts.chars / 1e6:.2f}M characters "
-        f"in {time.perf_counter() - t0:.1f} s")
+    log(
+        f"data: trained a {tokenizer.vocab_size}-token BPE on {texts.chars / 1e6:.2f}M characters "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
     tok_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = tok_file.with_name(f".{tok_file.name}.{os.getpid()}.tmp")
     try:
@@ -209,8 +227,7 @@ def _num_proc(asked: int | None, nbytes: int | None) -> int:
     if asked:
         return asked
     tasks = math.ceil(nbytes / TASK_CHARS) if nbytes is not None else 1 << 30
-    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-                      tasks))
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, tasks))
 
 
 def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc: int, log) -> None:
@@ -223,8 +240,15 @@ def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc:
         dtype = token_dtype(tok.vocab_size)
         splits = build_splits(docs, tok, tmp, dtype, num_proc, docs.nbytes)
         seconds = splits.pop("seconds")
-        meta = {**settings, "tokenizer_hash": tok.hash, "vocab_size": tok.vocab_size, "eot_id": tok.eot_id,
-                "dtype": dtype.name, "splits": splits, "tokenize_seconds": round(seconds, 2)}
+        meta = {
+            **settings,
+            "tokenizer_hash": tok.hash,
+            "vocab_size": tok.vocab_size,
+            "eot_id": tok.eot_id,
+            "dtype": dtype.name,
+            "splits": splits,
+            "tokenize_seconds": round(seconds, 2),
+        }
         tok.save(tmp / "tokenizer.json")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
@@ -239,8 +263,10 @@ def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc:
         raise
     give_back_freed_memory()
     tr, va = splits["train"], splits["val"]
-    log(f"data: tokenized {(tr['bytes'] + va['bytes']) / 1e6:.2f} MB in {seconds:.1f} s: train "
-        f"{tr['tokens']:,} tokens / {tr['documents']} documents, val {va['tokens']:,} / {va['documents']}")
+    log(
+        f"data: tokenized {(tr['bytes'] + va['bytes']) / 1e6:.2f} MB in {seconds:.1f} s: train "
+        f"{tr['tokens']:,} tokens / {tr['documents']} documents, val {va['tokens']:,} / {va['documents']}"
+    )
 
 
 def _digest(settings: dict, **extra) -> str:

@@ -1,5 +1,6 @@
 """Held-out loss: how well a model predicts text it was not trained on, during training (a few
 fixed batches) and after it, on a whole corpus (`evaluate_text`, scripts/evaluate.py)."""
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
 
 
 @torch.no_grad()
-def evaluate_text(model, tokenizer, data_cfg: DataConfig, batch_size: int = 8, log=print,
-                  splits=("train", "val")) -> dict:
+def evaluate_text(
+    model, tokenizer, data_cfg: DataConfig, batch_size: int = 8, log=print, splits=("train", "val")
+) -> dict:
     """Loss, perplexity and bits per byte of `model` on a whole corpus, every token predicted once.
 
     The text goes through the token cache with the model's own tokenizer (prepare_data: bounded
@@ -57,8 +59,12 @@ def evaluate_text(model, tokenizer, data_cfg: DataConfig, batch_size: int = 8, l
         nbytes = sum(data.meta["splits"][s]["bytes"] for s in parts)
         tokens = sum(data.meta["splits"][s]["tokens"] for s in parts)
         loss = nats / predicted
-        out[name] = {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": predicted,
-                     "bits_per_byte": bits_per_byte(loss, nbytes / tokens)}
+        out[name] = {
+            "loss": loss,
+            "perplexity": math.exp(min(loss, 700.0)),
+            "tokens": predicted,
+            "bits_per_byte": bits_per_byte(loss, nbytes / tokens),
+        }
     return out
 
 
@@ -72,7 +78,7 @@ def _nats_and_tokens(model, data: TokenData, split: str, batch_size: int, device
     nats, predicted = 0.0, 0
     for first in tqdm(range(0, len(starts), batch_size), desc=f"evaluating {split}", unit="batch", leave=False):
         rows = []
-        for start in starts[first:first + batch_size]:  # plain reads: the split is never mapped whole
+        for start in starts[first : first + batch_size]:  # plain reads: the split is never mapped whole
             rows.append(np.fromfile(path, dtype=dtype, count=min(block + 1, n - start), offset=start * dtype.itemsize))
         same = all(len(r) == len(rows[0]) for r in rows)  # only a split's last window can be shorter
         for group in [rows] if same else [[r] for r in rows]:

@@ -16,6 +16,7 @@ otherwise, and answers only requests that name it (a guard against DNS rebinding
 Errors are JSON {"error": "one line"}: 400 for bad input, 503 when too many tabs generate at once.
 A tab that closes its stream stops its generation: the next token's write fails.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -31,10 +32,12 @@ from .config import MinitfError
 from .explore_api import BadRequest, Busy, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
-STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
-          "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
-          "/static/attention.js": ("attention.js", "text/javascript; charset=utf-8"),
-          "/static/style.css": ("style.css", "text/css; charset=utf-8")}
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/static/attention.js": ("attention.js", "text/javascript; charset=utf-8"),
+    "/static/style.css": ("style.css", "text/css; charset=utf-8"),
+}
 MAX_BODY = 256 * 1024
 
 
@@ -49,8 +52,9 @@ class ExploreServer(ThreadingHTTPServer):
         try:
             super().__init__((host, port), _Handler)
         except OSError as e:
-            raise MinitfError(f"cannot serve on {host}:{port} ({e.strerror or e}); pass another --port "
-                              f"(0 picks a free one)") from None
+            raise MinitfError(
+                f"cannot serve on {host}:{port} ({e.strerror or e}); pass another --port (0 picks a free one)"
+            ) from None
         self.loopback = is_loopback(host)
 
     @property
@@ -75,8 +79,11 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
     """Load the run, print the page's URL, and serve until Ctrl-C (then return quietly)."""
     server = ExploreServer(Explorer(run_dir, best=best, device=device), host, port)
     if not server.loopback:
-        print(f"warning: serving on {host}: anyone who can reach this machine on port "
-              f"{server.server_address[1]} can use the page and the model", file=sys.stderr)
+        print(
+            f"warning: serving on {host}: anyone who can reach this machine on port "
+            f"{server.server_address[1]} can use the page and the model",
+            file=sys.stderr,
+        )
     print(f"minitf explorer for {run_dir}: open {server.url}  (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
@@ -121,7 +128,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, respond) -> None:
         """Run respond(): a MinitfError becomes 400 (503 when busy), anything else 500; one line each."""
         if self.server.loopback and urlsplit(f"//{self.headers.get('Host', '')}").hostname not in (
-                "127.0.0.1", "localhost", "::1"):
+            "127.0.0.1",
+            "localhost",
+            "::1",
+        ):
             return self._json(403, {"error": "this server answers requests for 127.0.0.1 or localhost only"})
         try:
             respond()

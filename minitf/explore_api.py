@@ -6,6 +6,7 @@ Every input comes from a browser, so each is checked: a wrong type, a value out 
 prompt too long or an unknown key raise BadRequest (a MinitfError) with one line the page shows.
 The numbers are the library's own: generation is `stream_tokens`, attention is `inspect`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -24,8 +25,14 @@ MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 1000
 MAX_GENERATIONS = 4  # at once, all tabs together: each costs a KV cache and a share of the CPU
 DIGITS = 6  # decimals sent for every number: well below what a page can show, small JSON
-SETTINGS = {"max_new_tokens": int, "temperature": float, "top_k": int, "top_p": float,
-            "repetition_penalty": float, "seed": int}
+SETTINGS = {
+    "max_new_tokens": int,
+    "temperature": float,
+    "top_k": int,
+    "top_p": float,
+    "repetition_penalty": float,
+    "seed": int,
+}
 NULLABLE = {"top_k", "top_p", "seed"}  # null: top_k/top_p off, a random seed
 CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr")
 
@@ -55,10 +62,20 @@ class Explorer:
 
     def run_info(self) -> dict:
         m = self.cfg.model
-        return {"run": self.run_dir.name, "checkpoint": self.checkpoint.name, "step": self.step,
-                "params": self.model.num_params(), "config": self.cfg.to_dict(),
-                "limits": {"prompt_chars": MAX_PROMPT_CHARS, "max_new_tokens": MAX_NEW_TOKENS,
-                           "block_size": m.block_size, "n_layer": m.n_layer, "n_head": m.n_head}}
+        return {
+            "run": self.run_dir.name,
+            "checkpoint": self.checkpoint.name,
+            "step": self.step,
+            "params": self.model.num_params(),
+            "config": self.cfg.to_dict(),
+            "limits": {
+                "prompt_chars": MAX_PROMPT_CHARS,
+                "max_new_tokens": MAX_NEW_TOKENS,
+                "block_size": m.block_size,
+                "n_layer": m.n_layer,
+                "n_head": m.n_head,
+            },
+        }
 
     def loss_curve(self) -> dict:
         """The evaluations in metrics.jsonl: step, train and val loss, val bits per byte, lr."""
@@ -106,8 +123,15 @@ class Explorer:
         yield {"prompt": [{"id": i, "text": self.tok.decode([i]), "label": self.label(i)} for i in ids]}
         reason = "length"
         for t in stream_tokens(self.model, self.tok, prompt, settings):
-            yield {"token": {"id": t.id, "text": t.text, "label": self.label(t.id), "prob": round(t.prob, DIGITS),
-                             "top": [[token_label(s), round(p, DIGITS)] for s, p in t.top]}}
+            yield {
+                "token": {
+                    "id": t.id,
+                    "text": t.text,
+                    "label": self.label(t.id),
+                    "prob": round(t.prob, DIGITS),
+                    "top": [[token_label(s), round(p, DIGITS)] for s, p in t.top],
+                }
+            }
             reason = "eot" if t.id == self.tok.eot_id else reason
         yield {"done": reason}
 
@@ -142,20 +166,33 @@ def attention_view(ins: Inspection, query: int, layer: int, head: int) -> dict:
     s = ins.layers[layer]
     hidden = s.masked[head].isneginf()  # (T, T): the later keys
     return {
-        "ids": ins.ids, "tokens": [token_label(t) for t in ins.tokens], "query": query, "layer": layer, "head": head,
+        "ids": ins.ids,
+        "tokens": [token_label(t) for t in ins.tokens],
+        "query": query,
+        "layer": layer,
+        "head": head,
         "grid": [[numbers(steps.weights[h, query, : query + 1]) for h in range(ins.n_head)] for steps in ins.layers],
         "heatmap": numbers(s.weights[head].masked_fill(hidden, -math.inf)),
-        "steps": {"d": s.q.size(-1), "q": numbers(s.q[head, query]), "k": numbers(s.k[head]),
-                  "scores": numbers(s.scores[head, query]), "scaled": numbers(s.scaled[head, query]),
-                  "masked": numbers(s.masked[head, query]), "weights": numbers(s.weights[head, query]),
-                  "v": numbers(s.v[head]), "out": numbers(s.heads[head, query])},
+        "steps": {
+            "d": s.q.size(-1),
+            "q": numbers(s.q[head, query]),
+            "k": numbers(s.k[head]),
+            "scores": numbers(s.scores[head, query]),
+            "scaled": numbers(s.scaled[head, query]),
+            "masked": numbers(s.masked[head, query]),
+            "weights": numbers(s.weights[head, query]),
+            "v": numbers(s.v[head]),
+            "out": numbers(s.heads[head, query]),
+        },
     }
 
 
 def numbers(t: torch.Tensor):
     """A tensor as (nested) lists of floats rounded to DIGITS places; -inf and nan as None."""
+
     def rounded(x):
         return [rounded(y) for y in x] if isinstance(x, list) else round(x, DIGITS) if math.isfinite(x) else None
+
     return rounded(t.tolist())
 
 

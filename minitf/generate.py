@@ -8,6 +8,7 @@ is full, the oldest tokens are dropped so that the newest block_size // 2 remain
 is refilled from those once. The uncached path uses the very same window, so greedy decoding
 gives identical tokens with and without the cache.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -29,7 +30,7 @@ def _decode_step(model: Transformer, idx: torch.Tensor, cache: KVCache) -> torch
 
 # one compiled decode step per model, dropped with the model; made on first use, since importing
 # the compiler takes seconds
-_compiled_steps: "weakref.WeakKeyDictionary[Transformer, object]" = weakref.WeakKeyDictionary()
+_compiled_steps: weakref.WeakKeyDictionary[Transformer, object] = weakref.WeakKeyDictionary()
 
 
 def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checked: bool) -> torch.Tensor:
@@ -50,8 +51,15 @@ def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checke
         return step(model, idx, cache)
 
 
-def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int = 1,
-                    use_cache: bool = True, compile: bool = False, with_logits: bool = False):
+def generate_tokens(
+    model: Transformer,
+    prompt_ids: list[int],
+    settings: SampleConfig,
+    num_samples: int = 1,
+    use_cache: bool = True,
+    compile: bool = False,
+    with_logits: bool = False,
+):
     """Yield the next token ids (num_samples,) one step at a time, for a non-empty prompt.
     with_logits: yield (ids, logits) instead, the logits (num_samples, V) the ids were drawn from.
 
@@ -71,8 +79,15 @@ def generate_tokens(model: Transformer, prompt_ids: list[int], settings: SampleC
 
 
 @torch.inference_mode()  # as a decorator it holds only while the generator runs, not between tokens
-def _tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, num_samples: int,
-            use_cache: bool, compile: bool, with_logits: bool):
+def _tokens(
+    model: Transformer,
+    prompt_ids: list[int],
+    settings: SampleConfig,
+    num_samples: int,
+    use_cache: bool,
+    compile: bool,
+    with_logits: bool,
+):
     block = model.config.block_size
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(settings.seed) if settings.seed is not None else None
@@ -95,8 +110,15 @@ def _tokens(model: Transformer, prompt_ids: list[int], settings: SampleConfig, n
         if seq.size(0) < num_samples:  # after the shared prefill, branch into num_samples rows
             seq, logits = seq.repeat(num_samples, 1), logits.repeat(num_samples, 1)
             cache = cache.repeat(num_samples) if cache is not None else None
-        nxt = sample_next_token(logits, settings.temperature, settings.top_k, settings.top_p, generator,
-                                history=seq, repetition_penalty=settings.repetition_penalty)
+        nxt = sample_next_token(
+            logits,
+            settings.temperature,
+            settings.top_k,
+            settings.top_p,
+            generator,
+            history=seq,
+            repetition_penalty=settings.repetition_penalty,
+        )
         seq = torch.cat([seq, nxt[:, None]], dim=1)
         yield (nxt, logits) if with_logits else nxt
 
@@ -146,15 +168,19 @@ class _TextAssembler:
 
 def check_tokenizer(model: Transformer, tokenizer: Tokenizer) -> None:
     if tokenizer.vocab_size != model.config.vocab_size:
-        raise MinitfError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model was trained with "
-                          f"{model.config.vocab_size}; use the tokenizer of the model's run")
+        raise MinitfError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model was trained with "
+            f"{model.config.vocab_size}; use the tokenizer of the model's run"
+        )
 
 
 def check_prompt_text(prompt: str) -> None:
     try:
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:  # lone surrogates: bytes that were not UTF-8 on the command line
-        raise MinitfError(f"the prompt is not valid UTF-8 text (at character {e.start}); re-encode it as UTF-8") from None
+        raise MinitfError(
+            f"the prompt is not valid UTF-8 text (at character {e.start}); re-encode it as UTF-8"
+        ) from None
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
@@ -163,14 +189,25 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
     check_prompt_text(prompt)
     ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
     if len(ids) > block_size:
-        warnings.warn(f"prompt is {len(ids)} tokens, longer than block_size {block_size}; "
-                      f"keeping its last {block_size}")
+        warnings.warn(
+            f"prompt is {len(ids)} tokens, longer than block_size {block_size}; keeping its last {block_size}",
+            stacklevel=2,
+        )
         ids = ids[-block_size:]
     return ids
 
 
-def _text_steps(model, tokenizer, prompt: str, settings: SampleConfig, stop, num_samples: int,
-                use_cache: bool, compile: bool, info: dict | None = None):
+def _text_steps(
+    model,
+    tokenizer,
+    prompt: str,
+    settings: SampleConfig,
+    stop,
+    num_samples: int,
+    use_cache: bool,
+    compile: bool,
+    info: dict | None = None,
+):
     """Yield, per step, the new text of every sample (until all samples are done); info, when
     given, gets "tokens": how many tokens each sample drew (re-encoding its text can differ)."""
     if num_samples < 1:
@@ -190,9 +227,19 @@ def _text_steps(model, tokenizer, prompt: str, settings: SampleConfig, stop, num
             info["tokens"] = [t.tokens for t in texts]
 
 
-def generate(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, stop=None,
-             num_samples: int = 1, use_cache: bool = True, compile: bool = False, info: dict | None = None,
-             **overrides):
+def generate(
+    model,
+    tokenizer,
+    prompt: str = "",
+    settings: SampleConfig | None = None,
+    *,
+    stop=None,
+    num_samples: int = 1,
+    use_cache: bool = True,
+    compile: bool = False,
+    info: dict | None = None,
+    **overrides,
+):
     """The text that follows `prompt` (not including it); a list of num_samples texts when > 1.
 
     settings: a SampleConfig (default: SampleConfig()); keyword overrides of its fields
@@ -210,8 +257,18 @@ def generate(model, tokenizer, prompt: str = "", settings: SampleConfig | None =
     return out[0] if num_samples == 1 else out
 
 
-def stream(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, stop=None,
-           use_cache: bool = True, compile: bool = False, info: dict | None = None, **overrides):
+def stream(
+    model,
+    tokenizer,
+    prompt: str = "",
+    settings: SampleConfig | None = None,
+    *,
+    stop=None,
+    use_cache: bool = True,
+    compile: bool = False,
+    info: dict | None = None,
+    **overrides,
+):
     """Like generate, but yields text pieces as they are decoded, never half a character."""
     settings = sample_settings(settings, **overrides)
     for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile, info):
@@ -223,14 +280,23 @@ def stream(model, tokenizer, prompt: str = "", settings: SampleConfig | None = N
 class TokenStep:
     """One sampled token, as stream_tokens yields it."""
 
-    text: str     # its text; "" while a character is cut in two (the token that completes it has it whole)
+    text: str  # its text; "" while a character is cut in two (the token that completes it has it whole)
     id: int
-    prob: float   # the probability it was drawn with (see token_probs)
+    prob: float  # the probability it was drawn with (see token_probs)
     top: list[tuple[str, float]]  # the likeliest tokens of that step, each decoded alone, and their probabilities
 
 
-def stream_tokens(model, tokenizer, prompt: str = "", settings: SampleConfig | None = None, *, top: int = 5,
-                  use_cache: bool = True, compile: bool = False, **overrides):
+def stream_tokens(
+    model,
+    tokenizer,
+    prompt: str = "",
+    settings: SampleConfig | None = None,
+    *,
+    top: int = 5,
+    use_cache: bool = True,
+    compile: bool = False,
+    **overrides,
+):
     """Like stream, but yields a TokenStep per sampled token: its text, id, the probability it was
     drawn with and the `top` likeliest tokens of that step. The tokens and their texts are those of
     stream and generate with the same settings and seed: the same logits, the same draws.
@@ -247,9 +313,12 @@ def stream_tokens(model, tokenizer, prompt: str = "", settings: SampleConfig | N
         probs = token_probs(logits, settings, history)[0]  # (V,)
         best = probs.topk(min(top, probs.numel()))
         i = int(nxt[0])
-        yield TokenStep(text.push(i), i, float(probs[i]),
-                        [(tokenizer.decode([j]), float(p)) for p, j in zip(best.values.tolist(), best.indices.tolist())
-                         if p > 0])
+        yield TokenStep(
+            text.push(i),
+            i,
+            float(probs[i]),
+            [(tokenizer.decode([j]), float(p)) for p, j in zip(best.values.tolist(), best.indices.tolist()) if p > 0],
+        )
         if text.done:
             return
         history = torch.cat([history, nxt[:, None]], dim=1)

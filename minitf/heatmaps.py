@@ -1,4 +1,5 @@
 """Attention heatmaps from an Inspection (minitf.inspection): one head, or every head of a layer."""
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,7 @@ def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None =
         ax.set_xticks(ticks, labels, rotation=90, fontsize=font)
         ax.set_yticks(ticks, labels, fontsize=font)
         ax.tick_params(length=2, pad=1)
-    for ax in axes.flat[len(heads):]:
+    for ax in axes.flat[len(heads) :]:
         ax.axis("off")
     for ax in axes[:, 0]:
         ax.set_ylabel("query (the token attending)")
@@ -49,6 +50,5 @@ def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None =
         ax.set_xlabel("key (the token attended to)" + (f", labelled every {step} tokens" if step > 1 else ""))
     fig.colorbar(im, ax=axes, shrink=0.8 if nrows == 1 else 0.6, label="attention weight")
     text = "".join(ins.tokens)
-    fig.suptitle(f"{text[:60]!r}{'…' if len(text) > 60 else ''}  ({T} token{'s' if T > 1 else ''})",
-                 fontsize=font + 3)
+    fig.suptitle(f"{text[:60]!r}{'…' if len(text) > 60 else ''}  ({T} token{'s' if T > 1 else ''})", fontsize=font + 3)
     return save_figure(fig, out_path, dpi=120, bbox_inches="tight")

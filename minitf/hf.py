@@ -8,6 +8,7 @@ the embedding rows to a multiple of 64 while HF keeps exactly vocab_size rows.
 transformers (the `hf` extra: pip install -e '.[hf]') is imported inside the functions only,
 so `import minitf` never needs it.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,16 @@ from .model import Transformer
 from .tokenizer import EOT, Tokenizer
 
 # what GPT-2 is; any other value of these keys has no GPT-2 form
-GPT2_SETTINGS = {"positions": "learned", "norm": "layernorm", "ffn": "gelu", "gelu": "tanh", "bias": True,
-                 "tie_embeddings": True, "qk_norm": False, "logit_softcap": None}
+GPT2_SETTINGS = {
+    "positions": "learned",
+    "norm": "layernorm",
+    "ffn": "gelu",
+    "gelu": "tanh",
+    "bias": True,
+    "tie_embeddings": True,
+    "qk_norm": False,
+    "logit_softcap": None,
+}
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # HF activation names -> model.gelu; gelu_new, gelu_fast and gelu_pytorch_tanh are one formula
 HF_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
@@ -32,8 +41,9 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise MinitfError("transformers is not installed; pip install -e '.[hf]' "
-                          "(or pip install transformers)") from None
+        raise MinitfError(
+            "transformers is not installed; pip install -e '.[hf]' (or pip install transformers)"
+        ) from None
     return transformers
 
 
@@ -46,8 +56,10 @@ def check_gpt2_compatible(cfg: ModelConfig) -> None:
     for key, want in GPT2_SETTINGS.items():
         have = getattr(cfg, key)
         if have != want:
-            raise MinitfError(f"model.{key}={_yaml(have)} has no GPT-2 equivalent; only models with "
-                              f"model.{key}={_yaml(want)} can be exported to Hugging Face GPT-2")
+            raise MinitfError(
+                f"model.{key}={_yaml(have)} has no GPT-2 equivalent; only models with "
+                f"model.{key}={_yaml(want)} can be exported to Hugging Face GPT-2"
+            )
 
 
 def _hf_name(name: str) -> str:
@@ -63,14 +75,26 @@ def to_hf_gpt2(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     cfg = model.config
     check_gpt2_compatible(cfg)
     if tokenizer.vocab_size != cfg.vocab_size:
-        raise MinitfError(f"the tokenizer has {tokenizer.vocab_size} tokens but the model {cfg.vocab_size}; "
-                          f"pass the tokenizer the model was trained with")
+        raise MinitfError(
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model {cfg.vocab_size}; "
+            f"pass the tokenizer the model was trained with"
+        )
     tf = _transformers()
     hf_cfg = tf.GPT2Config(
-        vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd, n_layer=cfg.n_layer,
-        n_head=cfg.n_head, activation_function="gelu_new", layer_norm_epsilon=LAYERNORM_EPS,
-        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout,
-        bos_token_id=tokenizer.eot_id, eos_token_id=tokenizer.eot_id, tie_word_embeddings=True)
+        vocab_size=cfg.vocab_size,
+        n_positions=cfg.block_size,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+        activation_function="gelu_new",
+        layer_norm_epsilon=LAYERNORM_EPS,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.dropout,
+        bos_token_id=tokenizer.eot_id,
+        eos_token_id=tokenizer.eot_id,
+        tie_word_embeddings=True,
+    )
     state = {}
     for name, p in model.state_dict().items():
         p = p.detach().float().cpu()
@@ -85,9 +109,20 @@ def to_hf_gpt2(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     hf.save_pretrained(out_dir)
     tokenizer.save(out_dir / "tokenizer.json")
     # PreTrainedTokenizerFast reads tokenizer.json as it is: the same pre-tokenizer, merges and decoder
-    (out_dir / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": EOT, "eos_token": EOT, "unk_token": EOT,
-        "model_max_length": cfg.block_size, "clean_up_tokenization_spaces": False}, indent=2) + "\n")
+    (out_dir / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": EOT,
+                "eos_token": EOT,
+                "unk_token": EOT,
+                "model_max_length": cfg.block_size,
+                "clean_up_tokenization_spaces": False,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     return out_dir
 
 
@@ -96,8 +131,9 @@ def _load_gpt2(path_or_model):
     if isinstance(path_or_model, tf.GPT2LMHeadModel):
         return path_or_model
     if isinstance(path_or_model, torch.nn.Module):
-        raise MinitfError(f"from_hf_gpt2 takes a GPT2LMHeadModel or its directory, "
-                          f"got a {type(path_or_model).__name__}")
+        raise MinitfError(
+            f"from_hf_gpt2 takes a GPT2LMHeadModel or its directory, got a {type(path_or_model).__name__}"
+        )
     where = str(path_or_model)
     try:
         model_type = tf.AutoConfig.from_pretrained(where).model_type
@@ -106,8 +142,10 @@ def _load_gpt2(path_or_model):
         return tf.GPT2LMHeadModel.from_pretrained(where)
     except (OSError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise MinitfError(f"could not load a GPT-2 model from {where!r} ({first[:160]}); "
-                          f"pass a directory written by save_pretrained or to_hf_gpt2") from None
+        raise MinitfError(
+            f"could not load a GPT-2 model from {where!r} ({first[:160]}); "
+            f"pass a directory written by save_pretrained or to_hf_gpt2"
+        ) from None
 
 
 def from_hf_gpt2(path_or_model) -> Transformer:
@@ -127,13 +165,24 @@ def from_hf_gpt2(path_or_model) -> Transformer:
     }
     for key, bad in problems.items():
         if bad:
-            raise MinitfError(f"GPT-2 config {key}={getattr(c, key)!r} has no minitf equivalent; "
-                              f"minitf imports plain GPT-2 only")
+            raise MinitfError(
+                f"GPT-2 config {key}={getattr(c, key)!r} has no minitf equivalent; minitf imports plain GPT-2 only"
+            )
     tied = bool(getattr(c, "tie_word_embeddings", True))
-    cfg = ModelConfig(vocab_size=c.vocab_size, block_size=c.n_positions, n_layer=c.n_layer, n_head=c.n_head,
-                      n_embd=c.n_embd, positions="learned", norm="layernorm", ffn="gelu",
-                      gelu=HF_GELU[c.activation_function], dropout=float(c.resid_pdrop), bias=True,
-                      tie_embeddings=tied)
+    cfg = ModelConfig(
+        vocab_size=c.vocab_size,
+        block_size=c.n_positions,
+        n_layer=c.n_layer,
+        n_head=c.n_head,
+        n_embd=c.n_embd,
+        positions="learned",
+        norm="layernorm",
+        ffn="gelu",
+        gelu=HF_GELU[c.activation_function],
+        dropout=float(c.resid_pdrop),
+        bias=True,
+        tie_embeddings=tied,
+    )
     model = Transformer(cfg)
     hf_state = hf.state_dict()
     with torch.no_grad():
@@ -157,8 +206,10 @@ def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
     """
     where = Path(path)
     if not where.is_dir():
-        raise MinitfError(f"run.init_from={str(path)!r} is not a directory; pass a local Hugging Face GPT-2 "
-                          f"directory (config.json, model weights, tokenizer files)")
+        raise MinitfError(
+            f"run.init_from={str(path)!r} is not a directory; pass a local Hugging Face GPT-2 "
+            f"directory (config.json, model weights, tokenizer files)"
+        )
     model = from_hf_gpt2(where)
     if (where / "tokenizer.json").is_file():
         tokenizer = Tokenizer.load(where / "tokenizer.json")
@@ -173,9 +224,13 @@ def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
             backend.add_special_tokens([EOT])  # so a literal <|endoftext|> in text is the separator, as in GPT-2
         tokenizer = Tokenizer(backend)
     else:
-        raise MinitfError(f"{where} holds no tokenizer (tokenizer.json, or vocab.json and merges.txt); "
-                          f"save the model's tokenizer into it with save_pretrained")
+        raise MinitfError(
+            f"{where} holds no tokenizer (tokenizer.json, or vocab.json and merges.txt); "
+            f"save the model's tokenizer into it with save_pretrained"
+        )
     if tokenizer.vocab_size != model.config.vocab_size:
-        raise MinitfError(f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
-                          f"{model.config.vocab_size}; save the model's own tokenizer beside it")
+        raise MinitfError(
+            f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
+            f"{model.config.vocab_size}; save the model's own tokenizer beside it"
+        )
     return model.train(), tokenizer

@@ -6,6 +6,7 @@ scaled scores, the causally masked scores, the softmax weights and the heads' ou
 attention and the feed-forward network each add to the residual stream. Adding those pieces back
 up reproduces the model's logits (tests/test_inspect.py does exactly that).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,16 +22,16 @@ from .tokenizer import Tokenizer
 class LayerSteps:
     """One block, step by step: attention head by head, then the FFN (H heads, T tokens, head size D, width C)."""
 
-    q: torch.Tensor         # (H, T, D) queries; for rope, after the rotation
-    k: torch.Tensor         # (H, T, D) keys; for rope, after the rotation
-    v: torch.Tensor         # (H, T, D) values
-    scores: torch.Tensor    # (H, T, T) raw scores q @ k^T
-    scaled: torch.Tensor    # (H, T, T) scores / sqrt(D)
-    masked: torch.Tensor    # (H, T, T) scaled, with -inf where a query would see a later key
-    weights: torch.Tensor   # (H, T, T) softmax of each row of masked: every row sums to 1
-    heads: torch.Tensor     # (H, T, D) weights @ v, each head's output
+    q: torch.Tensor  # (H, T, D) queries; for rope, after the rotation
+    k: torch.Tensor  # (H, T, D) keys; for rope, after the rotation
+    v: torch.Tensor  # (H, T, D) values
+    scores: torch.Tensor  # (H, T, T) raw scores q @ k^T
+    scaled: torch.Tensor  # (H, T, T) scores / sqrt(D)
+    masked: torch.Tensor  # (H, T, T) scaled, with -inf where a query would see a later key
+    weights: torch.Tensor  # (H, T, T) softmax of each row of masked: every row sums to 1
+    heads: torch.Tensor  # (H, T, D) weights @ v, each head's output
     attn_out: torch.Tensor  # (T, C) heads side by side, through the output projection c_proj
-    ffn_out: torch.Tensor   # (T, C) the feed-forward network's output
+    ffn_out: torch.Tensor  # (T, C) the feed-forward network's output
 
 
 @dataclass
@@ -39,10 +40,10 @@ class Inspection:
     layers[i].attn_out, then layers[i].ffn_out; the final norm and LM head then give `logits`."""
 
     ids: list[int]
-    tokens: list[str]       # each token decoded on its own (a leading space is part of the token)
+    tokens: list[str]  # each token decoded on its own (a leading space is part of the token)
     embeddings: torch.Tensor  # (T, C) token embeddings plus learned or sinusoidal positions
     layers: list[LayerSteps]
-    logits: torch.Tensor    # (T, vocab_size)
+    logits: torch.Tensor  # (T, vocab_size)
 
     @property
     def n_layer(self) -> int:
@@ -69,8 +70,9 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
         raise MinitfError("the text to inspect is empty; pass at least one character, e.g. --text 'The cat'")
     block = model.config.block_size
     if len(ids) > block:
-        raise MinitfError(f"the text is {len(ids)} tokens but the model sees at most block_size={block}; "
-                          f"shorten the text")
+        raise MinitfError(
+            f"the text is {len(ids)} tokens but the model sees at most block_size={block}; shorten the text"
+        )
     was_training = model.training
     model.eval()
     try:
@@ -89,8 +91,13 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
         logits = model.logits(x)  # (1, T, V)
     finally:
         model.train(was_training)
-    return Inspection(ids=ids, tokens=[tokenizer.decode([i]) for i in ids], embeddings=_one(embeddings),
-                      layers=layers, logits=_one(logits))
+    return Inspection(
+        ids=ids,
+        tokens=[tokenizer.decode([i]) for i in ids],
+        embeddings=_one(embeddings),
+        layers=layers,
+        logits=_one(logits),
+    )
 
 
 def _one(t: torch.Tensor) -> torch.Tensor:
@@ -101,11 +108,13 @@ def _one(t: torch.Tensor) -> torch.Tensor:
 def check_layer_head(ins: Inspection, layer: int, head: int | None) -> tuple[int, int | None]:
     """Layer and head as non-negative indices (negative ones count from the end, as in Python)."""
     if not -ins.n_layer <= layer < ins.n_layer:
-        raise MinitfError(f"layer {layer} is out of range: the model has {ins.n_layer} layers, "
-                          f"pass --layer 0..{ins.n_layer - 1}")
+        raise MinitfError(
+            f"layer {layer} is out of range: the model has {ins.n_layer} layers, pass --layer 0..{ins.n_layer - 1}"
+        )
     if head is not None and not -ins.n_head <= head < ins.n_head:
-        raise MinitfError(f"head {head} is out of range: the model has {ins.n_head} heads per layer, "
-                          f"pass --head 0..{ins.n_head - 1}")
+        raise MinitfError(
+            f"head {head} is out of range: the model has {ins.n_head} heads per layer, pass --head 0..{ins.n_head - 1}"
+        )
     return layer % ins.n_layer, None if head is None else head % ins.n_head
 
 
@@ -122,9 +131,11 @@ def format_weights(ins: Inspection, layer: int, head: int) -> str:
     w = ins.layers[layer].weights[head]  # (T, T)
     labels = [token_label(t, 8) for t in ins.tokens]
     col = max(6, max(len(s) for s in labels) + 1)
-    lines = [f"layer {layer}, head {head}: attention weights (row: query token, column: key token; "
-             f"blank = masked, a later token)",
-             " " * col + "".join(s.rjust(col) for s in labels)]
+    lines = [
+        f"layer {layer}, head {head}: attention weights (row: query token, column: key token; "
+        f"blank = masked, a later token)",
+        " " * col + "".join(s.rjust(col) for s in labels),
+    ]
     for i, row_label in enumerate(labels):
         cells = "".join(f"{w[i, j]:.2f}".rjust(col) for j in range(i + 1))
         lines.append(row_label.ljust(col) + cells)

@@ -4,6 +4,7 @@ Everything minitf writes (weights, training state, configs, token caches, pictur
 `atomic_write`: the bytes go to a temporary name in the same directory, then `os.replace` moves
 them over the target in one step, so a reader sees the old file or the new one, never a mix.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,9 +36,10 @@ def atomic_write(path: str | Path, write) -> None:
         if not _is_write_failure(e):
             raise
         cause = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:160]
-        raise MinitfError(f"could not write {path}: {cause}; "
-                          + ("the previous file there is intact" if existed else "nothing was written there")
-                          ) from None
+        raise MinitfError(
+            f"could not write {path}: {cause}; "
+            + ("the previous file there is intact" if existed else "nothing was written there")
+        ) from None
 
 
 def _is_write_failure(e: BaseException) -> bool:
@@ -66,8 +68,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                raise ConfigError(f"the key {key!r} appears twice in one section (line {key_node.start_mark.line + 1})"
-                                  f"; keep one")
+                raise ConfigError(
+                    f"the key {key!r} appears twice in one section (line {key_node.start_mark.line + 1}); keep one"
+                )
             seen.add(key)
         return super().construct_mapping(node, deep)
 
@@ -75,8 +78,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def read_yaml(path: Path) -> dict:
     """A YAML config file as a dict of sections, or a ConfigError naming the file and the problem."""
     if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} not found; pass an existing YAML file, "
-                          f"e.g. configs/shakespeare.yaml")
+        raise ConfigError(
+            f"config file {str(path)!r} not found; pass an existing YAML file, e.g. configs/shakespeare.yaml"
+        )
     try:
         d = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
     except UnicodeDecodeError as e:
@@ -86,6 +90,7 @@ def read_yaml(path: Path) -> dict:
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
     if not isinstance(d, dict):
-        raise ConfigError(f"{path} must hold a mapping of sections (run:, data:, model:, ...), "
-                          f"got a {type(d).__name__}")
+        raise ConfigError(
+            f"{path} must hold a mapping of sections (run:, data:, model:, ...), got a {type(d).__name__}"
+        )
     return d

@@ -10,6 +10,7 @@
 Rows are appended with one write each, so a kill leaves at most one cut line, which readers
 skip and a resume drops (`truncate`, with every row past the checkpoint's step).
 """
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,8 @@ def truncate(run_dir: Path, step: int) -> None:
         path = Path(run_dir) / name
         if path.is_file():
             rows = [r for r in read_rows(path) if r.get("step", 0) <= step]
-            atomic_write(path, lambda tmp: Path(tmp).write_text("".join(json.dumps(r) + "\n" for r in rows)))
+            text = "".join(json.dumps(r) + "\n" for r in rows)
+            atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text))
 
 
 class Logger:
@@ -60,15 +62,25 @@ class Logger:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise MinitfError("train.logger=tensorboard needs the tensorboard package: "
-                                  "pip install -e '.[tensorboard]' (or pip install tensorboard)") from None
+                raise MinitfError(
+                    "train.logger=tensorboard needs the tensorboard package: "
+                    "pip install -e '.[tensorboard]' (or pip install tensorboard)"
+                ) from None
             self.tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD), purge_step=resume_step)
 
     def log_step(self, row: dict) -> None:
         """A training step's numbers: step, loss, lr, grad_norm, tokens_per_s (mfu where known)."""
         append_row(self.run_dir / STEPS, row)
-        self._scalars(row, {"loss": "train/loss", "lr": "train/lr", "grad_norm": "train/grad_norm",
-                            "tokens_per_s": "perf/tokens_per_s", "mfu": "perf/mfu"})
+        self._scalars(
+            row,
+            {
+                "loss": "train/loss",
+                "lr": "train/lr",
+                "grad_norm": "train/grad_norm",
+                "tokens_per_s": "perf/tokens_per_s",
+                "mfu": "perf/mfu",
+            },
+        )
 
     def log_eval(self, row: dict) -> None:
         """An evaluation's numbers, as metrics.jsonl holds them."""

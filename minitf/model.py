@@ -1,4 +1,5 @@
 """The decoder-only transformer, read top-down: norm -> feed-forward -> block -> language model."""
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,13 @@ class FeedForward(nn.Module):
         # swiglu's gate and up projections are fused in one matrix, split after the matmul
         self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if self.swiglu else hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
-        self.act = (None if self.swiglu else ReLU2() if cfg.ffn == "relu2"
-                    else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none"))
+        self.act = (
+            None
+            if self.swiglu
+            else ReLU2()
+            if cfg.ffn == "relu2"
+            else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
+        )
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -82,8 +88,10 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         if cfg.vocab_size is None:
-            raise ConfigError("model.vocab_size is not set: it comes from the tokenizer "
-                              "(ModelConfig(vocab_size=tokenizer.vocab_size, ...))")
+            raise ConfigError(
+                "model.vocab_size is not set: it comes from the tokenizer "
+                "(ModelConfig(vocab_size=tokenizer.vocab_size, ...))"
+            )
         self.config = cfg
         self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)
         additive = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
@@ -142,8 +150,10 @@ class Transformer(nn.Module):
             return
         low, high = (int(v) for v in torch.aminmax(ids))  # one pass over the ids
         if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {low}, max {high}); "
-                             f"encode with the model's own tokenizer")
+            raise ValueError(
+                f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {low}, max {high}); "
+                f"encode with the model's own tokenizer"
+            )
 
     def flops_per_token(self) -> float:
         """Training FLOPs per token: 6N for the matmuls forward and backward, plus 12·L·C·T for
@@ -178,8 +188,10 @@ class Transformer(nn.Module):
         offset = cache.pos if cache is not None else 0
         # a static cache's position is a tensor: checking it would cost a device sync per step
         if isinstance(offset, int) and offset + T > self.config.block_size:
-            raise ValueError(f"sequence of {offset + T} tokens exceeds block_size "
-                             f"{self.config.block_size}; crop the input to the last block_size tokens")
+            raise ValueError(
+                f"sequence of {offset + T} tokens exceeds block_size "
+                f"{self.config.block_size}; crop the input to the last block_size tokens"
+            )
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
             x = x + self.wpe(T, offset)  # (B, T, C) + (T, C)
@@ -194,6 +206,5 @@ class Transformer(nn.Module):
         logits = self.logits(x)  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
-                                   ignore_index=-100)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
         return logits, loss

@@ -1,4 +1,5 @@
 """The optimizer and the learning-rate schedule."""
+
 from __future__ import annotations
 
 import math
@@ -21,8 +22,13 @@ def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):
     hidden = {id(p) for name, p in model.named_parameters() if name.startswith("blocks.") and p.dim() == 2}
     matrices = [p for p in params if id(p) in hidden]
     ns_dtype = "bfloat16" if device.type == "cuda" or runtime.cpu_has_native_bf16() else "float32"
-    muon = Muon([{"params": matrices, "lr_scale": tc.muon_lr / tc.lr}], lr=tc.muon_lr,
-                weight_decay=tc.weight_decay, momentum=tc.muon_momentum, ns_dtype=ns_dtype)
+    muon = Muon(
+        [{"params": matrices, "lr_scale": tc.muon_lr / tc.lr}],
+        lr=tc.muon_lr,
+        weight_decay=tc.weight_decay,
+        momentum=tc.muon_momentum,
+        ns_dtype=ns_dtype,
+    )
     return Optimizers(adamw=_adamw(model, [p for p in params if id(p) not in hidden], tc, device), muon=muon)
 
 
@@ -35,11 +41,12 @@ def _adamw(model: nn.Module, params: list, tc: TrainConfig, device: torch.device
     """
     decay = {id(m.weight) for m in model.modules() if isinstance(m, nn.Linear)}
     decay -= {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}  # tied head
-    groups = [{"params": [p for p in params if id(p) in decay], "weight_decay": tc.weight_decay},
-              {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if id(p) in decay], "weight_decay": tc.weight_decay},
+        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
+    ]
     # the fused kernel updates all tensors in one pass instead of one small kernel per tensor
-    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2),
-                             fused=device.type in ("cuda", "cpu"))
+    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), fused=device.type in ("cuda", "cpu"))
 
 
 def orthogonalise(g: torch.Tensor, dtype: torch.dtype, steps: int = 5) -> torch.Tensor:
@@ -66,10 +73,10 @@ class Muon(torch.optim.Optimizer):
     except that the Newton-Schulz matmuls run in ns_dtype: torch's always uses bfloat16, which a
     CPU without native bfloat16 multiplies several times slower than float32."""
 
-    def __init__(self, params, lr: float, weight_decay: float = 0.0, momentum: float = 0.95,
-                 ns_dtype: str = "bfloat16"):
-        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum,
-                                  "ns_dtype": ns_dtype})
+    def __init__(
+        self, params, lr: float, weight_decay: float = 0.0, momentum: float = 0.95, ns_dtype: str = "bfloat16"
+    ):
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "ns_dtype": ns_dtype})
 
     @torch.no_grad()
     def step(self) -> None:

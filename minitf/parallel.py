@@ -22,6 +22,7 @@ another step. DCP reshards on load, so a run resumes on any number of processes.
 Only tensors go into DCP (AdamW's settings go into state.pt), and DCP's .metadata (a pickle) is
 read by an unpickler that builds nothing but DCP's metadata classes: resuming unpickles no code.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,9 +38,13 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 from torch.distributed.checkpoint.metadata import StorageMeta
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
@@ -61,8 +66,9 @@ def shard(model: Transformer, device: torch.device, dtype: torch.dtype) -> None:
     """
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     bf16 = device.type == "cuda" and dtype == torch.bfloat16
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else \
-        MixedPrecisionPolicy()
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    )
     for block in model.blocks:
         fully_shard(block, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy)
@@ -150,8 +156,11 @@ def save_sharded(run_dir: Path, model: nn.Module, optimizer, state: dict, step: 
     optim = get_optimizer_state_dict(model, optimizer)
     try:
         with _one_process_quietly():
-            dcp.save({"model": get_model_state_dict(model), "optimizer": optim["state"]}, checkpoint_id=tmp,
-                     no_dist=not dist.is_initialized())
+            dcp.save(
+                {"model": get_model_state_dict(model), "optimizer": optim["state"]},
+                checkpoint_id=tmp,
+                no_dist=not dist.is_initialized(),
+            )
     except (dcp.CheckpointException, OSError) as e:
         raise MinitfError(f"could not write {tmp}: {_first_line(e)}; the last committed checkpoint is intact") from None
     if main:
@@ -171,8 +180,10 @@ def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) ->
     state = ckpt.read_state(run_dir, needs="sharded")
     folder = run_dir / str(state["sharded"])
     if not SHARDED.fullmatch(str(state["sharded"])) or not (folder / ".metadata").is_file():
-        raise MinitfError(f"{run_dir / ckpt.STATE} names {folder.name}, which is missing or incomplete; "
-                          f"the checkpoint is damaged, start a new run.out_dir")
+        raise MinitfError(
+            f"{run_dir / ckpt.STATE} names {folder.name}, which is missing or incomplete; "
+            f"the checkpoint is damaged, start a new run.out_dir"
+        )
     optim = get_optimizer_state_dict(model, optimizer)  # AdamW's state made (zeros) for DCP to fill
     target = {"model": get_model_state_dict(model), "optimizer": optim["state"]}
     try:
@@ -180,11 +191,14 @@ def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) ->
         with _one_process_quietly():
             dcp.load(target, storage_reader=_MetadataReader(folder), no_dist=not dist.is_initialized())
         set_model_state_dict(model, target["model"])
-        set_optimizer_state_dict(model, optimizer, {"state": target["optimizer"],
-                                                    "param_groups": state["optimizer_groups"]})
+        set_optimizer_state_dict(
+            model, optimizer, {"state": target["optimizer"], "param_groups": state["optimizer_groups"]}
+        )
     except (dcp.CheckpointException, OSError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as e:
-        raise MinitfError(f"{folder} does not load ({_first_line(e)}); the checkpoint is damaged or not this "
-                          f"run's, start a new run.out_dir") from None
+        raise MinitfError(
+            f"{folder} does not load ({_first_line(e)}); the checkpoint is damaged or not this "
+            f"run's, start a new run.out_dir"
+        ) from None
     found = ckpt.weights_step(run_dir / ckpt.WEIGHTS)
     if rank0_value(float(found != state["step"]), _device(model)):
         log(f"repairing {run_dir / ckpt.WEIGHTS}: it holds step {found}, the committed checkpoint step {state['step']}")
@@ -210,16 +224,27 @@ class _MetadataUnpickler(pickle.Unpickler):
     """Builds DCP's metadata records, torch shapes, dtypes and layouts, and paths; nothing else
     (not BytesStorageMetadata: minitf stores no pickled objects, and DCP would unpickle those)."""
 
-    ALLOWED = {"torch.distributed.checkpoint.metadata": {"Metadata", "TensorStorageMetadata", "ChunkStorageMetadata",
-                                                         "TensorProperties", "MetadataIndex", "StorageMeta",
-                                                         "_MEM_FORMAT_ENCODING"},
-               "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
-               "torch.serialization": {"_get_layout"}, "torch": {"Size"}, "collections": {"OrderedDict"},
-               "pathlib": {"Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"}}
+    ALLOWED = {
+        "torch.distributed.checkpoint.metadata": {
+            "Metadata",
+            "TensorStorageMetadata",
+            "ChunkStorageMetadata",
+            "TensorProperties",
+            "MetadataIndex",
+            "StorageMeta",
+            "_MEM_FORMAT_ENCODING",
+        },
+        "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+        "torch.serialization": {"_get_layout"},
+        "torch": {"Size"},
+        "collections": {"OrderedDict"},
+        "pathlib": {"Path", "PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath"},
+    }
 
     def find_class(self, module: str, name: str):
-        if name in self.ALLOWED.get(module, ()) or (module == "torch" and isinstance(getattr(torch, name, None),
-                                                                                     torch.dtype)):
+        if name in self.ALLOWED.get(module, ()) or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"the metadata holds {module}.{name}, which is not a DCP record")
 

@@ -4,6 +4,7 @@ learning rate), one or more runs, against steps or wall-clock seconds.
 Figures are drawn on their own `Figure` with the Agg canvas, never through pyplot: a notebook's
 backend and pyplot's list of open figures stay as the caller had them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,18 +52,33 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
         evals = [r for r in read_metrics(run_dir) if "val_loss" in r]
         if not evals:
             raise MinitfError(f"{run_dir / METRICS} has no evaluations yet; train longer than train.eval_every")
-        steps = [r for r in read_rows(run_dir / STEPS) if key in r] or \
-            [{**r, "loss": r["train_loss"]} for r in evals]
+        steps = [r for r in read_rows(run_dir / STEPS) if key in r] or [{**r, "loss": r["train_loss"]} for r in evals]
         label = run_dir.name if len(run_dirs) > 1 else ""
         style = {"marker": "o"} if len(evals) == 1 else {}  # one point draws no line
         at = lambda rows: [r[key] for r in rows]  # noqa: E731
-        line, = ax_loss.plot(at(steps), [r["loss"] for r in steps], alpha=0.6, label=f"{label} train".strip(),
-                             **({"marker": "o"} if len(steps) == 1 else {}))
-        ax_loss.plot(at(evals), [r["val_loss"] for r in evals], "--", color=line.get_color(),
-                     label=f"{label} val".strip(), **style)
+        (line,) = ax_loss.plot(
+            at(steps),
+            [r["loss"] for r in steps],
+            alpha=0.6,
+            label=f"{label} train".strip(),
+            **({"marker": "o"} if len(steps) == 1 else {}),
+        )
+        ax_loss.plot(
+            at(evals),
+            [r["val_loss"] for r in evals],
+            "--",
+            color=line.get_color(),
+            label=f"{label} val".strip(),
+            **style,
+        )
         ax_bpb.plot(at(evals), [r["val_bpb"] for r in evals], color=line.get_color(), label=label or "val", **style)
-        ax_lr.plot(at(steps), [r["lr"] for r in steps], color=line.get_color(), label=label or "lr",
-                   **({"marker": "o"} if len(steps) == 1 else {}))
+        ax_lr.plot(
+            at(steps),
+            [r["lr"] for r in steps],
+            color=line.get_color(),
+            label=label or "lr",
+            **({"marker": "o"} if len(steps) == 1 else {}),
+        )
     xlabel = "step" if x == "step" else "training seconds (wall clock)"
     ax_loss.set(xlabel=xlabel, ylabel="loss (nats/token)", title="loss")
     ax_bpb.set(xlabel=xlabel, ylabel="bits per byte", title="validation bits per byte")

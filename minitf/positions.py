@@ -2,6 +2,7 @@
 rotations applied to queries and keys. Each takes an `offset`, the absolute position of the first
 token, which KV-cache decoding needs (the new token is not at position 0).
 """
+
 from __future__ import annotations
 
 import torch

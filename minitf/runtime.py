@@ -1,6 +1,7 @@
 """Where and how a computation runs: device, dtype and autocast, torchrun's processes, the host RNGs,
 and two process-wide switches that only an explicit call changes (the C allocator, TF32 matmuls).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -62,8 +63,9 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     natively (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX, where the default recipe
     trains ~1.7x faster at the same quality per step, README Performance) and float32 elsewhere."""
     if name == "auto":
-        native = (torch.cuda.is_bf16_supported() if device.type == "cuda"
-                  else device.type == "cpu" and cpu_has_native_bf16())
+        native = (
+            torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type == "cpu" and cpu_has_native_bf16()
+        )
         return torch.bfloat16 if native else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
@@ -130,9 +132,11 @@ def keep_freed_memory() -> None:
 def host_rng_state() -> dict:
     """The RNGs shared by all ranks (python, numpy, CUDA); per-rank ones are saved beside them."""
     np_state = np.random.get_state()
-    return {"python": random.getstate(), "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()),
-                                                    *np_state[2:]),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    return {
+        "python": random.getstate(),
+        "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
 
 
 @contextlib.contextmanager
@@ -178,8 +182,10 @@ class StopFlag:
         if self.signal is not None:
             raise KeyboardInterrupt
         self.signal = signal.Signals(num).name
-        self.log(f"\nreceived {self.signal}: finishing this step, saving a checkpoint, then stopping "
-                 f"(send it again to abort now)")
+        self.log(
+            f"\nreceived {self.signal}: finishing this step, saving a checkpoint, then stopping "
+            f"(send it again to abort now)"
+        )
 
     def __exit__(self, *exc):
         for num, handler in self.old.items():

@@ -1,5 +1,6 @@
 """Choosing the next token: the sampling rules as pure functions over logits, the settings that
 drive them (a SampleConfig), and the context window past block_size."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,9 +48,15 @@ def _kept_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top
     return logits.softmax(dim=-1), ids
 
 
-def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None, generator: torch.Generator | None = None,
-                      history: torch.Tensor | None = None, repetition_penalty: float = 1.0) -> torch.Tensor:
+def sample_next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+    history: torch.Tensor | None = None,
+    repetition_penalty: float = 1.0,
+) -> torch.Tensor:
     """Pick the next token of each row from logits (B, V); returns ids (B,). A pure function.
 
     repetition_penalty (CTRL): tokens already in `history` (B, n) get their logit divided by it

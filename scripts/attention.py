@@ -1,9 +1,10 @@
 """Draw (or print) a trained model's attention weights on a text: one head, or every head of a layer.
 
-    python scripts/attention.py --text "The cat sat on the mat" --out attn.png          # all heads of layer 0
-    python scripts/attention.py --run runs/shakespeare --text "Romeo. O" --layer -1 --head 2 --out attn.png
-    python scripts/attention.py --text "The cat sat on the mat" --head 0 --print         # a table, no picture
+python scripts/attention.py --text "The cat sat on the mat" --out attn.png          # all heads of layer 0
+python scripts/attention.py --run runs/shakespeare --text "Romeo. O" --layer -1 --head 2 --out attn.png
+python scripts/attention.py --text "The cat sat on the mat" --head 0 --print         # a table, no picture
 """
+
 import argparse
 
 from minitf.checkpoint import load_run

@@ -6,6 +6,7 @@ scripts/generate.py) and the repository's recipes; it uses only minitf's public 
 Each function returns plain numbers. Training throughput runs the trainer's own step
 (forward_backward + optimizer step) on random tokens, after warm-up, median of repeats.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import torch
+from benchmarks_data import data_prep_speed, tokenizer_speed  # beside this file
 
 from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
@@ -31,16 +33,19 @@ from minitf.optim import make_optimizer
 from minitf.runtime import autocast_for, peak_flops, resolve_dtype
 from minitf.trainer import forward_backward
 
-from benchmarks_data import data_prep_speed, tokenizer_speed  # beside this file
-
 
 def machine(device: torch.device) -> dict:
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    out = {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-           "torch": torch.__version__, "python": platform.python_version(),
-           "date": datetime.datetime.now().isoformat(timespec="seconds")}
+    out = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
     if device.type == "cuda":
         out["gpu"] = torch.cuda.get_device_name(device)
     return out
@@ -89,9 +94,17 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
         _sync(device)
         rates.append(B * T * tc.grad_accum * steps / (time.perf_counter() - t0))
     tok_s = statistics.median(rates)
-    out = {"params": model.num_params(), "batch": B, "block": T, "vocab": V, "dtype": str(dtype).split(".")[-1],
-           "compile": tc.compile, "warmup_s": round(warmup_s, 2), "tokens_per_s": round(tok_s),
-           "ms_per_step": round(1000 * B * T * tc.grad_accum / tok_s, 2)}
+    out = {
+        "params": model.num_params(),
+        "batch": B,
+        "block": T,
+        "vocab": V,
+        "dtype": str(dtype).split(".")[-1],
+        "compile": tc.compile,
+        "warmup_s": round(warmup_s, 2),
+        "tokens_per_s": round(tok_s),
+        "ms_per_step": round(1000 * B * T * tc.grad_accum / tok_s, 2),
+    }
     peak = peak_flops(device)
     if peak:
         out["mfu"] = round(model.flops_per_token() * tok_s / peak, 4)
@@ -133,16 +146,25 @@ def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, r
     def run(n, batch, use_cache, compile):
         t0 = time.perf_counter()
         settings = SampleConfig(max_new_tokens=n, temperature=1.0, top_k=50, seed=0)
-        n = sum(1 for _ in generate_tokens(model, [0], settings, num_samples=batch, use_cache=use_cache,
-                                           compile=compile))
+        n = sum(
+            1 for _ in generate_tokens(model, [0], settings, num_samples=batch, use_cache=use_cache, compile=compile)
+        )
         _sync(device)
         return n, time.perf_counter() - t0
 
     out = []
     for batch, use_cache, compile in GENERATION_RUNS:
         _, warmup_s = run(5, batch, use_cache, compile)
-        out.append({"batch": batch, "cache": use_cache, "compile": compile, "new_tokens": new_tokens,
-                    "rates": [], **({"first_call_s": round(warmup_s, 1)} if compile else {})})
+        out.append(
+            {
+                "batch": batch,
+                "cache": use_cache,
+                "compile": compile,
+                "new_tokens": new_tokens,
+                "rates": [],
+                **({"first_call_s": round(warmup_s, 1)} if compile else {}),
+            }
+        )
     for _ in range(rounds):
         for r in out:
             n, dt = run(new_tokens, r["batch"], r["cache"], r["compile"])
@@ -156,8 +178,11 @@ def startup_to_first_token(run_dir: str | Path) -> dict:
     """Seconds from launching scripts/generate.py to its first generated character on stdout."""
     script = Path(__file__).resolve().parent / "generate.py"
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, str(script), "--run", str(run_dir), "--prompt", "", "--stream",
-                          "--max-new-tokens", "20"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [sys.executable, str(script), "--run", str(run_dir), "--prompt", "", "--stream", "--max-new-tokens", "20"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     first = p.stdout.read(1)
     t_first = time.perf_counter() - t0
     p.stdout.read()
@@ -201,15 +226,29 @@ def explore_first_token(run_dir: str | Path, rounds: int = 5, new_tokens: int = 
         out = {"run": str(run_dir), "warmup_s": round(first_token(cfg.sample.prompt, 0), 3)}
         for name, prompt in (("prompt", cfg.sample.prompt), ("long_prompt", long_prompt)):
             times = [first_token(prompt, seed) for seed in range(rounds)]
-            out[name] = {"tokens": len(tok.encode(prompt)), "first_token_s": round(statistics.median(times), 3),
-                         "max_s": round(max(times), 3), "times": [round(t, 3) for t in times]}
+            out[name] = {
+                "tokens": len(tok.encode(prompt)),
+                "first_token_s": round(statistics.median(times), 3),
+                "max_s": round(max(times), 3),
+                "times": [round(t, 3) for t in times],
+            }
     finally:
         server.close()
     return out
 
 
-def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts, run_dir, new_tokens: int,
-              steps: int, rounds: int = 3, log=print) -> dict:
+def run_bench(
+    config_path,
+    overrides,
+    device_name: str,
+    vocab: int | None,
+    parts,
+    run_dir,
+    new_tokens: int,
+    steps: int,
+    rounds: int = 3,
+    log=print,
+) -> dict:
     """Run the chosen measurements, print each as it finishes, and return them all."""
     from minitf.cli import newest_run
     from minitf.config import load_config
@@ -222,30 +261,41 @@ def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts
     log(" | ".join(f"{k} {v}" for k, v in res["machine"].items()))
     if "train" in parts:
         r = res["train"] = train_throughput(cfg, device, steps=steps)
-        log(f"train     {r['tokens_per_s']:>10,} tokens/s  {r['ms_per_step']} ms/step  ({r['params']:,} params, "
+        log(
+            f"train     {r['tokens_per_s']:>10,} tokens/s  {r['ms_per_step']} ms/step  ({r['params']:,} params, "
             f"batch {r['batch']} x {r['block']}, vocab {r['vocab']}, {r['dtype']}, compile {r['compile']}"
-            + (f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else "") + ")")
+            + (f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else "")
+            + ")"
+        )
         if "matmul_ceiling_tokens_per_s" in r:
-            log(f"train     this machine's float32 matmuls run at {r['matmul_gflops']} GFLOP/s: a step with "
+            log(
+                f"train     this machine's float32 matmuls run at {r['matmul_gflops']} GFLOP/s: a step with "
                 f"no other cost would give {r['matmul_ceiling_tokens_per_s']:,} tokens/s; measured "
-                f"{100 * r['tokens_per_s'] / r['matmul_ceiling_tokens_per_s']:.0f}% of that")
+                f"{100 * r['tokens_per_s'] / r['matmul_ceiling_tokens_per_s']:.0f}% of that"
+            )
     if "generate" in parts:
         res["generate"] = generation_speed(cfg, device, new_tokens, rounds)
         for r in res["generate"]:
-            log(f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {r['batch']}, "
+            log(
+                f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {r['batch']}, "
                 f"{'KV cache' if r['cache'] else 'no cache'}{', compiled' if r['compile'] else ''}, "
                 f"{r['new_tokens']} new tokens, median of {r['rates']}"
-                + (f" (first call, compiling: {r['first_call_s']} s)" if r["compile"] else ""))
+                + (f" (first call, compiling: {r['first_call_s']} s)" if r["compile"] else "")
+            )
         rate = {(r["batch"], r["cache"], r["compile"]): r for r in res["generate"]}
         for batch, compile in [(1, False), (8, False), (1, True)]:
             on, off = rate[batch, True, compile]["rates"], rate[batch, False, False]["rates"]
             ratios = sorted(a / b for a, b in zip(on, off))  # per round: the two ran minutes apart at most
-            log(f"generate  KV cache speed-up at batch {batch}{' (compiled)' if compile else ''}: "
-                f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{x:.1f}' for x in ratios)})")
+            log(
+                f"generate  KV cache speed-up at batch {batch}{' (compiled)' if compile else ''}: "
+                f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{x:.1f}' for x in ratios)})"
+            )
     if "tokenizer" in parts:
         r = res["tokenizer"] = tokenizer_speed(cfg.data.vocab_size, log=log)
-        log(f"tokenizer BPE {r['vocab']} trained on {r['corpus_mb']} MB in {r['train_s']} s; encode "
-            f"{r['encode_mb_per_s']} MB/s ({r['encode_s']} s)")
+        log(
+            f"tokenizer BPE {r['vocab']} trained on {r['corpus_mb']} MB in {r['train_s']} s; encode "
+            f"{r['encode_mb_per_s']} MB/s ({r['encode_s']} s)"
+        )
     if "data" in parts:
         r = res["data"] = data_prep_speed(cfg)
         log(f"data      prepare {r['source']}: cold {r['cold_s']} s, cached {r['cached_s']} s")
@@ -255,8 +305,10 @@ def run_bench(config_path, overrides, device_name: str, vocab: int | None, parts
     if "explore" in parts:
         r = res["explore"] = explore_first_token(run_dir or newest_run())
         for name in ("prompt", "long_prompt"):
-            log(f"explore   first token {r[name]['first_token_s']} s after the request (median of "
-                f"{len(r[name]['times'])}, max {r[name]['max_s']}), {r[name]['tokens']}-token prompt ({r['run']})")
+            log(
+                f"explore   first token {r[name]['first_token_s']} s after the request (median of "
+                f"{len(r[name]['times'])}, max {r[name]['max_s']}), {r[name]['tokens']}-token prompt ({r['run']})"
+            )
     res["peak_memory_mb"] = round(peak_memory_mb(device), 1)
     log(f"memory    peak {'RSS' if device.type == 'cpu' else 'CUDA allocated'} {res['peak_memory_mb']} MB")
     return res

@@ -9,6 +9,7 @@ OS's figure for that process alone: VmHWM of the child, ru_maxrss of its largest
 whole process tree's proportional resident memory (PSS, which counts the pages forked workers
 share with their parent once) sampled every 0.2 s.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,10 +52,12 @@ def write_corpus(root: Path, mb: float, files: int, parquet: bool = False) -> li
         docs, size = [], 0
         while size < per_file:
             text = text or next(chunks)
-            data = text[: min(per_file - size, 10_000 if parquet else CHUNK)]  # characters: a file may end a few bytes long
+            data = text[
+                : min(per_file - size, 10_000 if parquet else CHUNK)
+            ]  # characters: a file may end a few bytes long
             docs.append(data)
             size += len(data.encode("utf-8"))
-            text = text[len(data):]
+            text = text[len(data) :]
         if parquet:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -65,8 +68,9 @@ def write_corpus(root: Path, mb: float, files: int, parquet: bool = False) -> li
     return paths
 
 
-def data_scaling(mb: float, files: int = 1, procs=(None,), rounds: int = 1, vocab_size: int = 4096,
-                 parquet: bool = False) -> list[dict]:
+def data_scaling(
+    mb: float, files: int = 1, procs=(None,), rounds: int = 1, vocab_size: int = 4096, parquet: bool = False
+) -> list[dict]:
     """Write the corpus once, then prepare it cold in a child process for each num_proc in procs,
     taking turns `rounds` times (so on a shared machine each is timed beside the others)."""
     out = []
@@ -84,10 +88,19 @@ def data_scaling(mb: float, files: int = 1, procs=(None,), rounds: int = 1, voca
                 res = json.loads(p.stdout.strip().splitlines()[-1])
                 out_mb = res["mb"]
                 shutil.rmtree(f"{tmp}/cache/tokens")
-                out.append({"corpus_mb": round(res.pop("mb"), 1), "files": files, "source": source.split(":")[0], "num_proc": res.pop("num_proc"),
-                            "round": r, "generate_s": round(gen_s, 1), **res,
-                            "mb_per_s": round(out_mb / res["total_s"], 2),
-                            "tokenize_mb_per_s": round(out_mb / res["tokenize_s"], 2)})
+                out.append(
+                    {
+                        "corpus_mb": round(res.pop("mb"), 1),
+                        "files": files,
+                        "source": source.split(":")[0],
+                        "num_proc": res.pop("num_proc"),
+                        "round": r,
+                        "generate_s": round(gen_s, 1),
+                        **res,
+                        "mb_per_s": round(out_mb / res["total_s"], 2),
+                        "tokenize_mb_per_s": round(out_mb / res["tokenize_s"], 2),
+                    }
+                )
     return out
 
 
@@ -126,6 +139,7 @@ def _child(args: dict) -> None:
     try:
         from minitf.data import _num_proc
     except ImportError:  # minitf before bounded tokenization, measured for comparison
+
         def _num_proc(asked, nbytes):
             return asked or os.cpu_count()
 
@@ -141,21 +155,31 @@ def _child(args: dict) -> None:
 
     threading.Thread(target=sample, daemon=True).start()
     t0 = time.perf_counter()
-    data = prepare_data(DataConfig(source=args["source"], vocab_size=args["vocab_size"], num_proc=args["num_proc"]),
-                        log=log)
+    data = prepare_data(
+        DataConfig(source=args["source"], vocab_size=args["vocab_size"], num_proc=args["num_proc"]), log=log
+    )
     total = time.perf_counter() - t0
     done.set()
     s = data.meta["splits"]
     mib = 1 << 20
-    print(json.dumps({
-        "num_proc": _num_proc(args["num_proc"], data.meta["splits"]["train"]["bytes"]), "trained_bpe": not trained,
-        "mb": (s["train"]["bytes"] + s["val"]["bytes"]) / 1e6, "tokens": s["train"]["tokens"] + s["val"]["tokens"],
-        "total_s": round(total, 1), "tokenize_s": data.meta["tokenize_seconds"],
-        "bpe_and_read_s": round(total - data.meta["tokenize_seconds"], 1),
-        "peak_rss_mb": round(_vm_hwm_kib() / 1024),
-        "peak_worker_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
-        "peak_tree_pss_bpe_mb": round(peaks["bpe"] / mib), "peak_tree_pss_tokenize_mb": round(peaks["tokenize"] / mib),
-        "cache_mb": round(sum(f.stat().st_size for f in data.path.iterdir()) / 1e6, 1)}))
+    print(
+        json.dumps(
+            {
+                "num_proc": _num_proc(args["num_proc"], data.meta["splits"]["train"]["bytes"]),
+                "trained_bpe": not trained,
+                "mb": (s["train"]["bytes"] + s["val"]["bytes"]) / 1e6,
+                "tokens": s["train"]["tokens"] + s["val"]["tokens"],
+                "total_s": round(total, 1),
+                "tokenize_s": data.meta["tokenize_seconds"],
+                "bpe_and_read_s": round(total - data.meta["tokenize_seconds"], 1),
+                "peak_rss_mb": round(_vm_hwm_kib() / 1024),
+                "peak_worker_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
+                "peak_tree_pss_bpe_mb": round(peaks["bpe"] / mib),
+                "peak_tree_pss_tokenize_mb": round(peaks["tokenize"] / mib),
+                "cache_mb": round(sum(f.stat().st_size for f in data.path.iterdir()) / 1e6, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
@@ -165,11 +189,13 @@ if __name__ == "__main__":
 def describe(r: dict) -> str:
     """One line for one measurement of data_scaling."""
     kind = "parquet shard(s)" if r["source"] == "hf" else "text file(s)"
-    return (f"data      {r['corpus_mb']} MB in {r['files']} {kind}, num_proc {r['num_proc']}: {r['total_s']} s "
-            f"({r['mb_per_s']} MB/s end to end; tokenizing {r['tokenize_s']} s, {r['tokenize_mb_per_s']} MB/s), "
-            f"peak RSS {r['peak_rss_mb']} MB (largest worker {r['peak_worker_rss_mb']} MB; all processes, PSS: "
-            f"BPE {r['peak_tree_pss_bpe_mb']} MB, tokenizing {r['peak_tree_pss_tokenize_mb']} MB), "
-            f"cache {r['cache_mb']} MB")
+    return (
+        f"data      {r['corpus_mb']} MB in {r['files']} {kind}, num_proc {r['num_proc']}: {r['total_s']} s "
+        f"({r['mb_per_s']} MB/s end to end; tokenizing {r['tokenize_s']} s, {r['tokenize_mb_per_s']} MB/s), "
+        f"peak RSS {r['peak_rss_mb']} MB (largest worker {r['peak_worker_rss_mb']} MB; all processes, PSS: "
+        f"BPE {r['peak_tree_pss_bpe_mb']} MB, tokenizing {r['peak_tree_pss_tokenize_mb']} MB), "
+        f"cache {r['cache_mb']} MB"
+    )
 
 
 def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
@@ -185,8 +211,14 @@ def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
     t0 = time.perf_counter()
     n = sum(len(ids) for ids in tok.encode_batch(texts))
     enc_s = time.perf_counter() - t0
-    return {"corpus_mb": round(mb, 2), "vocab": tok.vocab_size, "train_s": round(train_s, 2),
-            "encode_s": round(enc_s, 2), "encode_mb_per_s": round(mb / enc_s, 2), "tokens": n}
+    return {
+        "corpus_mb": round(mb, 2),
+        "vocab": tok.vocab_size,
+        "train_s": round(train_s, 2),
+        "encode_s": round(enc_s, 2),
+        "encode_mb_per_s": round(mb / enc_s, 2),
+        "tokens": n,
+    }
 
 
 def data_prep_speed(cfg) -> dict:

@@ -25,6 +25,7 @@ measured under three glibc settings, chosen per process before the model is buil
 The model is built whole on every rank before it is sharded, as train() does; that transient is
 below the training peak at these sizes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,8 +37,16 @@ from pathlib import Path
 import torch
 
 # (parallel, grad_accum, activation checkpointing, allocator)
-SETTINGS = [("ddp", 1, False, "mmap"), ("fsdp", 1, False, "mmap"), ("fsdp", 1, True, "mmap"), ("fsdp", 2, False, "mmap"),
-            ("ddp", 1, False, "glibc"), ("fsdp", 1, False, "glibc"), ("ddp", 1, False, "kept"), ("fsdp", 1, False, "kept")]
+SETTINGS = [
+    ("ddp", 1, False, "mmap"),
+    ("fsdp", 1, False, "mmap"),
+    ("fsdp", 1, True, "mmap"),
+    ("fsdp", 2, False, "mmap"),
+    ("ddp", 1, False, "glibc"),
+    ("fsdp", 1, False, "glibc"),
+    ("ddp", 1, False, "kept"),
+    ("fsdp", 1, False, "kept"),
+]
 
 
 def _set_allocator(kind: str) -> None:
@@ -84,14 +93,23 @@ def _worker(rank: int, procs: int, init_file: str, out: str, setting: tuple, sha
     g = torch.Generator().manual_seed(rank)
     batch = lambda: (lambda t: (t[:, :-1], t[:, 1:]))(torch.randint(0, V, (B, T + 1), generator=g))
     for _ in range(steps):
-        forward_backward(runner, model, batch, optimizer, torch.amp.GradScaler("cpu", enabled=False),
-                         contextlib.nullcontext(), tc, distributed=True)
+        forward_backward(
+            runner,
+            model,
+            batch,
+            optimizer,
+            torch.amp.GradScaler("cpu", enabled=False),
+            contextlib.nullcontext(),
+            tc,
+            distributed=True,
+        )
         optimizer.step()
         held = _held_bytes(model, optimizer)
         optimizer.zero_grad(set_to_none=True)
     peak = _vm("VmHWM")
-    Path(out, f"rank{rank}.json").write_text(json.dumps({"rank": rank, "held_bytes": held, "peak_rss": peak,
-                                                         "rss_before_model": before}))
+    Path(out, f"rank{rank}.json").write_text(
+        json.dumps({"rank": rank, "held_bytes": held, "peak_rss": peak, "rss_before_model": before})
+    )
     dist.destroy_process_group()
 
 
@@ -100,12 +118,24 @@ def _held_bytes(model, optimizer) -> dict:
 
     size = lambda ts: sum(local(t).numel() * local(t).element_size() for t in ts if t is not None)
     params = list(dict.fromkeys(model.parameters()))  # the tied weight once
-    return {"weights": size(params), "grads": size(p.grad for p in params),
-            "adamw": size(v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v))}
+    return {
+        "weights": size(params),
+        "grads": size(p.grad for p in params),
+        "adamw": size(v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)),
+    }
 
 
-def memory_per_rank(procs: int = 2, n_layer: int = 10, n_embd: int = 640, n_head: int = 10, vocab: int = 4096,
-                    block: int = 256, batch: int = 2, steps: int = 5, log=print) -> list[dict]:
+def memory_per_rank(
+    procs: int = 2,
+    n_layer: int = 10,
+    n_embd: int = 640,
+    n_head: int = 10,
+    vocab: int = 4096,
+    block: int = 256,
+    batch: int = 2,
+    steps: int = 5,
+    log=print,
+) -> list[dict]:
     """Each of SETTINGS on `procs` processes: the model (10 x 640 with vocab 4096 is about 52M
     parameters), batch sequences of `block` tokens per micro-batch and rank."""
     import torch.multiprocessing as mp
@@ -119,11 +149,23 @@ def memory_per_rank(procs: int = 2, n_layer: int = 10, n_embd: int = 640, n_head
     results = []
     for setting in SETTINGS:
         with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(_worker, args=(procs, str(Path(tmp) / "init"), tmp, setting, {"model": model, "batch": batch},
-                                    steps), nprocs=procs)
+            mp.spawn(
+                _worker,
+                args=(procs, str(Path(tmp) / "init"), tmp, setting, {"model": model, "batch": batch}, steps),
+                nprocs=procs,
+            )
             ranks = [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(procs)]
-        r = {"parallel": setting[0], "grad_accum": setting[1], "activation_checkpointing": setting[2],
-             "allocator": setting[3], "procs": procs, "params": params, "batch_per_rank": batch, "block": block, "ranks": ranks}
+        r = {
+            "parallel": setting[0],
+            "grad_accum": setting[1],
+            "activation_checkpointing": setting[2],
+            "allocator": setting[3],
+            "procs": procs,
+            "params": params,
+            "batch_per_rank": batch,
+            "block": block,
+            "ranks": ranks,
+        }
         results.append(r)
         log(describe(r))
     return results
@@ -132,10 +174,15 @@ def memory_per_rank(procs: int = 2, n_layer: int = 10, n_embd: int = 640, n_head
 def describe(r: dict) -> str:
     mb = lambda b: f"{b / 2**20:,.0f}"
     per_rank = lambda f: " / ".join(mb(f(x)) for x in r["ranks"])
-    what = r["parallel"] + (" + activation checkpointing" if r["activation_checkpointing"] else "") + \
-        (f" + grad_accum {r['grad_accum']}" if r["grad_accum"] > 1 else "")
+    what = (
+        r["parallel"]
+        + (" + activation checkpointing" if r["activation_checkpointing"] else "")
+        + (f" + grad_accum {r['grad_accum']}" if r["grad_accum"] > 1 else "")
+    )
     parts = ", ".join(f"{k} {mb(v)}" for k, v in r["ranks"][0]["held_bytes"].items())
-    return (f"memory    {what}, allocator {r['allocator']}, {r['procs']} procs, {r['params'] / 1e6:.1f}M params: held "
-            f"{per_rank(lambda x: sum(x['held_bytes'].values()))} MB per rank (rank 0: {parts}); peak RSS "
-            f"{per_rank(lambda x: x['peak_rss'])} MB, of which training added "
-            f"{per_rank(lambda x: x['peak_rss'] - x['rss_before_model'])} MB")
+    return (
+        f"memory    {what}, allocator {r['allocator']}, {r['procs']} procs, {r['params'] / 1e6:.1f}M params: held "
+        f"{per_rank(lambda x: sum(x['held_bytes'].values()))} MB per rank (rank 0: {parts}); peak RSS "
+        f"{per_rank(lambda x: x['peak_rss'])} MB, of which training added "
+        f"{per_rank(lambda x: x['peak_rss'] - x['rss_before_model'])} MB"
+    )

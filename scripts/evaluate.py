@@ -8,6 +8,7 @@ The text is tokenized once into the token cache (bounded memory, reused next tim
 in batches, so a corpus bigger than memory is fine. Every token is predicted once, from the
 block_size tokens before it at most.
 """
+
 import argparse
 import dataclasses
 
@@ -32,8 +33,10 @@ def main() -> None:
     names = {"val": "val (held out)" if args.data is None else "val split", "train": "train split", "all": "all"}
     for name in ("val", "train", "all"):
         r = result[name]
-        print(f"  {names[name]:15} {r['tokens']:>12,} tokens  loss {r['loss']:.4f}  perplexity {r['perplexity']:.2f}"
-              f"  {r['bits_per_byte']:.3f} bits per byte")
+        print(
+            f"  {names[name]:15} {r['tokens']:>12,} tokens  loss {r['loss']:.4f}  perplexity {r['perplexity']:.2f}"
+            f"  {r['bits_per_byte']:.3f} bits per byte"
+        )
 
 
 if __name__ == "__main__":

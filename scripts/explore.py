@@ -6,6 +6,7 @@ and one head's steps from q·k to the weighted sum. Serves until Ctrl-C.
     python scripts/explore.py --run runs/shakespeare --best --port 8080
     python scripts/explore.py --host 0.0.0.0                # reachable from other machines (a warning says so)
 """
+
 import argparse
 
 from minitf.cli import newest_run, run_main

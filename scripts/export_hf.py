@@ -7,6 +7,7 @@ Only models GPT-2 can express export: positions=learned, norm=layernorm, ffn=gel
 bias=true, tie_embeddings=true, qk_norm=false, no logit_softcap. Anything else is refused with the
 setting named.
 """
+
 import argparse
 
 from minitf.checkpoint import load_run

@@ -1,19 +1,20 @@
 """Sample text from a trained run (the newest under runs/ unless --run is given).
 
-    python scripts/generate.py
-    python scripts/generate.py --run runs/shakespeare --prompt $'Juliet.\n' --max-new-tokens 200 --stream
-    python scripts/generate.py --temperature 0 --num-samples 1        # greedy
-    echo "To be" | python scripts/generate.py --interactive           # one prompt per input line
-    python scripts/generate.py --prompt-file scene.txt                # a long, multi-line prompt
+python scripts/generate.py
+python scripts/generate.py --run runs/shakespeare --prompt $'Juliet.\n' --max-new-tokens 200 --stream
+python scripts/generate.py --temperature 0 --num-samples 1        # greedy
+echo "To be" | python scripts/generate.py --interactive           # one prompt per input line
+python scripts/generate.py --prompt-file scene.txt                # a long, multi-line prompt
 """
+
 import argparse
 import sys
 import time
 from pathlib import Path
 
 from minitf.checkpoint import load_run, weights_step
-from minitf.config import ConfigError
 from minitf.cli import newest_run, read_prompt, run_main, stdin_prompts
+from minitf.config import ConfigError
 from minitf.generate import check_prompt_text, generate, sample_settings, stream
 
 SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
@@ -37,8 +38,11 @@ def main() -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--interactive", action="store_true", help="read prompts, one per line, until end of input")
     p.add_argument("--device", default="cpu", help="auto, cpu, cuda or mps (default: cpu)")
-    p.add_argument("--compile", action="store_true",
-                   help="torch.compile the decode step: seconds to compile, then faster tokens (long outputs)")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the decode step: seconds to compile, then faster tokens (long outputs)",
+    )
     p.add_argument("--verbose", action="store_true", help="print tokens/s to stderr")
     args = p.parse_args()
     if args.num_samples < 1:  # checked before loading anything, so the error is the only line
@@ -55,7 +59,8 @@ def main() -> None:
     print(f"[sampling from {run}: {weights.name}, step {weights_step(weights)}]", file=sys.stderr)
     prompt = settings.prompt if prompt is None else prompt
     typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
-    for prompt in stdin_prompts() if args.interactive else [prompt]:
+    for text in stdin_prompts() if args.interactive else [prompt]:
+        prompt = text
         t0, info = time.time(), {}
         echo = "" if typed else prompt
         if args.stream and args.num_samples == 1:

@@ -12,6 +12,7 @@ validation split after training (the in-training curve uses a few batches).
     python scripts/speedrun.py base=configs/shakespeare.yaml "muon=configs/shakespeare.yaml train.optimizer=muon" \\
         --seconds 60 --rounds 3 --json speedrun.json
 """
+
 import argparse
 import json
 import shlex
@@ -36,8 +37,11 @@ def parse_recipe(text: str) -> tuple[str, list[str]]:
     words = shlex.split(text)
     if not words:
         raise MinitfError("an empty recipe; write CONFIG [section.key=value ...], e.g. configs/shakespeare.yaml")
-    label, config = words[0].split("=", 1) if "=" in words[0] and "." not in words[0].split("=")[0] \
+    label, config = (
+        words[0].split("=", 1)
+        if "=" in words[0] and "." not in words[0].split("=")[0]
         else (Path(words[0]).stem, words[0])
+    )
     if not Path(config).is_file():
         raise MinitfError(f"recipe {label!r}: config file {config!r} not found")
     return label, ["--config", config, *words[1:]]
@@ -45,8 +49,14 @@ def parse_recipe(text: str) -> tuple[str, list[str]]:
 
 def train_once(label: str, args: list[str], out_dir: Path, seconds: float, log_path: Path) -> dict:
     """Train one recipe in its own process for `seconds` of wall time; its curve and final numbers."""
-    cmd = [sys.executable, str(ROOT / "scripts" / "train.py"), *args, f"run.out_dir={out_dir}",
-           f"train.max_seconds={seconds}", "train.max_steps=1000000"]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "train.py"),
+        *args,
+        f"run.out_dir={out_dir}",
+        f"train.max_seconds={seconds}",
+        "train.max_steps=1000000",
+    ]
     with open(log_path, "w") as log:
         r = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
@@ -54,10 +64,15 @@ def train_once(label: str, args: list[str], out_dir: Path, seconds: float, log_p
     rows = [row for row in read_metrics(out_dir) if "val_bpb" in row]
     model, tokenizer, cfg = load_run(out_dir)
     full = evaluate_text(model, tokenizer, cfg.data, log=lambda *a: None, splits=("val",))["val"]
-    return {"curve": [(row["elapsed_s"], row["val_bpb"]) for row in rows], "final_bpb": rows[-1]["val_bpb"],
-            "full_val_bpb": full["bits_per_byte"], "steps": rows[-1]["step"],
-            "tokens_per_s": rows[-1]["tokens"] / rows[-1]["elapsed_s"], "seconds": rows[-1]["elapsed_s"],
-            "params": sum(p.numel() for p in model.parameters())}
+    return {
+        "curve": [(row["elapsed_s"], row["val_bpb"]) for row in rows],
+        "final_bpb": rows[-1]["val_bpb"],
+        "full_val_bpb": full["bits_per_byte"],
+        "steps": rows[-1]["step"],
+        "tokens_per_s": rows[-1]["tokens"] / rows[-1]["elapsed_s"],
+        "seconds": rows[-1]["elapsed_s"],
+        "params": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def time_to_reach(curve: list, target: float) -> float | None:
@@ -74,8 +89,12 @@ def time_to_reach(curve: list, target: float) -> float | None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("recipes", nargs="+", metavar="[LABEL=]CONFIG [overrides]",
-                   help="two or more recipes, each one quoted argument; the first is the reference")
+    p.add_argument(
+        "recipes",
+        nargs="+",
+        metavar="[LABEL=]CONFIG [overrides]",
+        help="two or more recipes, each one quoted argument; the first is the reference",
+    )
     p.add_argument("--seconds", type=float, default=210.0, help="wall-clock budget per run (default: 210)")
     p.add_argument("--rounds", type=int, default=2, help="rounds of turns (default: 2)")
     p.add_argument("--out-dir", default="runs/speedrun", help="where the runs go (default: runs/speedrun)")
@@ -88,13 +107,15 @@ def main() -> None:
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for rnd in range(args.rounds):
-        order = labels[rnd % len(labels):] + labels[:rnd % len(labels)]  # rotate who goes first
+        order = labels[rnd % len(labels) :] + labels[: rnd % len(labels)]  # rotate who goes first
         for label in order:
             print(f"round {rnd + 1}/{args.rounds}: {label} ({args.seconds:.0f}s)", flush=True)
             run_dir = out / f"{label}-r{rnd + 1}"
             if run_dir.exists():
                 raise MinitfError(f"{run_dir} exists; remove it or pass another --out-dir")
-            results[label].append(train_once(label, recipes[label], run_dir, args.seconds, out / f"{label}-r{rnd + 1}.log"))
+            results[label].append(
+                train_once(label, recipes[label], run_dir, args.seconds, out / f"{label}-r{rnd + 1}.log")
+            )
         target = results[labels[0]][rnd]["final_bpb"]
         for label in labels:
             results[label][rnd]["t_to_ref"] = time_to_reach(results[label][rnd]["curve"], target)
@@ -113,13 +134,24 @@ def report(recipes: dict, results: dict, args) -> None:
         summary[label]["t_to_ref"] = med(reach) if len(reach) == len(rs) else None
         s = summary[label]
         t = f"{s['t_to_ref']:.0f}" if s["t_to_ref"] is not None else "never"
-        print(f"{label:<16}{s['final_bpb']:>9.3f}{s['full_val_bpb']:>10.3f}{t:>10}{s['steps']:>8.0f}"
-              f"{s['tokens_per_s']:>9,.0f}   (" + ", ".join(f"{r['full_val_bpb']:.3f}" for r in rs) + ")")
+        print(
+            f"{label:<16}{s['final_bpb']:>9.3f}{s['full_val_bpb']:>10.3f}{t:>10}{s['steps']:>8.0f}"
+            f"{s['tokens_per_s']:>9,.0f}   (" + ", ".join(f"{r['full_val_bpb']:.3f}" for r in rs) + ")"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "machine": machine(torch.device("cpu")), "seconds": args.seconds, "rounds": args.rounds,
-            "recipes": {label: shlex.join(words) for label, words in recipes.items()},
-            "summary": summary, "runs": results}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": machine(torch.device("cpu")),
+                    "seconds": args.seconds,
+                    "rounds": args.rounds,
+                    "recipes": {label: shlex.join(words) for label, words in recipes.items()},
+                    "summary": summary,
+                    "runs": results,
+                },
+                indent=1,
+            )
+        )
         print(f"wrote {args.json}")
 
 

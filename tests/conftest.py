@@ -1,5 +1,6 @@
 """Shared fixtures: a small local corpus (tests never need the network), a private token cache, a
 trained tiny run, and the explorer serving it."""
+
 import threading
 from pathlib import Path
 
@@ -30,8 +31,12 @@ def tiny_run(tmp_path_factory, corpus) -> Path:
     mp = pytest.MonkeyPatch()
     mp.setenv("MINITF_CACHE", str(base / "minitf-cache"))
     try:
-        return minitf.train(tiny_config(base / "runs" / "tiny", corpus, "train.max_steps=30",
-                                        "train.eval_every=15", "train.ckpt_every=15"), log=lambda *a: None)
+        return minitf.train(
+            tiny_config(
+                base / "runs" / "tiny", corpus, "train.max_steps=30", "train.eval_every=15", "train.ckpt_every=15"
+            ),
+            log=lambda *a: None,
+        )
     finally:
         mp.undo()
 

@@ -1,4 +1,5 @@
 """What several test files share: the repository root, a play-like corpus generator, the tiny config."""
+
 import random
 from pathlib import Path
 
@@ -7,8 +8,10 @@ import minitf
 ROOT = Path(__file__).resolve().parent.parent
 
 _NAMES = ["ROMEO", "JULIET", "NURSE", "FRIAR", "MERCUTIO", "TYBALT"]
-_WORDS = ("love night day sweet death light fair heaven star blood sword heart moon grave honour "
-          "name rose speak hence gentle kiss fortune dream tears sorrow house").split()
+_WORDS = (
+    "love night day sweet death light fair heaven star blood sword heart moon grave honour "
+    "name rose speak hence gentle kiss fortune dream tears sorrow house"
+).split()
 
 
 def make_play(seed: int, lines: int = 400) -> str:
@@ -25,11 +28,24 @@ def make_play(seed: int, lines: int = 400) -> str:
 
 def tiny_config(out_dir, corpus_dir, *overrides) -> minitf.Config:
     """configs/tiny.yaml on the local corpus, in out_dir, even smaller and quicker."""
-    return minitf.load_config(ROOT / "configs" / "tiny.yaml", [
-        f"run.out_dir={out_dir}", f"data.source=file:{corpus_dir}", "data.vocab_size=300",
-        "model.n_embd=32", "model.block_size=32", "train.batch_size=4", "train.max_steps=8",
-        "train.eval_every=4", "train.ckpt_every=4", "train.eval_batches=2", "train.log_every=2",
-        "train.warmup_steps=2", *overrides])
+    return minitf.load_config(
+        ROOT / "configs" / "tiny.yaml",
+        [
+            f"run.out_dir={out_dir}",
+            f"data.source=file:{corpus_dir}",
+            "data.vocab_size=300",
+            "model.n_embd=32",
+            "model.block_size=32",
+            "train.batch_size=4",
+            "train.max_steps=8",
+            "train.eval_every=4",
+            "train.ckpt_every=4",
+            "train.eval_batches=2",
+            "train.log_every=2",
+            "train.warmup_steps=2",
+            *overrides,
+        ],
+    )
 
 
 def default_sigint() -> None:

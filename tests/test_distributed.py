@@ -1,5 +1,6 @@
 """DistributedDataParallel on CPU (gloo): a real torchrun run, and minitf's DDP step with gradient
 accumulation == plain autograd on the concatenated batch."""
+
 import contextlib
 import os
 import subprocess
@@ -26,8 +27,16 @@ def _grads(model, micro_batches, distributed):
     tc = TrainConfig(grad_accum=len(micro_batches), grad_clip=0.0)
     raw = model.module if distributed else model
     batches = iter(micro_batches)
-    forward_backward(model, raw, lambda: next(batches), make_optimizer(raw, tc, torch.device("cpu")),
-                     torch.amp.GradScaler("cpu", enabled=False), contextlib.nullcontext(), tc, distributed=distributed)
+    forward_backward(
+        model,
+        raw,
+        lambda: next(batches),
+        make_optimizer(raw, tc, torch.device("cpu")),
+        torch.amp.GradScaler("cpu", enabled=False),
+        contextlib.nullcontext(),
+        tc,
+        distributed=distributed,
+    )
     return {n: p.grad.clone() for n, p in raw.named_parameters()}
 
 
@@ -61,10 +70,27 @@ def test_ddp_with_grad_accum_gives_the_full_batch_gradient(tmp_path):
 @pytest.mark.slow
 def test_torchrun_two_processes(tmp_path, corpus):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "scripts/train.py", "--config", "configs/tiny.yaml", f"run.out_dir={run}", f"data.source=file:{corpus}",
-           "data.vocab_size=300", "model.n_embd=32", "model.block_size=32", "train.batch_size=4",
-           "train.grad_accum=2", "train.max_steps=6", "train.eval_every=3", "train.ckpt_every=3", "train.eval_batches=2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "scripts/train.py",
+        "--config",
+        "configs/tiny.yaml",
+        f"run.out_dir={run}",
+        f"data.source=file:{corpus}",
+        "data.vocab_size=300",
+        "model.n_embd=32",
+        "model.block_size=32",
+        "train.batch_size=4",
+        "train.grad_accum=2",
+        "train.max_steps=6",
+        "train.eval_every=3",
+        "train.ckpt_every=3",
+        "train.eval_batches=2",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stderr[-3000:]

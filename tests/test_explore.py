@@ -1,5 +1,6 @@
 """The explorer's HTTP API against a trained run: the numbers are the library's own (generate,
 inspect), bad input is a 400 with one line, nothing outside the page is served, streams stop."""
+
 import http.client
 import json
 import math
@@ -35,8 +36,9 @@ def server(explore_server):
 def call(server, path, body=None, headers=None, raw=None):
     """(status, JSON) of a GET (no body) or a JSON POST."""
     data = raw if raw is not None else None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(server.url.rstrip("/") + path, data=data,
-                                 headers={"Content-Type": "application/json", **(headers or {})})
+    req = urllib.request.Request(
+        server.url.rstrip("/") + path, data=data, headers={"Content-Type": "application/json", **(headers or {})}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read())
@@ -45,8 +47,9 @@ def call(server, path, body=None, headers=None, raw=None):
 
 
 def events(server, body) -> list[dict]:
-    req = urllib.request.Request(server.url + "api/generate", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.url + "api/generate", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as r:
         assert r.headers["Content-Type"] == "application/x-ndjson"
         return [json.loads(line) for line in r]
@@ -77,8 +80,18 @@ def test_the_page_ships_in_the_package_and_loads_nothing_from_outside(server):
     assert all(f'"{p}"' in page for p in STATIC if p != "/")
 
 
-@pytest.mark.parametrize("path", ["/static/../explore.py", "/static/..%2f..%2fREADME.md", "/../../etc/passwd",
-                                  "/static/app.js/../../config.py", "//etc/passwd", "/static/", "/minitf/explore.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/../explore.py",
+        "/static/..%2f..%2fREADME.md",
+        "/../../etc/passwd",
+        "/static/app.js/../../config.py",
+        "//etc/passwd",
+        "/static/",
+        "/minitf/explore.py",
+    ],
+)
 def test_nothing_but_the_page_is_served(server, path):
     conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
     conn.request("GET", path)  # sent as written: no client-side normalisation of the dots
@@ -109,7 +122,9 @@ def test_generate_streams_the_tokens_of_minitf_generate(server, tiny_run):
 
 
 def test_two_tabs_generating_at_once_do_not_mix(server, tiny_run):
-    bodies = [{"prompt": p, "max_new_tokens": 60, "seed": s, "temperature": 1.0} for p, s in (("ROMEO:", 1), ("JULIET: O", 2))]
+    bodies = [
+        {"prompt": p, "max_new_tokens": 60, "seed": s, "temperature": 1.0} for p, s in (("ROMEO:", 1), ("JULIET: O", 2))
+    ]
     results = [None, None]
 
     def tab(i):
@@ -127,8 +142,12 @@ def test_two_tabs_generating_at_once_do_not_mix(server, tiny_run):
 
 def test_a_closed_stream_stops_its_generation(server):
     conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=30)
-    conn.request("POST", "/api/generate", json.dumps({"prompt": "ROMEO:", "max_new_tokens": 1000, "temperature": 2.0}),
-                 {"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/api/generate",
+        json.dumps({"prompt": "ROMEO:", "max_new_tokens": 1000, "temperature": 2.0}),
+        {"Content-Type": "application/json"},
+    )
     r = conn.getresponse()
     assert "prompt" in json.loads(r.readline()) and "token" in json.loads(r.readline())
     r.close()  # the tab goes away: its socket closes
@@ -152,11 +171,11 @@ def test_attention_is_inspects_own_numbers(server, tiny_run):
     T, H, L = len(ids), ins.n_head, ins.n_layer
     assert status == 200 and v["offset"] == 0 and v["query"] == query and v["ids"] == ids and len(v["tokens"]) == T
     assert len(v["grid"]) == L and all(len(heads) == H for heads in v["grid"])
-    for l in range(L):
+    for layer in range(L):
         for h in range(H):
-            row = torch.tensor(v["grid"][l][h])
+            row = torch.tensor(v["grid"][layer][h])
             assert row.shape == (query + 1,) and abs(row.sum().item() - 1) < 1e-5
-            torch.testing.assert_close(row, ins.layers[l].weights[h, query, : query + 1], atol=1e-6, rtol=0)
+            torch.testing.assert_close(row, ins.layers[layer].weights[h, query, : query + 1], atol=1e-6, rtol=0)
     heat = v["heatmap"]
     assert [[x is None for x in r] for r in heat] == [[j > i for j in range(T)] for i in range(T)]  # the causal mask
     full = torch.tensor([[0.0 if x is None else x for x in r] for r in heat])
@@ -165,7 +184,9 @@ def test_attention_is_inspects_own_numbers(server, tiny_run):
     assert s["d"] == steps.q.size(-1) and s["masked"][query + 1 :] == [None] * (T - query - 1)
     for name in ("scores", "scaled", "weights"):
         torch.testing.assert_close(torch.tensor(s[name]), getattr(steps, name)[head, query], atol=1e-6, rtol=0)
-    torch.testing.assert_close(torch.tensor(s["scaled"]), torch.tensor(s["scores"]) / math.sqrt(s["d"]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(s["scaled"]), torch.tensor(s["scores"]) / math.sqrt(s["d"]), atol=1e-5, rtol=0
+    )
     out = torch.tensor(s["weights"]) @ torch.tensor(s["v"])  # the weighted sum of the values
     torch.testing.assert_close(torch.tensor(s["out"]), out, atol=1e-5, rtol=0)
     torch.testing.assert_close(torch.tensor(s["out"]), steps.heads[head, query], atol=1e-6, rtol=0)
@@ -227,25 +248,38 @@ def test_bad_requests_busy_server_and_foreign_hosts(server):
 
 
 def run_script(*args, timeout=60):
-    return subprocess.run([sys.executable, "scripts/explore.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "scripts/explore.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_script_mistakes_are_one_line_and_exit_2(tmp_path, tiny_run):
     r = run_script("--run", str(tmp_path / "nope"))
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    assert (
+        r.returncode == 2 and r.stderr.count("\n") == 1 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+    )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         r = run_script("--run", str(tiny_run), "--port", str(port))
-    assert r.returncode == 2 and r.stderr == f"error: cannot serve on 127.0.0.1:{port} (Address already in use); " \
-                                             f"pass another --port (0 picks a free one)\n"
+    assert (
+        r.returncode == 2
+        and r.stderr
+        == f"error: cannot serve on 127.0.0.1:{port} (Address already in use); "
+        f"pass another --port (0 picks a free one)\n"
+    )
 
 
 def test_script_serves_until_ctrl_c_and_warns_off_loopback(tiny_run):
-    p = subprocess.Popen([sys.executable, "scripts/explore.py", "--run", str(tiny_run), "--port", "0", "--host", "0.0.0.0"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    p = subprocess.Popen(
+        [sys.executable, "scripts/explore.py", "--run", str(tiny_run), "--port", "0", "--host", "0.0.0.0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     try:
         line = p.stdout.readline()
         port = int(re.search(r"http://0\.0\.0\.0:(\d+)/", line)[1])
@@ -264,14 +298,38 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     shutil.copytree(ROOT / "minitf", src / "minitf", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--target", str(target), str(src)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
-    code = ("import minitf, minitf.explore as e; from importlib import resources; "
-            "print(minitf.__file__); print(sum(len(resources.files('minitf').joinpath('explore_static', n).read_bytes()) "
-            "for n, _ in e.STATIC.values()))")
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": ""},
-                       capture_output=True, text=True, timeout=60)
+    code = (
+        "import minitf, minitf.explore as e; from importlib import resources; "
+        "print(minitf.__file__); print(sum(len(resources.files('minitf').joinpath('explore_static', n).read_bytes()) "
+        "for n, _ in e.STATIC.values()))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target), "PATH": ""},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     path, size = r.stdout.split()
-    assert path.startswith(str(target)) and int(size) == sum((ROOT / "minitf" / "explore_static" / n).stat().st_size
-                                                             for n, _ in STATIC.values())
+    assert path.startswith(str(target)) and int(size) == sum(
+        (ROOT / "minitf" / "explore_static" / n).stat().st_size for n, _ in STATIC.values()
+    )

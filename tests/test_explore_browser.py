@@ -1,6 +1,7 @@
 """The explorer in a real browser: headless Chromium (Debian's chromium and chromium-driver)
 driven by Selenium types a prompt, generates, opens a token's attention and saves a screenshot.
 Skipped, with the reason, where Chromium, its driver or Selenium is missing (.ci/run installs them)."""
+
 import shutil
 
 import pytest
@@ -11,8 +12,10 @@ from minitf.generate import generate_tokens, sample_settings
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
-pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="Chromium or chromedriver is not installed "
-                                "(apt-get install chromium chromium-driver)")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER),
+    reason="Chromium or chromedriver is not installed (apt-get install chromium chromium-driver)",
+)
 
 # pixels of a canvas that are not white, and of the mask's grey (#d0d7de), counted in the page
 PIXELS = """const c = arguments[0], d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
@@ -44,7 +47,10 @@ def test_generate_then_open_a_tokens_attention(browser, explore_server, tiny_run
     from selenium.webdriver.support.ui import WebDriverWait
 
     d, wait = browser, WebDriverWait(browser, 15)
-    find, find_all = (lambda css: d.find_element(By.CSS_SELECTOR, css)), (lambda css: d.find_elements(By.CSS_SELECTOR, css))
+    find, find_all = (
+        (lambda css: d.find_element(By.CSS_SELECTOR, css)),
+        (lambda css: d.find_elements(By.CSS_SELECTOR, css)),
+    )
     d.get(explore_server.url)
     wait.until(lambda _: find("#run-name").text == tiny_run.name)
     assert "step 30" in find("#run-info").text and find_all("#loss polyline")
@@ -58,7 +64,7 @@ def test_generate_then_open_a_tokens_attention(browser, explore_server, tiny_run
     s = sample_settings(cfg.sample, max_new_tokens=40, seed=5, temperature=1.0)
     ids = [int(i) for i in generate_tokens(model, tok.encode("ROMEO: O"), s)]
     prompt, shown = tok.encode("ROMEO: O"), d.execute_script("return state.ids")
-    assert shown[: len(prompt)] == prompt and shown[len(prompt):] == ids[: len(shown) - len(prompt)]
+    assert shown[: len(prompt)] == prompt and shown[len(prompt) :] == ids[: len(shown) - len(prompt)]
     generated = find_all("#tokens .tok.gen")
     assert len(generated) == len(shown) - len(prompt) >= 3
 

@@ -1,5 +1,6 @@
 """What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
 settings, corrupt files and library misuse. Each gives the right behaviour or one clear line."""
+
 import os
 import select
 import signal
@@ -25,10 +26,23 @@ QUIET = dict(log=lambda *a: None)
 
 def tiny_args(run, corpus, *extra):
     """scripts/train.py arguments for the tiny test recipe (tests/helpers.tiny_config's overrides)."""
-    return ["scripts/train.py", "--config", "configs/tiny.yaml", f"run.out_dir={run}", f"data.source=file:{corpus}",
-            "data.vocab_size=300", "model.n_embd=32", "model.block_size=32", "train.batch_size=4",
-            "train.eval_every=4", "train.ckpt_every=4", "train.eval_batches=2", "train.log_every=2",
-            "train.warmup_steps=2", *extra]
+    return [
+        "scripts/train.py",
+        "--config",
+        "configs/tiny.yaml",
+        f"run.out_dir={run}",
+        f"data.source=file:{corpus}",
+        "data.vocab_size=300",
+        "model.n_embd=32",
+        "model.block_size=32",
+        "train.batch_size=4",
+        "train.eval_every=4",
+        "train.ckpt_every=4",
+        "train.eval_batches=2",
+        "train.log_every=2",
+        "train.warmup_steps=2",
+        *extra,
+    ]
 
 
 def script(*args, **kw):
@@ -41,6 +55,7 @@ def same_weights(a, b):
 
 
 # ------------------------------------------------------------------ resume means "continue this run"
+
 
 def test_resume_needs_only_the_run_directory(tmp_path, corpus):
     run = tmp_path / "run"
@@ -59,8 +74,10 @@ def test_resume_refuses_to_switch_the_corpus_or_the_model(tmp_path, corpus):
     assert script(*tiny_args(run, corpus, "train.max_steps=4")).returncode == 0
     r = script("scripts/train.py", "--resume", f"run.out_dir={run}", "data.source=shakespeare", "model.n_layer=3")
     assert r.returncode == 2
-    assert r.stderr.startswith("error: --resume cannot change data.source, model.n_layer (the run was trained with "
-                               f"data.source='file:{corpus}', model.n_layer=2)")
+    assert r.stderr.startswith(
+        "error: --resume cannot change data.source, model.n_layer (the run was trained with "
+        f"data.source='file:{corpus}', model.n_layer=2)"
+    )
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -93,11 +110,19 @@ def test_resuming_a_finished_run_does_not_step(tmp_path, corpus):
 
 # ------------------------------------------------------------------ signals: finish the step, save, exit 0
 
+
 def _start_long_run(run, corpus):
-    proc = subprocess.Popen([sys.executable, *tiny_args(run, corpus, "train.max_steps=100000", "train.ckpt_every=1000",
-                                                        "train.eval_every=1000")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=default_sigint)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            *tiny_args(run, corpus, "train.max_steps=100000", "train.ckpt_every=1000", "train.eval_every=1000"),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     # wait until the progress bar shows steps: the loop, and its signal handlers, are running
     err, deadline = b"", time.time() + 120
     while b"step/s" not in err:
@@ -114,8 +139,9 @@ def test_stop_signals_save_and_exit_0_and_the_run_is_locked_meanwhile(tmp_path, 
     proc = _start_long_run(run, corpus)
     second = script(*tiny_args(run, corpus, "train.max_steps=8"))
     assert second.returncode == 2
-    assert second.stderr.strip() == (f"error: {run} is in use by pid {proc.pid}; wait for that training to end or "
-                                     f"choose another run.out_dir")
+    assert second.stderr.strip() == (
+        f"error: {run} is in use by pid {proc.pid}; wait for that training to end or choose another run.out_dir"
+    )
     proc.send_signal(getattr(signal, sig))
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-1500:]
@@ -137,8 +163,10 @@ def test_a_second_signal_aborts(tmp_path, corpus):
     # a tiny run may finish its last step within the 0.1 s: the second signal then lands while the
     # interpreter shuts down, where Python has put SIGINT's default action back and the process
     # dies of it (-2, which a shell reports as 130, as for the 'interrupted' exit)
-    assert ("interrupted" in err and proc.returncode == 130) or proc.returncode == -signal.SIGINT, \
-        (proc.returncode, err[-500:])
+    assert ("interrupted" in err and proc.returncode == 130) or proc.returncode == -signal.SIGINT, (
+        proc.returncode,
+        err[-500:],
+    )
 
 
 # ------------------------------------------------------------------ one consistent checkpoint
@@ -171,8 +199,14 @@ def test_a_kill_between_any_two_writes_resumes_bit_identically(tmp_path, corpus)
     straight = minitf.train(tiny_config(tmp_path / "straight", corpus), **QUIET)
     for n in range(1, 11):
         run = tmp_path / f"killed-after-{n}"
-        r = subprocess.run([sys.executable, "-c", KILL_AFTER_WRITES, str(run), str(corpus), str(n)], cwd=ROOT,
-                           env=env, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-c", KILL_AFTER_WRITES, str(run), str(corpus), str(n)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 9, r.stderr[-1500:]
         if not (run / "state.pt").is_file():  # killed before the first commit: nothing to resume, said clearly
             with pytest.raises(MinitfError, match="cannot be resumed|no checkpoint to resume"):
@@ -195,8 +229,9 @@ def test_a_stale_weights_file_is_repaired_from_the_commit(tmp_path, corpus):
 
 def test_no_checkpoint_after_non_finite_steps(tmp_path, corpus):
     with pytest.raises(MinitfError, match="no checkpoint was written in .*Lower train.lr"):
-        minitf.train(tiny_config(tmp_path / "run", corpus, "train.lr=1e9", "train.min_lr=0", "train.max_steps=20"),
-                     **QUIET)
+        minitf.train(
+            tiny_config(tmp_path / "run", corpus, "train.lr=1e9", "train.min_lr=0", "train.max_steps=20"), **QUIET
+        )
     assert not (tmp_path / "run" / "state.pt").exists() and not (tmp_path / "run" / "model.safetensors").exists()
 
 
@@ -211,9 +246,16 @@ def test_a_fresh_run_never_overwrites_weights(tmp_path, corpus):
 
 # ------------------------------------------------------------------ write failures
 
-@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), OSError(30, "Read-only file system"),
-                                   RuntimeError("PytorchStreamWriter failed writing file data/0"),
-                                   SafetensorError("Error while serializing: IoError")])
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(28, "No space left on device"),
+        OSError(30, "Read-only file system"),
+        RuntimeError("PytorchStreamWriter failed writing file data/0"),
+        SafetensorError("Error while serializing: IoError"),
+    ],
+)
 def test_a_failed_write_is_one_line_and_leaves_nothing(tmp_path, error):
     def fail(tmp):
         tmp.write_bytes(b"half")
@@ -238,7 +280,9 @@ def test_a_full_disk_during_training_keeps_the_checkpoint(tmp_path, corpus, monk
         raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 128 vs 64")
 
     monkeypatch.setattr(torch, "save", full)
-    with pytest.raises(MinitfError, match=r"could not write .*state.pt: .*unexpected pos.*previous file there is intact"):
+    with pytest.raises(
+        MinitfError, match=r"could not write .*state.pt: .*unexpected pos.*previous file there is intact"
+    ):
         minitf.train(tiny_config(run, corpus, "train.max_steps=8"), resume=True, **QUIET)
     assert (run / "state.pt").read_bytes() == before
     assert not list(run.glob(".*.tmp"))
@@ -256,26 +300,32 @@ def test_files_follow_the_umask(tmp_path, corpus):
 
 # ------------------------------------------------------------------ validation
 
-@pytest.mark.parametrize("override, message", [
-    ("train.lr=.inf", "train.lr must be a finite number, got inf"),
-    ("train.weight_decay=nan", "train.weight_decay must be a finite number"),
-    ("model.rope_base=inf", "model.rope_base must be a finite number"),
-    ("train.max_seconds=.nan", "train.max_seconds must be a finite number"),
-    ("model.dropout=nan", "model.dropout must be a finite number"),
-    ("train.beta2=nan", "train.beta2 must be a finite number"),
-    ("sample.temperature=nan", "sample.temperature must be a finite number"),
-    ("sample.top_p=nan", "sample.top_p must be a finite number"),
-    ("sample.repetition_penalty=inf", "sample.repetition_penalty must be a finite number"),
-])
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lr=.inf", "train.lr must be a finite number, got inf"),
+        ("train.weight_decay=nan", "train.weight_decay must be a finite number"),
+        ("model.rope_base=inf", "model.rope_base must be a finite number"),
+        ("train.max_seconds=.nan", "train.max_seconds must be a finite number"),
+        ("model.dropout=nan", "model.dropout must be a finite number"),
+        ("train.beta2=nan", "train.beta2 must be a finite number"),
+        ("sample.temperature=nan", "sample.temperature must be a finite number"),
+        ("sample.top_p=nan", "sample.top_p must be a finite number"),
+        ("sample.repetition_penalty=inf", "sample.repetition_penalty must be a finite number"),
+    ],
+)
 def test_non_finite_values_are_refused(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config(ROOT / "configs" / "tiny.yaml", [override])
 
 
 def test_yaml_files_that_are_not_configs(tmp_path):
-    cases = {"list.yaml": ("- 1\n- 2\n", "must hold a mapping of sections"),
-             "binary.yaml": (b"\x89PNG\r\n\x1a\n\xff\xfe", "is not UTF-8 text"),
-             "twice.yaml": ("train:\n  lr: 1.0e-3\n  lr: 2.0e-3\n", "the key 'lr' appears twice in one section")}
+    cases = {
+        "list.yaml": ("- 1\n- 2\n", "must hold a mapping of sections"),
+        "binary.yaml": (b"\x89PNG\r\n\x1a\n\xff\xfe", "is not UTF-8 text"),
+        "twice.yaml": ("train:\n  lr: 1.0e-3\n  lr: 2.0e-3\n", "the key 'lr' appears twice in one section"),
+    }
     for name, (body, message) in cases.items():
         path = tmp_path / name
         path.write_bytes(body if isinstance(body, bytes) else body.encode())
@@ -292,10 +342,13 @@ def test_a_tiny_temperature_samples_the_likeliest_token():
 
 # ------------------------------------------------------------------ no tracebacks in the scripts
 
+
 def test_generate_script_mistakes_are_one_line(tiny_run):
-    cases = [(["--num-samples", "0"], "--num-samples must be at least 1, got 0"),
-             (["--device", "bogus"], "device 'bogus' is not one of auto, cpu, cuda, mps"),
-             (["--prompt", b"caf\xe9".decode("utf-8", "surrogateescape")], "the prompt is not valid UTF-8")]
+    cases = [
+        (["--num-samples", "0"], "--num-samples must be at least 1, got 0"),
+        (["--device", "bogus"], "device 'bogus' is not one of auto, cpu, cuda, mps"),
+        (["--prompt", b"caf\xe9".decode("utf-8", "surrogateescape")], "the prompt is not valid UTF-8"),
+    ]
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda"], "run.device=cuda but no CUDA GPU is visible"))
     for args, message in cases:
@@ -306,9 +359,23 @@ def test_generate_script_mistakes_are_one_line(tiny_run):
 
 
 def test_interactive_input_survives_a_line_that_is_not_utf8(tiny_run):
-    r = subprocess.run([sys.executable, "scripts/generate.py", "--run", str(tiny_run), "--interactive",
-                        "--max-new-tokens", "3", "--temperature", "0"], input=b"ROMEO:\n\xff\xfe\nJULIET:\n",
-                       capture_output=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/generate.py",
+            "--run",
+            str(tiny_run),
+            "--interactive",
+            "--max-new-tokens",
+            "3",
+            "--temperature",
+            "0",
+        ],
+        input=b"ROMEO:\n\xff\xfe\nJULIET:\n",
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr.decode().strip().splitlines()[1:] == ["error: input line 2 is not valid UTF-8 (byte 0); skipped"]
     lines = r.stdout.decode().splitlines()
@@ -333,6 +400,7 @@ def test_damaged_run_directories_are_named(tmp_path, corpus, tiny_run):
 
 
 # ------------------------------------------------------------------ library semantics
+
 
 def test_forward_refuses_ids_it_cannot_embed():
     m = minitf.Transformer(minitf.ModelConfig(vocab_size=100, block_size=8, n_layer=1, n_head=2, n_embd=16))
@@ -364,6 +432,9 @@ def test_generate_samples_in_eval_mode_and_restores_the_callers_mode(tiny_run):
 def test_a_tokenizer_of_another_size_is_refused(tiny_run):
     model, _, _ = minitf.load_run(tiny_run)
     other = minitf.Tokenizer.train(["some other text entirely " * 50], vocab_size=280)
-    with pytest.raises(MinitfError, match=f"the tokenizer has {other.vocab_size} tokens but the model was trained "
-                                          f"with 300; use the tokenizer of the model's run"):
+    with pytest.raises(
+        MinitfError,
+        match=f"the tokenizer has {other.vocab_size} tokens but the model was trained "
+        f"with 300; use the tokenizer of the model's run",
+    ):
         minitf.generate(model, other, "hello", max_new_tokens=3)

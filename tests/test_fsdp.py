@@ -2,6 +2,7 @@
 the sharded checkpoint reshards to another number of processes, survives a kill -9 at its worst
 moment and resumes bit-identically on as many processes; activation checkpointing changes no
 gradient; the wrong combinations are one line."""
+
 import contextlib
 import os
 import pickle
@@ -63,8 +64,16 @@ def _fsdp_worker(rank, world, init_file, run_dir):
         model = _model(shard=True, checkpoint_blocks=ac)
         optimizer = make_optimizer(model, TC, torch.device("cpu"))
         micro = iter([(x[mine][:2], y[mine][:2]), (x[mine][2:], y[mine][2:])])
-        _, norm = forward_backward(model, model, lambda: next(micro), optimizer, torch.amp.GradScaler("cpu", enabled=False),
-                                   contextlib.nullcontext(), TC, distributed=True)
+        _, norm = forward_backward(
+            model,
+            model,
+            lambda micro=micro: next(micro),
+            optimizer,
+            torch.amp.GradScaler("cpu", enabled=False),
+            contextlib.nullcontext(),
+            TC,
+            distributed=True,
+        )
         grads = _full({n: p.grad for n, p in model.named_parameters()})
         optimizer.step()
         results[ac] = {"norm": norm, "grads": grads, "weights": _full(dict(model.named_parameters()))}
@@ -140,8 +149,19 @@ def test_activation_checkpointing_gives_the_same_gradients(tmp_path, corpus, mon
     calls = []
     real = torch.utils.checkpoint.checkpoint
     monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
-    runs = [minitf.train(tiny_config(tmp_path / str(ac), corpus, "train.max_steps=3", "model.dropout=0.1",
-                                     f"train.activation_checkpointing={ac}"), **QUIET) for ac in (False, True)]
+    runs = [
+        minitf.train(
+            tiny_config(
+                tmp_path / str(ac),
+                corpus,
+                "train.max_steps=3",
+                "model.dropout=0.1",
+                f"train.activation_checkpointing={ac}",
+            ),
+            **QUIET,
+        )
+        for ac in (False, True)
+    ]
     assert len(calls) == 3 * 2  # 3 steps x 2 blocks, only in the run that asked
     a, b = (load_file(r / "model.safetensors") for r in runs)
     for k in a:
@@ -175,10 +195,23 @@ def _torchrun(procs, script, *args, env):
 @pytest.mark.slow
 def test_torchrun_fsdp_killed_before_a_commit_resumes_exactly_then_on_one_process(tmp_path, corpus):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    args = lambda run: ["--config", "configs/tiny.yaml", f"run.out_dir={run}", f"data.source=file:{corpus}",
-                        "data.vocab_size=300", "model.n_embd=32", "model.block_size=32", "model.dropout=0.1",
-                        "train.batch_size=4", "train.grad_accum=2", "train.max_steps=8", "train.eval_every=4",
-                        "train.ckpt_every=4", "train.eval_batches=2", "train.parallel=fsdp"]
+    args = lambda run: [
+        "--config",
+        "configs/tiny.yaml",
+        f"run.out_dir={run}",
+        f"data.source=file:{corpus}",
+        "data.vocab_size=300",
+        "model.n_embd=32",
+        "model.block_size=32",
+        "model.dropout=0.1",
+        "train.batch_size=4",
+        "train.grad_accum=2",
+        "train.max_steps=8",
+        "train.eval_every=4",
+        "train.ckpt_every=4",
+        "train.eval_batches=2",
+        "train.parallel=fsdp",
+    ]
     r = _torchrun(2, "scripts/train.py", *args(tmp_path / "straight"), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "sharded over 2 procs (fsdp)" in r.stdout and r.stdout.count("run directory:") == 1
@@ -199,8 +232,14 @@ def test_torchrun_fsdp_killed_before_a_commit_resumes_exactly_then_on_one_proces
     assert (run / "best.safetensors").is_file()
 
     # 2 -> 1 process: the sharded checkpoint loads unsharded and training goes on
-    r = subprocess.run([sys.executable, "scripts/train.py", "--resume", f"run.out_dir={run}", "train.max_steps=10"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    r = subprocess.run(
+        [sys.executable, "scripts/train.py", "--resume", f"run.out_dir={run}", "train.max_steps=10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "checkpoint from 2 processes resumed on 1" in r.stdout and f"resuming {run} at step 8" in r.stdout
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 10
@@ -216,12 +255,20 @@ def test_wrong_combinations_and_damaged_checkpoints_are_one_line(tmp_path, corpu
 
     # one process: trained unsharded, checkpointed as fsdp does, so many processes can take it on
     run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4"), **QUIET)
-    assert (run / "sharded-00000004" / ".metadata").is_file() and "model" not in torch.load(run / "state.pt", weights_only=True)
-    with pytest.raises(ConfigError, match=r"--resume cannot change train.parallel \(the run was trained with "
-                                          r"train.parallel='fsdp'\)"):
+    assert (run / "sharded-00000004" / ".metadata").is_file() and "model" not in torch.load(
+        run / "state.pt", weights_only=True
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"--resume cannot change train.parallel \(the run was trained with "
+        r"train.parallel='fsdp'\)",
+    ):
         minitf.train(tiny_config(run, corpus, "train.max_steps=6"), resume=True, **QUIET)
-    more = lambda: minitf.train(tiny_config(run, corpus, "train.parallel=fsdp", "train.max_steps=6",
-                                            "train.activation_checkpointing=true"), resume=True, **QUIET)
+    more = lambda: minitf.train(
+        tiny_config(run, corpus, "train.parallel=fsdp", "train.max_steps=6", "train.activation_checkpointing=true"),
+        resume=True,
+        **QUIET,
+    )
     more()  # a memory switch: a resume may turn it on
     assert torch.load(run / "state.pt", weights_only=True)["sharded"] == "sharded-00000006"
 
@@ -232,8 +279,11 @@ def test_wrong_combinations_and_damaged_checkpoints_are_one_line(tmp_path, corpu
     meta = run / "sharded-00000006" / ".metadata"
     good = meta.read_bytes()
     meta.write_bytes(pickle.dumps(Evil()))
-    with pytest.raises(MinitfError, match=r"sharded-00000006 does not load \(the metadata holds builtins.print, "
-                                          r"which is not a DCP record\); the checkpoint is damaged"):
+    with pytest.raises(
+        MinitfError,
+        match=r"sharded-00000006 does not load \(the metadata holds builtins.print, "
+        r"which is not a DCP record\); the checkpoint is damaged",
+    ):
         more()
     meta.write_bytes(good)
     (run / "sharded-00000006").rename(run / "elsewhere")

@@ -1,4 +1,5 @@
 """Generation: the KV cache gives exactly the uncached tokens, sampling rules, text assembly."""
+
 import itertools
 
 import pytest
@@ -39,8 +40,9 @@ def test_greedy_cache_equals_no_cache_past_block_size(positions, norm, ffn):
     assert len(set(cached[0].tolist())) > 3  # not a degenerate constant stream
 
 
-@pytest.mark.parametrize("options", [dict(qk_norm=True, positions="rope"), dict(ffn="relu2"),
-                                     dict(logit_softcap=3.0, tie_embeddings=False)])
+@pytest.mark.parametrize(
+    "options", [dict(qk_norm=True, positions="rope"), dict(ffn="relu2"), dict(logit_softcap=3.0, tie_embeddings=False)]
+)
 def test_greedy_cache_equals_no_cache_with_options(options):
     m = model_for(**options)
     prompt = [5, 17, 3, 44, 2]
@@ -132,12 +134,25 @@ def test_samples_follow_the_softmax():
 
 def test_padded_ids_never_sampled():
     m = model_for()  # vocab 97, embedding rows padded to 128
-    ids = torch.stack(list(generate_tokens(m, [1], SampleConfig(max_new_tokens=200, temperature=2.0, top_k=None, seed=0), num_samples=4)), 1)
+    ids = torch.stack(
+        list(
+            generate_tokens(
+                m, [1], SampleConfig(max_new_tokens=200, temperature=2.0, top_k=None, seed=0), num_samples=4
+            )
+        ),
+        1,
+    )
     assert ids.max() < 97
 
 
-@pytest.mark.parametrize("settings", [dict(temperature=1.0, top_k=None), dict(temperature=0),
-                                      dict(temperature=0.8, top_k=20, top_p=0.9, repetition_penalty=1.3)])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(temperature=1.0, top_k=None),
+        dict(temperature=0),
+        dict(temperature=0.8, top_k=20, top_p=0.9, repetition_penalty=1.3),
+    ],
+)
 def test_stream_tokens_are_the_tokens_of_generate(tiny_run, settings):
     model, tok, _ = minitf.load_run(tiny_run)
     s = SampleConfig(max_new_tokens=40, seed=7, **settings)
@@ -151,8 +166,7 @@ def test_stream_tokens_are_the_tokens_of_generate(tiny_run, settings):
 def test_stream_tokens_report_the_sampling_probabilities(tiny_run):
     model, tok, _ = minitf.load_run(tiny_run)
     prompt = tok.encode("JULIET: O")
-    steps = list(minitf.stream_tokens(model, tok, "JULIET: O", max_new_tokens=12, temperature=1.0, top_k=None,
-                                      seed=1))
+    steps = list(minitf.stream_tokens(model, tok, "JULIET: O", max_new_tokens=12, temperature=1.0, top_k=None, seed=1))
     seq = prompt + [t.id for t in steps]
     with torch.no_grad():
         probs = model(torch.tensor([seq]))[0][0].softmax(-1)  # (T, V): the uncached forward's distributions

@@ -1,4 +1,5 @@
 """scripts/generate.py as a user runs it: defaults, options, and one-line errors for bad input."""
+
 import shutil
 import subprocess
 import sys
@@ -7,12 +8,19 @@ import pytest
 
 import minitf
 from minitf.generate import stream_tokens
+
 from .helpers import ROOT
 
 
 def gen(*args, cwd=ROOT, stdin=None):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "generate.py"), *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=120, input=stdin)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "generate.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        input=stdin,
+    )
 
 
 def test_library_generate_and_stream_agree(tiny_run):
@@ -49,8 +57,7 @@ def test_token_counts_are_the_sampled_tokens(tiny_run):
     info = {}
     minitf.generate(model, tok, "ROMEO:", max_new_tokens=7, num_samples=3, seed=0, info=info)
     assert len(info["tokens"]) == 3 and all(0 < n <= 7 for n in info["tokens"])
-    r = gen("--run", str(tiny_run), "--prompt", "ROMEO:", "--temperature", "0", "--max-new-tokens", "40",
-            "--verbose")
+    r = gen("--run", str(tiny_run), "--prompt", "ROMEO:", "--temperature", "0", "--max-new-tokens", "40", "--verbose")
     drawn = len(list(stream_tokens(model, tok, "ROMEO:", max_new_tokens=40, temperature=0)))
     assert r.returncode == 0 and f"[{drawn} tokens in " in r.stderr, r.stderr
 
@@ -60,27 +67,31 @@ def test_script_defaults_to_newest_run(tiny_run, tmp_path):
     r = gen("--max-new-tokens", "20", "--seed", "0", "--verbose", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("Romeo.\n") and "tokens/s" in r.stderr  # the config's prompt, as the corpus writes it
-    r = gen("--run", str(tiny_run), "--prompt", "JULIET:", "--stream", "--temperature", "0",
-            "--max-new-tokens", "15")
+    r = gen("--run", str(tiny_run), "--prompt", "JULIET:", "--stream", "--temperature", "0", "--max-new-tokens", "15")
     assert r.returncode == 0 and r.stdout.startswith("JULIET:")
-    r = gen("--run", str(tiny_run), "--interactive", "--max-new-tokens", "5", "--temperature", "0",
-            stdin="ROMEO:\nNURSE:\n")
+    r = gen(
+        "--run", str(tiny_run), "--interactive", "--max-new-tokens", "5", "--temperature", "0", stdin="ROMEO:\nNURSE:\n"
+    )
     assert r.returncode == 0 and "ROMEO:" in r.stdout and "NURSE:" in r.stdout
     r = gen("--run", str(tiny_run), "--num-samples", "2", "--max-new-tokens", "5", "--best")
     assert r.returncode == 0 and r.stdout.count("sample ") == 2
 
 
-@pytest.mark.parametrize("args, match", [
-    (["--max-new-tokens", "0"], "max_new_tokens must be positive"),
-    (["--temperature", "-1"], "temperature must be >= 0"),
-    (["--top-p", "1.5"], r"top_p must be in \(0, 1\]"),
-    (["--top-k", "-3"], "top_k must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--max-new-tokens", "0"], "max_new_tokens must be positive"),
+        (["--temperature", "-1"], "temperature must be >= 0"),
+        (["--top-p", "1.5"], r"top_p must be in \(0, 1\]"),
+        (["--top-k", "-3"], "top_k must be >= 0"),
+    ],
+)
 def test_bad_sampling_options(tiny_run, args, match):
     r = gen("--run", str(tiny_run), *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("error: ") and len(r.stderr.strip().splitlines()) == 1
     import re
+
     assert re.search(match, r.stderr), r.stderr
 
 

@@ -3,6 +3,7 @@
 The tests that need transformers skip, with the reason, where it is not installed; the refusals
 of settings GPT-2 cannot express run everywhere (they are checked before transformers is imported).
 """
+
 import subprocess
 import sys
 
@@ -10,10 +11,11 @@ import pytest
 import torch
 
 import minitf
-from .helpers import ROOT
 from minitf.config import SampleConfig
 from minitf.generate import generate_tokens
 from minitf.hf import from_hf_gpt2, to_hf_gpt2
+
+from .helpers import ROOT
 
 TEXTS = ["ROMEO: O love, sweet night!", "JULIET:\n\tgentle <|endoftext|> fair", "héllo wörld ✓  two  spaces"]
 
@@ -27,9 +29,17 @@ def tf(monkeypatch):
 def random_gpt2(tf, activation="gelu_new", vocab_size=300, tied=True):
     """A randomly initialised HF GPT-2 (no download); biases and norm weights moved off their init."""
     torch.manual_seed(0)
-    cfg = tf.GPT2Config(vocab_size=vocab_size, n_positions=48, n_embd=32, n_layer=2, n_head=4,
-                        activation_function=activation, bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1,
-                        tie_word_embeddings=tied)
+    cfg = tf.GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=48,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        activation_function=activation,
+        bos_token_id=vocab_size - 1,
+        eos_token_id=vocab_size - 1,
+        tie_word_embeddings=tied,
+    )
     hf = tf.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
         for p in hf.parameters():
@@ -51,7 +61,8 @@ def test_export_loads_in_transformers_with_the_same_logits_and_tokens(tf, tiny_r
     model, tok, cfg = minitf.load_run(tiny_run)
     out = to_hf_gpt2(model, tok, tmp_path / "hf")
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
-        p.name for p in out.iterdir()}
+        p.name for p in out.iterdir()
+    }
     hf = tf.GPT2LMHeadModel.from_pretrained(out).eval()
     hf_tok = tf.AutoTokenizer.from_pretrained(out)
     assert hf.config.vocab_size == tok.vocab_size == 300 and model.wte.weight.size(0) == 320  # padding dropped
@@ -71,8 +82,7 @@ def test_export_loads_in_transformers_with_the_same_logits_and_tokens(tf, tiny_r
     assert minitf.Tokenizer.load(out).encode(TEXTS[2]) == tok.encode(TEXTS[2])
 
 
-@pytest.mark.parametrize("activation, gelu", [
-    ("gelu_new", "tanh"), ("gelu_pytorch_tanh", "tanh"), ("gelu", "exact")])
+@pytest.mark.parametrize("activation, gelu", [("gelu_new", "tanh"), ("gelu_pytorch_tanh", "tanh"), ("gelu", "exact")])
 def test_import_random_gpt2_same_logits_and_greedy_tokens(tf, tmp_path, activation, gelu):
     hf = random_gpt2(tf, activation)
     model = from_hf_gpt2(hf)
@@ -83,8 +93,13 @@ def test_import_random_gpt2_same_logits_and_greedy_tokens(tf, tmp_path, activati
     assert (a - b).abs().max() < 1e-4 and a.std() > 0.5
     mine = torch.cat(list(generate_tokens(model, ids, SampleConfig(max_new_tokens=30, temperature=0)))).tolist()
     with torch.no_grad():
-        theirs = hf.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             do_sample=False, max_new_tokens=30, pad_token_id=299)[0, len(ids):].tolist()
+        theirs = hf.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=30,
+            pad_token_id=299,
+        )[0, len(ids) :].tolist()
     assert 299 not in mine and theirs == mine and len(set(mine)) > 3  # not one token repeated
     hf.save_pretrained(tmp_path)  # and from a directory
     torch.testing.assert_close(mt_logits(from_hf_gpt2(tmp_path), ids), a, rtol=0, atol=0)
@@ -98,21 +113,36 @@ def test_import_untied_head(tf):
     assert (mt_logits(model, ids) - hf_logits(hf, ids)).abs().max() < 1e-4
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("positions=rope", "model.positions=rope has no GPT-2 equivalent"),
-    ("positions=sinusoidal", "model.positions=sinusoidal has no GPT-2 equivalent"),
-    ("norm=rmsnorm", "model.norm=rmsnorm has no GPT-2 equivalent"),
-    ("ffn=swiglu", "model.ffn=swiglu has no GPT-2 equivalent"),
-    ("bias=false", "model.bias=false has no GPT-2 equivalent; only models with model.bias=true"),
-    ("gelu=exact", "model.gelu=exact has no GPT-2 equivalent; only models with model.gelu=tanh"),
-    ("tie_embeddings=false", "model.tie_embeddings=false has no GPT-2 equivalent"),
-    ("ffn=relu2", "model.ffn=relu2 has no GPT-2 equivalent"),
-    ("qk_norm=true", "model.qk_norm=true has no GPT-2 equivalent; only models with model.qk_norm=false"),
-    ("logit_softcap=15", "model.logit_softcap=15.0 has no GPT-2 equivalent; only models with model.logit_softcap=null"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("positions=rope", "model.positions=rope has no GPT-2 equivalent"),
+        ("positions=sinusoidal", "model.positions=sinusoidal has no GPT-2 equivalent"),
+        ("norm=rmsnorm", "model.norm=rmsnorm has no GPT-2 equivalent"),
+        ("ffn=swiglu", "model.ffn=swiglu has no GPT-2 equivalent"),
+        ("bias=false", "model.bias=false has no GPT-2 equivalent; only models with model.bias=true"),
+        ("gelu=exact", "model.gelu=exact has no GPT-2 equivalent; only models with model.gelu=tanh"),
+        ("tie_embeddings=false", "model.tie_embeddings=false has no GPT-2 equivalent"),
+        ("ffn=relu2", "model.ffn=relu2 has no GPT-2 equivalent"),
+        ("qk_norm=true", "model.qk_norm=true has no GPT-2 equivalent; only models with model.qk_norm=false"),
+        (
+            "logit_softcap=15",
+            "model.logit_softcap=15.0 has no GPT-2 equivalent; only models with model.logit_softcap=null",
+        ),
+    ],
+)
 def test_export_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
-    cfg = minitf.load_config(None, ["model.vocab_size=300", "model.n_layer=1", "model.n_embd=32",
-                                    "model.n_head=2", "model.block_size=16", f"model.{setting}"]).model
+    cfg = minitf.load_config(
+        None,
+        [
+            "model.vocab_size=300",
+            "model.n_layer=1",
+            "model.n_embd=32",
+            "model.n_head=2",
+            "model.block_size=16",
+            f"model.{setting}",
+        ],
+    ).model
     tok = minitf.Tokenizer.train(["some text"], vocab_size=300)
     with pytest.raises(minitf.MinitfError, match=message):
         to_hf_gpt2(minitf.Transformer(cfg), tok, tmp_path / "hf")
@@ -121,8 +151,11 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
 
 def test_import_refuses_gpt2_variants_and_bad_paths(tf, tmp_path):
     torch.manual_seed(0)
-    odd = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=300, n_positions=16, n_embd=32, n_layer=1, n_head=2,
-                                           scale_attn_by_inverse_layer_idx=True))
+    odd = tf.GPT2LMHeadModel(
+        tf.GPT2Config(
+            vocab_size=300, n_positions=16, n_embd=32, n_layer=1, n_head=2, scale_attn_by_inverse_layer_idx=True
+        )
+    )
     with pytest.raises(minitf.MinitfError, match="scale_attn_by_inverse_layer_idx=True has no minitf equivalent"):
         from_hf_gpt2(odd)
     odd.config.scale_attn_by_inverse_layer_idx, odd.config.activation_function = False, "relu"
@@ -137,20 +170,29 @@ def test_import_refuses_gpt2_variants_and_bad_paths(tf, tmp_path):
 def test_without_transformers_the_error_says_how_to_install(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
     tok = minitf.Tokenizer.train(["some text"], vocab_size=300)
-    model = minitf.Transformer(minitf.ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_embd=32, n_head=2,
-                                                  block_size=16))
+    model = minitf.Transformer(
+        minitf.ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_embd=32, n_head=2, block_size=16)
+    )
     with pytest.raises(minitf.MinitfError, match=r"transformers is not installed; pip install -e '\.\[hf\]'"):
         to_hf_gpt2(model, tok, tmp_path)
     with pytest.raises(minitf.MinitfError, match="transformers is not installed"):
         from_hf_gpt2(tmp_path)
-    r = subprocess.run([sys.executable, "-c", "import sys, minitf; print('transformers' in sys.modules)"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", "import sys, minitf; print('transformers' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.stdout.strip() == "False"  # import minitf never loads it
 
 
 def test_export_script(tf, tiny_run, tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "export_hf.py"), "--run", str(tiny_run), "--out",
-                        str(tmp_path / "hf")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "export_hf.py"), "--run", str(tiny_run), "--out", str(tmp_path / "hf")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0 and f"wrote {tmp_path / 'hf'}" in r.stdout, r.stderr
     hf = tf.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
     model, tok, _ = minitf.load_run(tiny_run)

@@ -1,4 +1,5 @@
 """minitf.inspect: the textbook steps of every head, which added back up give the model's own logits."""
+
 import itertools
 import math
 
@@ -8,8 +9,8 @@ import torch
 
 import minitf
 from minitf.attention import attention
-from minitf.inspection import check_layer_head, format_weights, token_label
 from minitf.heatmaps import plot_attention
+from minitf.inspection import check_layer_head, format_weights, token_label
 
 TEXT = "ROMEO: O love, sweet night! The cat sat on the mat."
 
@@ -31,8 +32,10 @@ def random_model(tok, **kw) -> minitf.Transformer:
     return model.eval()
 
 
-@pytest.mark.parametrize("positions, norm, ffn", list(itertools.product(
-    ["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"])))
+@pytest.mark.parametrize(
+    "positions, norm, ffn",
+    list(itertools.product(["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"])),
+)
 def test_pieces_recombine_into_the_models_logits(tok, positions, norm, ffn):
     model = random_model(tok, positions=positions, norm=norm, ffn=ffn)
     ins = minitf.inspect(model, tok, TEXT)
@@ -78,8 +81,9 @@ def test_pieces_recombine_into_the_models_logits(tok, positions, norm, ffn):
     assert (logits - expected).abs().max() < 1e-4 and expected.std() > 0.1  # not trivially equal
 
 
-@pytest.mark.parametrize("options", [dict(qk_norm=True, positions="rope"), dict(ffn="relu2"),
-                                     dict(logit_softcap=3.0, tie_embeddings=False)])
+@pytest.mark.parametrize(
+    "options", [dict(qk_norm=True, positions="rope"), dict(ffn="relu2"), dict(logit_softcap=3.0, tie_embeddings=False)]
+)
 def test_pieces_recombine_with_options(tok, options):
     model = random_model(tok, **options)
     ins = minitf.inspect(model, tok, TEXT)
@@ -125,8 +129,11 @@ def test_bad_text_and_indices(tok):
     with pytest.raises(minitf.MinitfError, match=rf"token id {tok.vocab_size} is not in the vocabulary"):
         minitf.inspect(model, tok, [1, tok.vocab_size])
     assert check_layer_head(ins, -1, -2) == (1, 0) and check_layer_head(ins, 0, None) == (0, None)
-    with pytest.raises(minitf.MinitfError, match=r"layer 2 is out of range: the model has 2 layers, "
-                                                 r"pass --layer 0..1"):
+    with pytest.raises(
+        minitf.MinitfError,
+        match=r"layer 2 is out of range: the model has 2 layers, "
+        r"pass --layer 0..1",
+    ):
         check_layer_head(ins, 2, 0)
     with pytest.raises(minitf.MinitfError, match=r"head -3 is out of range: .* pass --head 0..1"):
         check_layer_head(ins, 0, -3)
@@ -167,4 +174,6 @@ def test_ids_inspect_exactly_those_tokens(tok):
     assert ins.ids == ids and ins.tokens == [tok.decode([i]) for i in ids]
     torch.testing.assert_close(ins.logits, model(torch.tensor([ids]))[0][0], atol=1e-4, rtol=1e-4)
     text = minitf.inspect(model, tok, "ROMEO: O")
-    torch.testing.assert_close(text.layers[1].weights, minitf.inspect(model, tok, tok.encode("ROMEO: O")).layers[1].weights)
+    torch.testing.assert_close(
+        text.layers[1].weights, minitf.inspect(model, tok, tok.encode("ROMEO: O")).layers[1].weights
+    )

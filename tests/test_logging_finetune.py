@@ -1,5 +1,6 @@
 """What a run logs (metrics.jsonl, steps.jsonl, TensorBoard), fine-tuning from a local GPT-2
 directory (run.init_from), and the note when a time budget bought far fewer steps than usual."""
+
 import json
 import math
 
@@ -51,8 +52,17 @@ def _gpt2_dir(tmp_path, corpus):
     texts = [p.read_text() for p in sorted(corpus.glob("*.txt"))]
     tok = minitf.Tokenizer.train(texts, vocab_size=300)
     torch.manual_seed(0)
-    hf = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=tok.vocab_size, n_positions=32, n_embd=32, n_layer=2, n_head=2,
-                                          bos_token_id=tok.eot_id, eos_token_id=tok.eot_id))
+    hf = tf.GPT2LMHeadModel(
+        tf.GPT2Config(
+            vocab_size=tok.vocab_size,
+            n_positions=32,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            bos_token_id=tok.eot_id,
+            eos_token_id=tok.eot_id,
+        )
+    )
     out = tmp_path / "gpt2"
     hf.save_pretrained(out)
     tok.backend.model.save(str(out))  # vocab.json, merges.txt
@@ -97,8 +107,12 @@ def test_init_from_mistakes_are_one_line(tmp_path, corpus):
 
 def test_a_short_budget_says_so(tmp_path, corpus):
     lines = []
-    minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_seconds=0.5", "train.max_steps=100000",
-                             "train.typical_steps=1000000"), log=lines.append)
+    minitf.train(
+        tiny_config(
+            tmp_path / "run", corpus, "train.max_seconds=0.5", "train.max_steps=100000", "train.typical_steps=1000000"
+        ),
+        log=lines.append,
+    )
     note = next(line for line in lines if line.startswith("note:"))
     assert "under half the ~1000000" in note and "train.max_seconds=1" in note and "--resume" in note
     lines.clear()

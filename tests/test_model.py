@@ -1,4 +1,5 @@
 """The Transformer: shapes, padding, init, causality for every variant, and that it learns."""
+
 import itertools
 import math
 
@@ -8,8 +9,11 @@ import torch
 import minitf
 from minitf.model import padded_vocab, swiglu_hidden
 
-VARIANTS = list(itertools.product(["learned", "sinusoidal", "rope"], ["sdpa", "reference"],
-                                  ["layernorm", "rmsnorm"], ["gelu", "swiglu"]))
+VARIANTS = list(
+    itertools.product(
+        ["learned", "sinusoidal", "rope"], ["sdpa", "reference"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"]
+    )
+)
 
 
 def tiny(**kw):
@@ -72,16 +76,21 @@ def test_causality(positions, attention, norm, ffn):
     a = torch.randint(0, 100, (2, 24))
     b = a.clone()
     t = 11
-    b[:, t + 1:] = torch.randint(0, 100, (2, 24 - t - 1))
+    b[:, t + 1 :] = torch.randint(0, 100, (2, 24 - t - 1))
     la, _ = m(a)
     lb, _ = m(b)
     torch.testing.assert_close(la[:, : t + 1], lb[:, : t + 1], atol=1e-5, rtol=1e-5)
-    assert (la[:, t + 1:] - lb[:, t + 1:]).abs().max() > 1e-3  # the future did change
+    assert (la[:, t + 1 :] - lb[:, t + 1 :]).abs().max() > 1e-3  # the future did change
 
 
 # the options from modded-nanogpt's speedruns, one at a time and all together
-OPTIONS = [dict(qk_norm=True), dict(ffn="relu2"), dict(logit_softcap=15.0), dict(tie_embeddings=False),
-           dict(qk_norm=True, ffn="relu2", logit_softcap=15.0, tie_embeddings=False, positions="rope", norm="rmsnorm")]
+OPTIONS = [
+    dict(qk_norm=True),
+    dict(ffn="relu2"),
+    dict(logit_softcap=15.0),
+    dict(tie_embeddings=False),
+    dict(qk_norm=True, ffn="relu2", logit_softcap=15.0, tie_embeddings=False, positions="rope", norm="rmsnorm"),
+]
 
 
 @pytest.mark.parametrize("options", OPTIONS)
@@ -127,7 +136,7 @@ def test_learns_one_batch(positions):
     m = minitf.Transformer(tiny(positions=positions))
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
     x = torch.randint(0, 100, (4, 33))
-    for step in range(300):
+    for step in range(300):  # noqa: B007  (step is read after the loop)
         _, loss = m(x[:, :-1], x[:, 1:])
         opt.zero_grad()
         loss.backward()

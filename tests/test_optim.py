@@ -1,5 +1,6 @@
 """Muon for the blocks' matrices beside AdamW for the rest: the split, one LR schedule for both,
 a step's update, exact resume, and DDP."""
+
 import contextlib
 
 import pytest
@@ -27,8 +28,9 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
     muon = sorted(names[id(p)] for g in opt.named["muon"].param_groups for p in g["params"])
     adamw = sorted(names[id(p)] for g in opt.named["adamw"].param_groups for p in g["params"])
     assert opt.named["muon"].param_groups[0]["ns_dtype"] in ("float32", "bfloat16")
-    assert muon == sorted(f"blocks.{i}.{w}.weight" for i in range(2)
-                          for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
+    assert muon == sorted(
+        f"blocks.{i}.{w}.weight" for i in range(2) for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+    )
     assert "wte.weight" in adamw and "lm_head.weight" in adamw and "wpe.wpe.weight" in adamw
     assert len(muon) + len(adamw) == len(names)
     optim.set_lr(opt, 1e-3)  # the schedule's value at some step: half the peak
@@ -111,10 +113,18 @@ def _muon_ddp_worker(rank, world, init_file, x, out):
     model = torch.nn.parallel.DistributedDataParallel(minitf.Transformer(CFG))
     tc = TrainConfig(**MUON, grad_accum=2, grad_clip=0.0)
     opt = _float32_newton_schulz(optim.make_optimizer(model.module, tc, torch.device("cpu")))
-    mine = x[rank * 4:(rank + 1) * 4]
+    mine = x[rank * 4 : (rank + 1) * 4]
     batches = iter([(mine[:2], mine[:2]), (mine[2:], mine[2:])])
-    forward_backward(model, model.module, lambda: next(batches), opt, torch.amp.GradScaler("cpu", enabled=False),
-                     contextlib.nullcontext(), tc, distributed=True)
+    forward_backward(
+        model,
+        model.module,
+        lambda: next(batches),
+        opt,
+        torch.amp.GradScaler("cpu", enabled=False),
+        contextlib.nullcontext(),
+        tc,
+        distributed=True,
+    )
     opt.step()
     torch.save(model.module.state_dict(), f"{out}.{rank}")
     dist.destroy_process_group()

@@ -1,5 +1,6 @@
 """scripts/attention.py and scripts/plot.py as a user runs them: pictures written, tables printed,
 one-line errors (exit 2, no traceback) for bad input."""
+
 import shutil
 import subprocess
 import sys
@@ -8,14 +9,16 @@ import matplotlib.image as mpimg
 import pytest
 
 import minitf
-from .helpers import ROOT
 from minitf.inspection import token_label
 from minitf.plotting import plot_runs
 
+from .helpers import ROOT
+
 
 def script(name, *args, cwd=ROOT):
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
 
 
 def one_line_error(r, match):
@@ -31,12 +34,25 @@ def picture(path):
 
 
 def test_attention_grid_head_and_table(tiny_run, tmp_path):
-    r = script("attention.py", "--run", str(tiny_run), "--text", "The cat sat on the mat", "--out",
-               str(tmp_path / "grid.png"))
+    r = script(
+        "attention.py", "--run", str(tiny_run), "--text", "The cat sat on the mat", "--out", str(tmp_path / "grid.png")
+    )
     assert r.returncode == 0, r.stderr
     grid = picture(tmp_path / "grid.png")
-    r = script("attention.py", "--run", str(tiny_run), "--text", "The cat sat on the mat", "--layer", "-1",
-               "--head", "1", "--print", "--out", str(tmp_path / "head.png"))
+    r = script(
+        "attention.py",
+        "--run",
+        str(tiny_run),
+        "--text",
+        "The cat sat on the mat",
+        "--layer",
+        "-1",
+        "--head",
+        "1",
+        "--print",
+        "--out",
+        str(tmp_path / "head.png"),
+    )
     assert r.returncode == 0, r.stderr
     head = picture(tmp_path / "head.png")
     assert grid.shape[1] > head.shape[1]  # the grid has two heads side by side
@@ -58,14 +74,19 @@ def test_attention_print_only_writes_nothing(tiny_run, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("args, match", [
-    (["--layer", "2"], "layer 2 is out of range: the model has 2 layers, pass --layer 0..1"),
-    (["--head", "-3"], "head -3 is out of range: the model has 2 heads per layer, pass --head 0..1"),
-    (["--text", ""], "the text to inspect is empty"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--layer", "2"], "layer 2 is out of range: the model has 2 layers, pass --layer 0..1"),
+        (["--head", "-3"], "head -3 is out of range: the model has 2 heads per layer, pass --head 0..1"),
+        (["--text", ""], "the text to inspect is empty"),
+    ],
+)
 def test_attention_bad_input(tiny_run, tmp_path, args, match):
-    one_line_error(script("attention.py", "--run", str(tiny_run), "--text", "ROMEO", *args, "--out",
-                          str(tmp_path / "a.png")), match)
+    one_line_error(
+        script("attention.py", "--run", str(tiny_run), "--text", "ROMEO", *args, "--out", str(tmp_path / "a.png")),
+        match,
+    )
     assert not (tmp_path / "a.png").exists()
 
 

@@ -1,4 +1,5 @@
 """Positions: the sinusoidal formula element by element, and rotary's two defining properties."""
+
 import math
 
 import torch

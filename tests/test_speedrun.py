@@ -1,4 +1,5 @@
 """scripts/speedrun.py: recipes in turns at equal wall time, the time-to-reference rule, its JSON."""
+
 import json
 import subprocess
 import sys
@@ -22,21 +23,41 @@ def test_time_to_reach_interpolates_between_evaluations():
 
 
 def test_parse_recipe(tmp_path):
-    assert speedrun.parse_recipe("configs/tiny.yaml model.n_layer=1") == \
-        ("tiny", ["--config", "configs/tiny.yaml", "model.n_layer=1"])
+    assert speedrun.parse_recipe("configs/tiny.yaml model.n_layer=1") == (
+        "tiny",
+        ["--config", "configs/tiny.yaml", "model.n_layer=1"],
+    )
     assert speedrun.parse_recipe("fast=configs/tiny.yaml")[0] == "fast"
     with pytest.raises(minitf.MinitfError, match="not found"):
         speedrun.parse_recipe("x=configs/nope.yaml")
 
 
 def test_two_recipes_in_turns_write_the_json(tmp_path, corpus):
-    common = (f"data.source=file:{corpus} data.vocab_size=300 model.n_embd=32 model.block_size=32 "
-              f"train.batch_size=4 train.eval_every=5 train.eval_batches=2 train.warmup_steps=2")
+    common = (
+        f"data.source=file:{corpus} data.vocab_size=300 model.n_embd=32 model.block_size=32 "
+        f"train.batch_size=4 train.eval_every=5 train.eval_batches=2 train.warmup_steps=2"
+    )
     out = tmp_path / "speedrun.json"
-    r = subprocess.run([sys.executable, "scripts/speedrun.py", f"a=configs/tiny.yaml {common}",
-                        f"b=configs/tiny.yaml {common} train.optimizer=muon", "--seconds", "3", "--rounds", "1",
-                        "--out-dir", str(tmp_path / "runs"), "--json", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "scripts/speedrun.py",
+            f"a=configs/tiny.yaml {common}",
+            f"b=configs/tiny.yaml {common} train.optimizer=muon",
+            "--seconds",
+            "3",
+            "--rounds",
+            "1",
+            "--out-dir",
+            str(tmp_path / "runs"),
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads(out.read_text())
     assert set(result["summary"]) == {"a", "b"} and result["machine"]["torch"]

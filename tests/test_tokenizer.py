@@ -1,4 +1,5 @@
 """Byte-level BPE: lossless round trips, determinism, the tokenizer.json format, bad input."""
+
 import hashlib
 import os
 import random
@@ -13,15 +14,22 @@ import torch
 from minitf.config import ConfigError, DataConfig, MinitfError
 from minitf.tokenizer import EOT, Tokenizer
 
-WORDS = ("the of and to a in that is was he for it with as his on be at by I this had not are but "
-         "from or have an they which you were her all she there would their we him been has when "
-         "ROMEO JULIET thou thee thy doth hath love night fair sweet death").split()
+WORDS = (
+    "the of and to a in that is was he for it with as his on be at by I this had not are but "
+    "from or have an they which you were her all she there would their we him been has when "
+    "ROMEO JULIET thou thee thy doth hath love night fair sweet death"
+).split()
 
 
 def corpus(n_docs: int = 8, n_lines: int = 200, seed: int = 0) -> list[str]:
     rng = random.Random(seed)
-    return ["".join(" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + rng.choice(".,;!?") + "\n"
-                    for _ in range(n_lines)) for _ in range(n_docs)]
+    return [
+        "".join(
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + rng.choice(".,;!?") + "\n"
+            for _ in range(n_lines)
+        )
+        for _ in range(n_docs)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +86,14 @@ def test_training_is_deterministic_byte_for_byte(tok, tmp_path):
     again = Tokenizer.train(iter(corpus()), vocab_size=400)  # an iterator works as well as a list
     assert again.to_json() == tok.to_json() and again.hash == tok.hash
     # in a fresh process too, where the Rust HashMaps get other random seeds
-    code = ("import random, sys; sys.path.insert(0, %r); from test_tokenizer import corpus; "
-            "from minitf.tokenizer import Tokenizer; "
-            "Tokenizer.train(corpus(), vocab_size=400).save(sys.argv[1])" % os.path.dirname(__file__))
-    subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.json")], check=True,
-                   env={**os.environ, "PYTHONHASHSEED": "123"})
+    code = (
+        f"import random, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); from test_tokenizer import corpus; "
+        "from minitf.tokenizer import Tokenizer; "
+        "Tokenizer.train(corpus(), vocab_size=400).save(sys.argv[1])"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "t.json")], check=True, env={**os.environ, "PYTHONHASHSEED": "123"}
+    )
     assert (tmp_path / "t.json").read_text(encoding="utf-8") == tok.to_json()
     assert Tokenizer.train(corpus(seed=5), vocab_size=400).hash != tok.hash
 

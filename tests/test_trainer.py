@@ -1,4 +1,5 @@
 """Training: optimizer groups, schedule, exact resume, crash safety and bad input."""
+
 import math
 import os
 import subprocess
@@ -26,8 +27,9 @@ def test_optimizer_groups_decay_only_linear_matrices():
     names = {id(p): n for n, p in m.named_parameters()}
     decayed = sorted(names[id(p)] for p in decay["params"])
     # 4 linear matrices per block; not the tied embedding/head, positions, norms or biases
-    assert decayed == sorted(f"blocks.{i}.{w}.weight" for i in range(2)
-                             for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"))
+    assert decayed == sorted(
+        f"blocks.{i}.{w}.weight" for i in range(2) for w in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+    )
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(m.parameters()))
 
 
@@ -42,13 +44,19 @@ def test_lr_schedule_warmup_then_cosine():
 
 def test_train_writes_a_complete_run(tmp_path, corpus):
     run = minitf.train(tiny_config(tmp_path / "run", corpus), log=lambda *a: None)
-    for name in ("config.yaml", "tokenizer.json", "model.safetensors", "best.safetensors", "state.pt",
-                 "metrics.jsonl", "loss.png"):
+    for name in (
+        "config.yaml",
+        "tokenizer.json",
+        "model.safetensors",
+        "best.safetensors",
+        "state.pt",
+        "metrics.jsonl",
+        "loss.png",
+    ):
         assert (run / name).is_file(), name
     rows = ckpt.read_metrics(run)
     assert [r["step"] for r in rows] == [4, 8]
-    assert set(rows[0]) >= {"step", "train_loss", "val_loss", "val_bpb", "lr", "grad_norm", "tokens_per_s",
-                            "elapsed_s"}
+    assert set(rows[0]) >= {"step", "train_loss", "val_loss", "val_bpb", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}
     assert rows[1]["train_loss"] < rows[0]["train_loss"] < math.log(300) + 0.5
     weights = load_file(run / "model.safetensors")
     assert not any(k.startswith("_orig_mod.") for k in weights)
@@ -63,8 +71,9 @@ def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     cfg = lambda d: tiny_config(tmp_path / d, corpus, "model.dropout=0.1", "train.grad_accum=2")
     snapshot = tmp_path / "at-step-4"
     straight = train_with_snapshot(cfg("straight"), snapshot, 4, monkeypatch)  # 8 steps, snapshot after 4
-    resumed = minitf.train(tiny_config(snapshot, corpus, "model.dropout=0.1", "train.grad_accum=2"),
-                           resume=True, log=lambda *a: None)
+    resumed = minitf.train(
+        tiny_config(snapshot, corpus, "model.dropout=0.1", "train.grad_accum=2"), resume=True, log=lambda *a: None
+    )
     a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert a.keys() == b.keys()
     for k in a:
@@ -76,8 +85,11 @@ def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):
     run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
     with pytest.raises(MinitfError, match="already holds a run; pass --resume"):
         minitf.train(tiny_config(run, corpus), log=lambda *a: None)
-    with pytest.raises(minitf.ConfigError, match=r"--resume cannot change model.n_layer \(the run was trained with "
-                                                 r"model.n_layer=2\)"):
+    with pytest.raises(
+        minitf.ConfigError,
+        match=r"--resume cannot change model.n_layer \(the run was trained with "
+        r"model.n_layer=2\)",
+    ):
         minitf.train(tiny_config(run, corpus, "model.n_layer=3"), resume=True, log=lambda *a: None)
     with pytest.raises(MinitfError, match="no checkpoint to resume"):
         minitf.train(tiny_config(tmp_path / "new", corpus), resume=True, log=lambda *a: None)
@@ -118,8 +130,9 @@ def test_non_finite_steps_are_skipped_then_stop(tmp_path, corpus, monkeypatch):
     monkeypatch.setattr(minitf.Transformer, "forward", nan_after_4)
     logs = []
     with pytest.raises(MinitfError, match="3 non-finite steps in a row at step 6"):
-        minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_bad_steps=3", "train.max_steps=20"),
-                     log=logs.append)
+        minitf.train(
+            tiny_config(tmp_path / "run", corpus, "train.max_bad_steps=3", "train.max_steps=20"), log=logs.append
+        )
     assert sum("step skipped" in line for line in logs) == 3
     state = torch.load(tmp_path / "run" / "state.pt", weights_only=True)
     assert state["step"] == 4  # the last good checkpoint stays
@@ -143,12 +156,25 @@ def test_script_errors_are_one_line(tmp_path):
 @pytest.mark.slow
 def test_sigkill_then_resume(tmp_path, corpus):
     run = tmp_path / "run"
-    args = ["scripts/train.py", "--config", "configs/tiny.yaml", f"run.out_dir={run}", f"data.source=file:{corpus}",
-            "data.vocab_size=300", "model.n_embd=32", "model.block_size=32", "train.batch_size=4",
-            "train.max_steps=100000", "train.ckpt_every=5", "train.eval_every=1000", "train.eval_batches=1"]
+    args = [
+        "scripts/train.py",
+        "--config",
+        "configs/tiny.yaml",
+        f"run.out_dir={run}",
+        f"data.source=file:{corpus}",
+        "data.vocab_size=300",
+        "model.n_embd=32",
+        "model.block_size=32",
+        "train.batch_size=4",
+        "train.max_steps=100000",
+        "train.ckpt_every=5",
+        "train.eval_every=1000",
+        "train.eval_batches=1",
+    ]
     env = {**os.environ, "MINITF_CACHE": os.environ["MINITF_CACHE"]}
-    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         if (run / "state.pt").is_file() and torch.load(run / "state.pt", weights_only=True)["step"] >= 10:
@@ -159,8 +185,15 @@ def test_sigkill_then_resume(tmp_path, corpus):
     killed_at = torch.load(run / "state.pt", weights_only=True)["step"]
     assert killed_at >= 10 and killed_at % 5 == 0
     minitf.load_run(run)  # the last complete checkpoint reads
-    r = _script(*args[:-4], f"train.max_steps={killed_at + 5}", "train.ckpt_every=5", "train.eval_every=5",
-                "train.eval_batches=1", "--resume", env=env)
+    r = _script(
+        *args[:-4],
+        f"train.max_steps={killed_at + 5}",
+        "train.ckpt_every=5",
+        "train.eval_every=5",
+        "train.eval_batches=1",
+        "--resume",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"resuming {run} at step {killed_at}" in r.stdout
     assert torch.load(run / "state.pt", weights_only=True)["step"] == killed_at + 5
