@@ -196,8 +196,7 @@ def explore_first_token(run_dir: str | Path, rounds: int = 5, new_tokens: int = 
     sampling settings: its prompt, and a prompt of block_size tokens (the longest the page takes).
     The server runs in a thread of this process, as scripts/explore.py runs it; the first request
     warms up and is reported apart."""
-    from minitf.explore import ExploreServer
-    from minitf.explore_api import Explorer
+    from minitf.explore import Explorer, ExploreServer
 
     server = ExploreServer(Explorer(run_dir), "127.0.0.1", 0, log=lambda msg: None)
     threading.Thread(target=server.serve_forever, daemon=True).start()

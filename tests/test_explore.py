@@ -22,7 +22,7 @@ from safetensors import safe_open
 import minitf
 from minitf.checkpoint import read_metrics
 from minitf.explore import STATIC
-from minitf.explore_api import MAX_GENERATIONS
+from minitf.explore.api import MAX_GENERATIONS
 from minitf.generate import generate_tokens, sample_settings
 
 from .helpers import ROOT, default_sigint
@@ -318,7 +318,7 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     code = (
         "import minitf, minitf.explore as e; from importlib import resources; "
-        "print(minitf.__file__); print(sum(len(resources.files('minitf').joinpath('explore_static', n).read_bytes()) "
+        "print(minitf.__file__); print(sum(len(resources.files('minitf.explore').joinpath('static', n).read_bytes()) "
         "for n, _ in e.STATIC.values()))"
     )
     r = subprocess.run(
@@ -331,5 +331,5 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     )
     path, size = r.stdout.split()
     assert path.startswith(str(target)) and int(size) == sum(
-        (ROOT / "minitf" / "explore_static" / n).stat().st_size for n, _ in STATIC.values()
+        (ROOT / "minitf" / "explore" / "static" / n).stat().st_size for n, _ in STATIC.values()
     )

@@ -1,5 +1,5 @@
 """What the explorer's page asks of a run, as JSON-ready dicts: the run and its loss curve, a
-generation token by token, and one token's attention step by step. explore.py carries them over
+generation token by token, and one token's attention step by step. server.py carries them over
 HTTP; here each request is a plain call over the loaded run, its input checked and bounded first.
 
 Every input comes from a browser, so each is checked: a wrong type, a value out of range, a
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import torch
 
-from .checkpoint import BEST, WEIGHTS, load_run, read_metrics, weights_step
-from .config import MinitfError
-from .generate import prompt_ids, sample_settings, stream_tokens
-from .inspection import Inspection, inspect, token_label
+from ..checkpoint import BEST, WEIGHTS, load_run, read_metrics, weights_step
+from ..config import MinitfError
+from ..generate import prompt_ids, sample_settings, stream_tokens
+from ..inspection import Inspection, inspect, token_label
 
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 1000

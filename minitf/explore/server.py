@@ -1,5 +1,5 @@
 """The explorer: a local web page to type a prompt, watch tokens stream, and open any token's
-attention step by step (`python scripts/explore.py`). The requests themselves are explore_api's.
+attention step by step (`python scripts/explore.py`). The requests themselves are api.py's.
 
 Why the standard library's `http.server`: the page needs a few JSON endpoints and one streamed
 response, on one machine, for one person. ThreadingHTTPServer gives every request its own thread,
@@ -28,8 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import urlsplit
 
-from .config import MinitfError
-from .explore_api import BadRequest, Busy, Explorer
+from ..config import MinitfError
+from .api import BadRequest, Busy, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
 STATIC = {
@@ -180,7 +180,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _static(self, path: str) -> None:
         name, kind = STATIC[path]
-        data = resources.files("minitf").joinpath("explore_static", name).read_bytes()
+        data = resources.files(__package__).joinpath("static", name).read_bytes()
         self._head(200, kind, len(data))
         self.wfile.write(data)
 

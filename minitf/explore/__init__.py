@@ -1,0 +1,9 @@
+"""The explorer, a local web page over a trained run: type a prompt, watch tokens stream, open any
+token's attention step by step (`python scripts/explore.py`). The one self-contained app in minitf:
+server.py speaks HTTP, api.py answers the page's requests from the library's own functions, and
+static/ holds the page."""
+
+from .api import BadRequest, Busy, Explorer
+from .server import STATIC, ExploreServer, serve
+
+__all__ = ["STATIC", "BadRequest", "Busy", "ExploreServer", "Explorer", "serve"]
