@@ -1,4 +1,7 @@
-"""The package's structure: a module imports only from its own layer or a lower one (docs/design.md, Layers)."""
+"""The package's structure: a module imports only from its own layer or a lower one (docs/design.md, Layers).
+
+A sub-package (minitf/explore/) sits in one layer as a whole: its modules may import each other,
+and from minitf what its layer may."""
 
 import ast
 
@@ -6,6 +9,7 @@ import pytest
 
 from .helpers import ROOT
 
+PKG = ROOT / "minitf"
 # bottom to top; a module may import from its own layer or a lower one, never from a higher one
 LAYERS = [
     {"errors", "config", "io", "runtime"},
@@ -14,39 +18,62 @@ LAYERS = [
     {"model"},
     {"checkpoint", "optim", "metrics", "parallel"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf"},
-    {"plotting", "heatmaps", "cli", "explore", "explore_api"},
+    {"plotting", "heatmaps", "cli", "explore"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 
-def minitf_imports(path) -> set[str]:
-    """Names of the minitf modules a file imports (relative or absolute)."""
+def minitf_imports(path, package: tuple[str, ...] = ()) -> set[str]:
+    """Names of the minitf modules and sub-packages a file imports (relative or absolute); package
+    is the file's sub-package under minitf (("explore",) for minitf/explore/api.py), () for minitf/x.py."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ""
-            if node.level == 1 or mod.startswith("minitf"):
-                parts = mod.split(".")[1:] if mod.startswith("minitf") else mod.split(".")
-                out |= {parts[0]} if parts and parts[0] else {a.name for a in node.names}
+            if node.level:  # relative to the file's package: level 1 is its own, 2 the one above
+                parts = [*package[: len(package) - node.level + 1], *filter(None, mod.split("."))]
+            elif mod.startswith("minitf."):
+                parts = mod.split(".")[1:]
+            elif mod == "minitf":
+                parts = []
+            else:
+                continue
+            out |= {parts[0]} if parts else {a.name for a in node.names}
         elif isinstance(node, ast.Import):
             out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("minitf.")}
     return out
 
 
-MODULES = sorted(p for p in (ROOT / "minitf").glob("*.py") if p.stem != "__init__")
+def layer_name(path) -> str:
+    """minitf/model.py -> "model"; a sub-package's module, minitf/explore/api.py -> "explore"."""
+    return path.relative_to(PKG).parts[0].removesuffix(".py")
+
+
+MODULES = sorted(p for p in PKG.rglob("*.py") if p != PKG / "__init__.py")
 
 
 def test_every_module_has_a_layer():
-    assert {p.stem for p in MODULES} == set(LEVEL)
+    assert {layer_name(p) for p in MODULES} == set(LEVEL)
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
 def test_imports_point_down(path):
-    up = {m for m in minitf_imports(path) if LEVEL.get(m, -1) > LEVEL[path.stem]}
-    assert not up, f"{path.name} (layer {LEVEL[path.stem]}) imports from a higher layer: {sorted(up)}"
+    name = layer_name(path)
+    package = path.relative_to(PKG).parent.parts
+    up = {m for m in minitf_imports(path, package) if LEVEL.get(m, -1) > LEVEL[name]}
+    assert not up, f"{path.relative_to(PKG)} (layer {LEVEL[name]}) imports from a higher layer: {sorted(up)}"
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):
     bad = tmp_path / "model.py"
     bad.write_text("from .trainer import train\nimport minitf.plotting\nfrom . import checkpoint\n")
     assert minitf_imports(bad) == {"trainer", "plotting", "checkpoint"}
+
+
+def test_the_checker_reads_a_sub_package(tmp_path):
+    mod = tmp_path / "api.py"
+    mod.write_text(
+        "from .server import x\nfrom . import static\nfrom ..trainer import train\nfrom minitf.cli import y\n"
+    )
+    assert minitf_imports(mod, ("explore",)) == {"explore", "trainer", "cli"}
+    assert layer_name(PKG / "explore" / "api.py") == "explore" and layer_name(PKG / "model.py") == "model"
