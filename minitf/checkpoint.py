@@ -26,7 +26,6 @@ from safetensors.torch import load_model, save_model
 
 from .config import Config, ConfigError, MinitfError, load_config, save_config
 from .io import atomic_write, read_yaml
-from .metrics import METRICS, read_rows
 from .model import Transformer
 from .runtime import resolve_device
 from .tokenizer import Tokenizer
@@ -123,11 +122,6 @@ def load_weights(model: nn.Module, path: Path) -> None:
             f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?"
         )
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl's rows, one per evaluation (a line cut by a kill is skipped)."""
-    return read_rows(Path(run_dir) / METRICS)
 
 
 def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):

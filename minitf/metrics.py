@@ -1,4 +1,5 @@
-"""Where training's numbers go: one small logger that every metric passes through.
+"""Training's numbers: the speed meter (tokens/s, MFU) and where every number goes, one small
+logger that every metric passes through.
 
 - metrics.jsonl: one row per evaluation (train and val loss, val bits per byte, LR, grad norm,
   tokens/s, elapsed seconds), always. Plots, the explorer and resume read it.
@@ -14,6 +15,7 @@ skip and a resume drops (`truncate`, with every row past the checkpoint's step).
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 from .config import MinitfError
@@ -98,3 +100,25 @@ class Logger:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+class Meter:
+    """Tokens per second (and MFU on a known GPU) between two log points, for the progress bar."""
+
+    def __init__(self, tokens_per_step: int, flops_per_step: float, peak: float | None, step: int):
+        self.tokens_per_step, self.flops_per_step, self.peak = tokens_per_step, flops_per_step, peak
+        self.t_last, self.step_last, self.tok_s = time.time(), step, 0.0
+
+    def update(self, step: int, loss: float, lr: float) -> dict:
+        now = time.time()
+        self.tok_s = self.tokens_per_step * (step - self.step_last) / max(now - self.t_last, 1e-9)
+        self.t_last, self.step_last = now, step
+        post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
+        if self.peak:
+            post["mfu"] = f"{100 * self.mfu:.1f}%"
+        return post
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilisation between the last two log points: a fraction of the peak."""
+        return self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak if self.peak else 0.0

@@ -1,5 +1,6 @@
-"""Loss curves from metrics.jsonl and steps.jsonl (train and val loss, val bits per byte,
-learning rate), one or more runs, against steps or wall-clock seconds.
+"""Figures: loss curves from metrics.jsonl and steps.jsonl (train and val loss, val bits per byte,
+learning rate) of one or more runs, against steps or wall-clock seconds; and attention heatmaps
+from an Inspection (minitf.inspection), one head or every head of a layer.
 
 Figures are drawn on their own `Figure` with the Agg canvas, never through pyplot: a notebook's
 backend and pyplot's list of open figures stay as the caller had them.
@@ -7,12 +8,15 @@ backend and pyplot's list of open figures stay as the caller had them.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from .checkpoint import METRICS, read_metrics
+import numpy as np
+
 from .config import MinitfError
+from .inspection import Inspection, check_layer_head, token_label
 from .io import atomic_write
-from .metrics import STEPS, read_rows
+from .metrics import METRICS, STEPS, read_rows
 
 
 def new_figure(**kw):
@@ -49,7 +53,7 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
     ax_loss, ax_bpb, ax_lr = fig.subplots(1, 3)
     key = "step" if x == "step" else "elapsed_s"
     for run_dir in run_dirs:
-        evals = [r for r in read_metrics(run_dir) if "val_loss" in r]
+        evals = [r for r in read_rows(run_dir / METRICS) if "val_loss" in r]
         if not evals:
             raise MinitfError(f"{run_dir / METRICS} has no evaluations yet; train longer than train.eval_every")
         steps = [r for r in read_rows(run_dir / STEPS) if key in r] or [{**r, "loss": r["train_loss"]} for r in evals]
@@ -93,3 +97,46 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
 def plot_loss(run_dir) -> Path:
     """A run's own loss.png, from its metrics.jsonl (what training wires in after each evaluation)."""
     return plot_runs([run_dir], Path(run_dir) / "loss.png")
+
+
+def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None = None) -> Path:
+    """Heatmap of one head's attention weights, or a grid of every head of `layer` when head is None.
+
+    Rows are queries, columns the keys they attend to; the grey triangle is what the causal mask
+    hides. Panels grow with the text up to a cap; past that (about 45 tokens in a grid, 64 for one
+    head) every n-th token is labelled, so labels never overlap.
+    """
+    from matplotlib import colormaps
+
+    layer, head = check_layer_head(ins, layer, head)
+    heads = list(range(ins.n_head)) if head is None else [head]
+    T = len(ins.tokens)
+    ncols = math.ceil(math.sqrt(len(heads)))  # near square: 4 heads 2x2, 12 heads 4x3
+    nrows = math.ceil(len(heads) / ncols)
+    panel = min(max(2.5 + 0.2 * T, 4.0), 9.0) if len(heads) == 1 else min(max(2.0 + 0.12 * T, 3.2), 5.5)
+    font = 8 if len(heads) == 1 else 7
+    step = math.ceil(T / max(1, int(panel / (1.25 * font / 72))))  # a label per 1.25 text heights: no overlap
+    ticks = list(range(0, T, step))
+    labels = [token_label(ins.tokens[i], 12) for i in ticks]
+    cmap = colormaps["viridis"].with_extremes(bad="#e6e6e6")  # bad = masked: the hidden future
+
+    fig = new_figure(figsize=(ncols * panel + 1.2, nrows * panel + 0.8), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    future = np.triu(np.ones((T, T), dtype=bool), k=1)
+    for ax, h in zip(axes.flat, heads):
+        w = np.ma.masked_array(ins.layers[layer].weights[h].numpy(), mask=future)  # (T, T)
+        im = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest")
+        ax.set_title(f"layer {layer}, head {h}", fontsize=font + 2)
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=font)
+        ax.set_yticks(ticks, labels, fontsize=font)
+        ax.tick_params(length=2, pad=1)
+    for ax in axes.flat[len(heads) :]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("query (the token attending)")
+    for ax in axes[-1, :]:
+        ax.set_xlabel("key (the token attended to)" + (f", labelled every {step} tokens" if step > 1 else ""))
+    fig.colorbar(im, ax=axes, shrink=0.8 if nrows == 1 else 0.6, label="attention weight")
+    text = "".join(ins.tokens)
+    fig.suptitle(f"{text[:60]!r}{'…' if len(text) > 60 else ''}  ({T} token{'s' if T > 1 else ''})", fontsize=font + 3)
+    return save_figure(fig, out_path, dpi=120, bbox_inches="tight")

@@ -21,28 +21,6 @@ from .model import Transformer
 from .optim import lr_at, schedule_progress
 
 
-class Meter:
-    """Tokens per second (and MFU on a known GPU) between two log points, for the progress bar."""
-
-    def __init__(self, tokens_per_step: int, flops_per_step: float, peak: float | None, step: int):
-        self.tokens_per_step, self.flops_per_step, self.peak = tokens_per_step, flops_per_step, peak
-        self.t_last, self.step_last, self.tok_s = time.time(), step, 0.0
-
-    def update(self, step: int, loss: float, lr: float) -> dict:
-        now = time.time()
-        self.tok_s = self.tokens_per_step * (step - self.step_last) / max(now - self.t_last, 1e-9)
-        self.t_last, self.step_last = now, step
-        post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
-        if self.peak:
-            post["mfu"] = f"{100 * self.mfu:.1f}%"
-        return post
-
-    @property
-    def mfu(self) -> float:
-        """Model FLOPs utilisation between the last two log points: a fraction of the peak."""
-        return self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak if self.peak else 0.0
-
-
 @dataclass
 class Session:
     """One training run in progress: what it trains, how, where it writes, and how far it is."""
@@ -58,7 +36,7 @@ class Session:
     scaler: torch.amp.GradScaler
     autocast: contextlib.AbstractContextManager
     batch_gen: torch.Generator  # this rank's batch sampler
-    meter: Meter
+    meter: metrics.Meter
     log: Callable = print  # rank 0's log; a no-op on the other ranks
     step: int = 0
     elapsed_before: float = 0.0  # seconds trained before this process (resume)

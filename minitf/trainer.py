@@ -30,10 +30,10 @@ from . import hf, parallel, runtime
 from .config import Config, MinitfError, TrainConfig
 from .data import prepare_data
 from .evaluate import evaluate
-from .metrics import Logger
+from .metrics import Logger, Meter
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
-from .session import Meter, Session, explain_changes, finished, last_good, restore_checkpoint, save_checkpoint
+from .session import Session, explain_changes, finished, last_good, restore_checkpoint, save_checkpoint
 from .tokenizer import Tokenizer
 
 

@@ -27,7 +27,7 @@ def main() -> None:
     if args.print:
         print(format_weights(ins, args.layer, 0 if args.head is None else args.head))
     if args.out or not args.print:
-        from minitf.heatmaps import plot_attention
+        from minitf.plotting import plot_attention
 
         print(f"wrote {plot_attention(ins, args.out or 'attention.png', args.layer, args.head)}")
 

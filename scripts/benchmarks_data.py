@@ -200,10 +200,11 @@ def describe(r: dict) -> str:
 
 def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
     """BPE training time and encode throughput on the default corpus (fetched once, then cached)."""
-    from minitf.corpus import shakespeare_files
+    from minitf.corpus import cache_dir
+    from minitf.shakespeare import shakespeare_files
     from minitf.tokenizer import Tokenizer
 
-    texts = [f.read_text(encoding="utf-8") for f in shakespeare_files(log)]
+    texts = [f.read_text(encoding="utf-8") for f in shakespeare_files(cache_dir(), log)]
     mb = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     t0 = time.perf_counter()
     tok = Tokenizer.train(texts, vocab_size)
@@ -223,10 +224,11 @@ def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
 
 def data_prep_speed(cfg) -> dict:
     """prepare_data cold (empty token cache; the downloaded corpus is reused) and then cached."""
-    from minitf.corpus import shakespeare_files
+    from minitf.corpus import cache_dir
     from minitf.data import prepare_data
+    from minitf.shakespeare import shakespeare_files
 
-    corpus = shakespeare_files(lambda *a: None)[0].parent if cfg.data.source == "shakespeare" else None
+    corpus = shakespeare_files(cache_dir(), lambda *a: None)[0].parent if cfg.data.source == "shakespeare" else None
     old = os.environ.get("MINITF_CACHE")
     with tempfile.TemporaryDirectory() as tmp:
         if corpus is not None:  # the same files, so no download is timed

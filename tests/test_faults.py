@@ -17,6 +17,7 @@ import minitf
 import minitf.io
 from minitf import checkpoint as ckpt
 from minitf.config import ConfigError, MinitfError, load_config
+from minitf.metrics import METRICS, read_rows
 from minitf.optim import lr_at
 
 from .helpers import ROOT, default_sigint, tiny_config
@@ -87,7 +88,7 @@ def test_a_longer_budget_continues_on_the_new_schedule(tmp_path, corpus):
     minitf.train(tiny_config(short, corpus, "train.max_steps=8"), resume=True, log=logs.append)
     assert any("the LR follows the schedule of the new budget" in line for line in logs)
     straight = minitf.train(tiny_config(tmp_path / "straight", corpus), **QUIET)  # 8 steps planned from the start
-    lrs = lambda run: [r["lr"] for r in ckpt.read_metrics(run)]
+    lrs = lambda run: [r["lr"] for r in read_rows(run / METRICS)]
     tc = load_config(short / "config.yaml").train
     assert lrs(short)[-1] == lrs(straight)[-1] == pytest.approx(lr_at(7, 7 / 8, tc))
     assert lrs(short)[0] == pytest.approx(lr_at(3, 3 / 4, tc))  # the first 4 steps ran on the 4-step schedule
@@ -149,7 +150,7 @@ def test_stop_signals_save_and_exit_0_and_the_run_is_locked_meanwhile(tmp_path, 
     assert f"(interrupted by {sig})" in out
     step = torch.load(run / "state.pt", weights_only=True)["step"]
     assert step > 0 and ckpt.weights_step(run / "model.safetensors") == step
-    assert ckpt.read_metrics(run)[-1]["step"] == step
+    assert read_rows(run / METRICS)[-1]["step"] == step
 
 
 @pytest.mark.slow
@@ -214,7 +215,7 @@ def test_a_kill_between_any_two_writes_resumes_bit_identically(tmp_path, corpus)
             continue
         minitf.train(tiny_config(run, corpus), resume=True, **QUIET)
         assert same_weights(run / "model.safetensors", straight / "model.safetensors"), n
-        assert [m["step"] for m in ckpt.read_metrics(run)] == [4, 8], n
+        assert [m["step"] for m in read_rows(run / METRICS)] == [4, 8], n
 
 
 def test_a_stale_weights_file_is_repaired_from_the_commit(tmp_path, corpus):

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 import minitf
 from minitf import parallel
 from minitf.config import ConfigError, MinitfError, TrainConfig
+from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 
@@ -227,7 +228,7 @@ def test_torchrun_fsdp_killed_before_a_commit_resumes_exactly_then_on_one_proces
     assert f"resuming {run} at step 4" in r.stdout
     a, b = load_file(tmp_path / "straight" / "model.safetensors"), load_file(run / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # bit-identical, dropout and all
-    assert [m["step"] for m in minitf.checkpoint.read_metrics(run)] == [4, 8]
+    assert [m["step"] for m in read_rows(run / METRICS)] == [4, 8]
     assert sorted(p.name for p in run.iterdir() if "sharded" in p.name) == ["sharded-00000008"]
     assert (run / "best.safetensors").is_file()
 

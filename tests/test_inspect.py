@@ -9,8 +9,8 @@ import torch
 
 import minitf
 from minitf.attention import attention
-from minitf.heatmaps import plot_attention
 from minitf.inspection import check_layer_head, format_weights, token_label
+from minitf.plotting import plot_attention
 
 TEXT = "ROMEO: O love, sweet night! The cat sat on the mat."
 

@@ -18,7 +18,7 @@ LAYERS = [
     {"model"},
     {"checkpoint", "optim", "metrics", "parallel"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf"},
-    {"plotting", "heatmaps", "cli", "explore"},
+    {"plotting", "cli", "explore"},
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 

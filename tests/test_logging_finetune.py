@@ -8,8 +8,7 @@ import pytest
 import torch
 
 import minitf
-from minitf import checkpoint as ckpt
-from minitf.metrics import STEPS, read_rows
+from minitf.metrics import METRICS, STEPS, read_rows
 
 from .helpers import tiny_config
 
@@ -20,7 +19,7 @@ def test_steps_are_logged_every_log_every_and_resume_drops_the_future(tmp_path, 
     assert [r["step"] for r in rows] == [2, 4, 6, 8]
     assert all(math.isfinite(r["loss"]) and r["lr"] > 0 and r["tokens_per_s"] > 0 for r in rows)
     assert rows[0]["lr"] != rows[-1]["lr"]  # the schedule moved
-    assert [r["step"] for r in ckpt.read_metrics(run)] == [4, 8]  # evaluations stay in metrics.jsonl
+    assert [r["step"] for r in read_rows(run / METRICS)] == [4, 8]  # evaluations stay in metrics.jsonl
     # a resume from step 4 (as after a kill) drops the rows past it, then logs them anew
     (run / STEPS).write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"step": 10, "lo')  # a cut line
     state = torch.load(run / "state.pt", weights_only=True)
@@ -41,7 +40,7 @@ def test_tensorboard_event_files_hold_the_curves(tmp_path, corpus):
     assert [e.step for e in events.Scalars("train/loss")] == [2, 4, 6, 8]
     steps = read_rows(run / STEPS)
     assert [e.value for e in events.Scalars("train/lr")] == pytest.approx([r["lr"] for r in steps])
-    evals = ckpt.read_metrics(run)
+    evals = read_rows(run / METRICS)
     assert [e.value for e in events.Scalars("eval/val_bpb")] == pytest.approx([r["val_bpb"] for r in evals])
 
 
@@ -83,7 +82,7 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
     assert any(f"init_from {gpt2}" in line for line in lines)
     tuned, tuned_tok, tuned_cfg = minitf.load_run(run)
     assert tuned_cfg.model.n_layer == 2 and tuned_cfg.model.block_size == 32 and tuned_tok.hash == tok.hash
-    first = ckpt.read_metrics(run)[0]
+    first = read_rows(run / METRICS)[0]
     assert first["train_loss"] < math.log(300) + 0.3  # trained from the pretrained weights, and they moved:
     assert not torch.equal(tuned.wte.weight[:300], model.wte.weight[:300])
     assert len(minitf.generate(tuned, tuned_tok, "Romeo.\n", max_new_tokens=10, seed=0)) > 0

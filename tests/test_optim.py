@@ -10,9 +10,9 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 import minitf
-from minitf import checkpoint as ckpt
 from minitf import optim
 from minitf.config import TrainConfig
+from minitf.metrics import METRICS, read_rows
 from minitf.trainer import forward_backward
 
 from .helpers import tiny_config, train_with_snapshot
@@ -89,7 +89,7 @@ def test_muon_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     for k in a:
         assert torch.equal(a[k], b[k]), k
-    rows = ckpt.read_metrics(resumed)
+    rows = read_rows(resumed / METRICS)
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
 
 

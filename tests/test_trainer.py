@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 
 import minitf
 import minitf.io
-from minitf import checkpoint as ckpt
 from minitf import optim
 from minitf.config import MinitfError, TrainConfig
+from minitf.metrics import METRICS, read_rows
 
 from .helpers import ROOT, tiny_config, train_with_snapshot
 
@@ -54,7 +54,7 @@ def test_train_writes_a_complete_run(tmp_path, corpus):
         "loss.png",
     ):
         assert (run / name).is_file(), name
-    rows = ckpt.read_metrics(run)
+    rows = read_rows(run / METRICS)
     assert [r["step"] for r in rows] == [4, 8]
     assert set(rows[0]) >= {"step", "train_loss", "val_loss", "val_bpb", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}
     assert rows[1]["train_loss"] < rows[0]["train_loss"] < math.log(300) + 0.5
@@ -78,7 +78,7 @@ def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
-    assert [r["step"] for r in ckpt.read_metrics(resumed)] == [4, 8]
+    assert [r["step"] for r in read_rows(resumed / METRICS)] == [4, 8]
 
 
 def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import BEST, WEIGHTS, load_run, read_metrics, weights_step
+from ..checkpoint import BEST, WEIGHTS, load_run, weights_step
 from ..config import MinitfError
 from ..generate import prompt_ids, sample_settings, stream_tokens
 from ..inspection import Inspection, inspect, token_label
+from ..metrics import METRICS, read_rows
 
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 1000
@@ -79,7 +80,8 @@ class Explorer:
 
     def loss_curve(self) -> dict:
         """The evaluations in metrics.jsonl: step, train and val loss, val bits per byte, lr."""
-        points = [{k: r[k] for k in CURVE if isinstance(r.get(k), (int, float))} for r in read_metrics(self.run_dir)]
+        rows = read_rows(self.run_dir / METRICS)
+        points = [{k: r[k] for k in CURVE if isinstance(r.get(k), (int, float))} for r in rows]
         return {"points": [p for p in points if "step" in p]}
 
     @contextlib.contextmanager
