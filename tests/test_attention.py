@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from minitf.attention import CausalSelfAttention, attention, causal_mask
+from minitf.attention import attention, causal_mask
 from minitf.config import ModelConfig
+from minitf.model import CausalSelfAttention
 
 
 def test_example1_i_love_ai_unscaled():
