@@ -12,22 +12,23 @@ from tqdm import tqdm
 
 from .config import Config, DataConfig
 from .data import TokenData, bits_per_byte, prepare_data
+from .runtime import eval_mode
 
 
 @torch.no_grad()
 def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
-    """Mean loss over eval_batches fixed batches per split (the same batches at every eval)."""
-    model.eval()
+    """Mean loss over eval_batches fixed batches per split (the same batches at every eval), in
+    eval mode; the caller's mode comes back after."""
     out = {}
-    for split in ("train", "val"):
-        g = torch.Generator().manual_seed(cfg.run.seed + 999)
-        losses = []
-        for _ in range(cfg.train.eval_batches):
-            x, y = data.get_batch(split, cfg.train.batch_size, cfg.model.block_size, g, device)
-            with autocast:
-                losses.append(model(x, y)[1].item())
-        out[split] = sum(losses) / len(losses)
-    model.train()
+    with eval_mode(model):
+        for split in ("train", "val"):
+            g = torch.Generator().manual_seed(cfg.run.seed + 999)
+            losses = []
+            for _ in range(cfg.train.eval_batches):
+                x, y = data.get_batch(split, cfg.train.batch_size, cfg.model.block_size, g, device)
+                with autocast:
+                    losses.append(model(x, y)[1].item())
+            out[split] = sum(losses) / len(losses)
     out["val_bpb"] = bits_per_byte(out["val"], data.bytes_per_token("val"))
     return out
 
@@ -46,12 +47,9 @@ def evaluate_text(
     splits=("val",) reads the held-out split alone (and "all" is then the same).
     """
     data = prepare_data(data_cfg, tokenizer, log=log)
-    was_training, device = model.training, next(model.parameters()).device
-    model.eval()
-    try:
+    device = next(model.parameters()).device
+    with eval_mode(model):
         sums = {split: _nats_and_tokens(model, data, split, batch_size, device) for split in splits}
-    finally:
-        model.train(was_training)
     sums["all"] = tuple(map(sum, zip(*(sums[s] for s in splits))))
     out = {}
     for name, (nats, predicted) in sums.items():

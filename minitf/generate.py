@@ -20,6 +20,7 @@ import torch
 from .cache import KVCache
 from .config import ConfigError, MinitfError, SampleConfig
 from .model import Transformer
+from .runtime import eval_mode
 from .sampling import sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
 from .tokenizer import Tokenizer
 
@@ -70,12 +71,8 @@ def generate_tokens(
     The model runs in eval mode (no dropout, so a seed always gives the same tokens); the caller's
     mode is restored when the generator ends.
     """
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         yield from _tokens(model, prompt_ids, settings, num_samples, use_cache, compile, with_logits)
-    finally:
-        model.train(was_training)
 
 
 @torch.inference_mode()  # as a decorator it holds only while the generator runs, not between tokens

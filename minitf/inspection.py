@@ -15,6 +15,7 @@ import torch
 
 from .config import MinitfError
 from .model import Transformer
+from .runtime import eval_mode
 from .tokenizer import Tokenizer
 
 
@@ -73,9 +74,7 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
         raise MinitfError(
             f"the text is {len(ids)} tokens but the model sees at most block_size={block}; shorten the text"
         )
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         idx = torch.tensor([ids], device=model.wte.weight.device)  # (1, T)
         x = model.wte(idx)  # (1, T, C)
         if model.wpe is not None:
@@ -89,8 +88,6 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
             x = x + steps["ffn_out"]
             layers.append(LayerSteps(**{name: _one(t) for name, t in steps.items()}))
         logits = model.logits(x)  # (1, T, V)
-    finally:
-        model.train(was_training)
     return Inspection(
         ids=ids,
         tokens=[tokenizer.decode([i]) for i in ids],

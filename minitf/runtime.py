@@ -1,5 +1,6 @@
-"""Where and how a computation runs: device, dtype and autocast, torchrun's processes, the host RNGs,
-and two process-wide switches that only an explicit call changes (the C allocator, TF32 matmuls).
+"""Where and how a computation runs: device, dtype and autocast, eval mode for a block, torchrun's
+processes, the host RNGs, and two process-wide switches that only an explicit call changes (the C
+allocator, TF32 matmuls).
 """
 
 from __future__ import annotations
@@ -92,6 +93,18 @@ def peak_flops(device: torch.device) -> float | None:
         return None
     name = torch.cuda.get_device_name(device)
     return next((f for key, f in PEAK_BF16_FLOPS.items() if key in name), None)
+
+
+@contextlib.contextmanager
+def eval_mode(model: torch.nn.Module):
+    """The model in eval mode inside the block (no dropout: sampling, evaluation and inspection
+    see the same network every time), and the caller's mode, train or eval, back after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
 
 
 @contextlib.contextmanager

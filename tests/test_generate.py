@@ -1,5 +1,7 @@
-"""Generation: the KV cache gives exactly the uncached tokens, sampling rules, text assembly."""
+"""Generation: the KV cache gives exactly the uncached tokens, sampling rules, text assembly; eval mode
+for generate, evaluate and inspect, with the caller's mode given back."""
 
+import contextlib
 import itertools
 
 import pytest
@@ -8,6 +10,8 @@ import torch
 import minitf
 from minitf.cache import KVCache
 from minitf.config import SampleConfig
+from minitf.data import prepare_data
+from minitf.evaluate import evaluate, evaluate_text
 from minitf.generate import generate_tokens, sample_next_token, window_start
 
 COMBOS = list(itertools.product(["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"]))
@@ -179,3 +183,24 @@ def test_stream_tokens_report_the_sampling_probabilities(tiny_run):
     for t in minitf.stream_tokens(model, tok, "JULIET: O", max_new_tokens=12, temperature=0.7, top_k=3, seed=1):
         assert len(t.top) <= 3 and sum(q for _, q in t.top) == pytest.approx(1, abs=1e-5)
         assert t.prob > 0 and min(abs(t.prob - q) for _, q in t.top) < 1e-6
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_generate_evaluate_inspect_run_in_eval_mode_and_give_back_the_callers_mode(tiny_run, training):
+    model, tok, cfg = minitf.load_run(tiny_run)
+    data = prepare_data(cfg.data, tok, log=lambda *a: None)
+    calls = {
+        "generate": lambda: minitf.generate(model, tok, "ROMEO:", max_new_tokens=2, seed=0),
+        "stream_tokens": lambda: list(minitf.stream_tokens(model, tok, "ROMEO:", max_new_tokens=2, seed=0)),
+        "evaluate": lambda: evaluate(model, data, cfg, torch.device("cpu"), contextlib.nullcontext()),
+        "evaluate_text": lambda: evaluate_text(model, tok, cfg.data, log=lambda *a: None, splits=("val",)),
+        "inspect": lambda: minitf.inspect(model, tok, "ROMEO:"),
+    }
+    seen = []  # the mode of a feed-forward network each time it runs (inspect calls it directly)
+    model.blocks[0].mlp.register_forward_pre_hook(lambda m, args: seen.append(m.training))
+    for name, call in calls.items():
+        model.train(training)
+        seen.clear()
+        call()
+        assert seen and not any(seen), name  # no dropout while it ran
+        assert model.training is training and model.blocks[0].mlp.training is training, name
