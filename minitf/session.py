@@ -18,17 +18,19 @@ from . import metrics, parallel, runtime
 from .config import Config, MinitfError, load_config
 from .data import TokenData
 from .model import Transformer
-from .optim import lr_at, schedule_progress
+from .optim import lr_at, make_optimizer, schedule_progress
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Session:
-    """One training run in progress: what it trains, how, where it writes, and how far it is."""
+    """One training run in progress: what it trains, how, where it writes, and how far it is.
+    Built by `Session.create` (or with keywords)."""
 
     cfg: Config
-    run_dir: Path
+    run_dir: Path | None  # None: a run that writes nothing (the training benchmark)
     dist: runtime.Dist
     device: torch.device
+    dtype: torch.dtype  # train.dtype resolved: float32 or the autocast dtype
     data: TokenData
     model: nn.Module  # what the step calls: compiled and/or wrapped in DDP
     raw_model: Transformer  # the module itself (sharded in place under fsdp): evaluated and saved
@@ -46,6 +48,47 @@ class Session:
     stop_reason: str = "max_steps"
     logger: metrics.Logger | None = None  # rank 0's metrics (metrics.jsonl, steps.jsonl, TensorBoard)
     t0: float = 0.0
+
+    @classmethod
+    def create(
+        cls,
+        cfg: Config,
+        model: Transformer,
+        data: TokenData,
+        device: torch.device,
+        *,
+        dtype: torch.dtype | None = None,
+        procs: runtime.Dist | None = None,
+        run_dir: Path | None = None,
+        log: Callable = print,
+    ) -> Session:
+        """A run over `model` (on device; under fsdp already sharded, since the optimizer must hold
+        the shards) and `data`, at step 0: the optimizer, the gradient scaler and autocast for
+        dtype (default: train.dtype resolved), this rank's batch generator and the speed meter."""
+        procs = procs or runtime.Dist()
+        dtype = dtype or runtime.resolve_dtype(cfg.train.dtype, device)
+        tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
+        return cls(
+            cfg=cfg,
+            run_dir=run_dir,
+            dist=procs,
+            device=device,
+            dtype=dtype,
+            data=data,
+            model=model,
+            raw_model=model,
+            optimizer=make_optimizer(model, cfg.train, device),
+            scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
+            autocast=runtime.autocast_for(dtype, device),
+            batch_gen=torch.Generator().manual_seed(cfg.run.seed + procs.rank),
+            meter=metrics.Meter(
+                tokens_per_step,
+                model.flops_per_token() * tokens_per_step,
+                (runtime.peak_flops(device) or 0) * procs.world,
+                0,
+            ),
+            log=log,
+        )
 
     @property
     def sharded(self) -> bool:

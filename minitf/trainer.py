@@ -30,9 +30,9 @@ from . import hf, parallel, runtime
 from .config import Config, MinitfError, TrainConfig
 from .data import prepare_data
 from .evaluate import evaluate
-from .metrics import Logger, Meter
+from .metrics import Logger
 from .model import Transformer
-from .optim import lr_at, make_optimizer, schedule_progress, set_lr
+from .optim import lr_at, schedule_progress, set_lr
 from .session import Session, explain_changes, finished, last_good, restore_checkpoint, save_checkpoint
 from .tokenizer import Tokenizer
 
@@ -148,27 +148,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     dtype = runtime.resolve_dtype(cfg.train.dtype, device)
     if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
         parallel.shard(model, device, dtype)
-    tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
-    run = Session(
-        cfg,
-        run_dir,
-        procs,
-        device,
-        data,
-        model,
-        model,
-        make_optimizer(model, cfg.train, device),
-        torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
-        runtime.autocast_for(dtype, device),
-        torch.Generator().manual_seed(cfg.run.seed + procs.rank),
-        Meter(
-            tokens_per_step,
-            model.flops_per_token() * tokens_per_step,
-            (runtime.peak_flops(device) or 0) * procs.world,
-            0,
-        ),
-        log,
-    )
+    run = Session.create(cfg, model, data, device, dtype=dtype, procs=procs, run_dir=run_dir, log=log)
     if resume:
         restore_checkpoint(run, log)
         if changed and procs.main:
@@ -192,7 +172,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         f"learned position table) | device {device} | dtype {_dtype_words(cfg.train.dtype, dtype, device)}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if run.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
-        f" sequences of {cfg.model.block_size} = {tokens_per_step:,} tokens"
+        f" sequences of {cfg.model.block_size} = {run.meter.tokens_per_step:,} tokens"
     )
     run.model.train()
     run.meter.step_last, run.t0 = run.step, time.time()

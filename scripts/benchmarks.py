@@ -4,7 +4,7 @@ It lives beside the scripts, not in the package, because it measures them (start
 scripts/generate.py) and the repository's recipes; it uses only minitf's public functions.
 
 Each function returns plain numbers. Training throughput runs the trainer's own step
-(forward_backward + optimizer step) on random tokens, after warm-up, median of repeats.
+(trainer.train_step) on random tokens, after warm-up, median of repeats.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from benchmarks_data import data_prep_speed, tokenizer_speed  # beside this file
 from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
-from minitf.optim import make_optimizer
-from minitf.runtime import autocast_for, peak_flops, resolve_dtype
-from minitf.trainer import forward_backward
+from minitf.runtime import peak_flops
+from minitf.session import Session
+from minitf.trainer import train_step
 
 
 def machine(device: torch.device) -> dict:
@@ -62,24 +62,30 @@ def peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+class OneBatch:
+    """Stands in for the token data: the same random batch every step, so only the step is timed."""
+
+    def __init__(self, xy: torch.Tensor):
+        self.xy = xy  # (B, T + 1)
+
+    def get_batch(self, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.xy[:, :-1], self.xy[:, 1:]  # (B, T) each
+
+
 def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup: int = 5, repeats: int = 3) -> dict:
-    """Tokens/s of full training steps (forward, backward, clip, AdamW) on random tokens."""
+    """Tokens/s of the trainer's own step (trainer.train_step: forward, backward, clip, optimizer,
+    the step's one host sync) on random tokens, in a Session built as training builds it."""
     torch.manual_seed(0)
     model = Transformer(cfg.model).to(device)
     tc: TrainConfig = cfg.train
-    optimizer = make_optimizer(model, tc, device)
-    dtype = resolve_dtype(tc.dtype, device)
-    autocast = autocast_for(dtype, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
-    runner = torch.compile(model) if tc.compile else model
     B, T, V = tc.batch_size, cfg.model.block_size, cfg.model.vocab_size
-    batch = torch.randint(0, V, (B, T + 1), device=device)
+    run = Session.create(cfg, model, OneBatch(torch.randint(0, V, (B, T + 1), device=device)), device)
+    if tc.compile:
+        run.model = torch.compile(model)
+    dtype = run.dtype
 
     def step():
-        forward_backward(runner, model, lambda: (batch[:, :-1], batch[:, 1:]), optimizer, scaler, autocast, tc)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        train_step(run, tc.lr, interrupted=False)
 
     t0 = time.perf_counter()
     for _ in range(warmup):

@@ -4,6 +4,11 @@ import json
 import subprocess
 import sys
 
+import torch
+
+import minitf
+import minitf.trainer
+
 from .helpers import ROOT
 
 
@@ -61,3 +66,25 @@ def test_bench_smoke(tmp_path, tiny_run):
     assert all(
         len(ex[k]["times"]) == 5 and 0 < ex[k]["first_token_s"] <= ex[k]["max_s"] for k in ("prompt", "long_prompt")
     )
+
+
+def test_the_train_benchmark_times_the_trainers_own_step(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    import benchmarks
+
+    assert benchmarks.train_step is minitf.trainer.train_step  # the trainer's function, not a copy
+    runs = []
+
+    def counted(run, lr, interrupted):
+        runs.append(run)
+        before = [p.detach().clone() for p in run.raw_model.parameters()]
+        out = minitf.trainer.train_step(run, lr, interrupted)
+        assert any(not torch.equal(a, p) for a, p in zip(before, run.raw_model.parameters()))  # a real step
+        return out
+
+    monkeypatch.setattr(benchmarks, "train_step", counted)
+    cfg = minitf.load_config(ROOT / "configs" / "tiny.yaml", ["model.n_embd=32", "train.batch_size=2"])
+    cfg.model.vocab_size = 97
+    r = benchmarks.train_throughput(cfg, torch.device("cpu"), steps=2, warmup=1, repeats=2)
+    assert len(runs) == 1 + 2 * 2 and r["tokens_per_s"] > 0 and r["batch"] == 2
+    assert all(run is runs[0] and run.cfg.train.lr == cfg.train.lr for run in runs)  # one Session throughout
