@@ -15,7 +15,6 @@ asked to die with this process (Linux), so a killed build leaves no orphans.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import multiprocessing
 import os
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import MinitfError
+from .runtime import libc
 from .tokenizer import Tokenizer
 
 SPLITS = ("train", "val")
@@ -118,7 +118,7 @@ def _worker_start(tok_json: str, dtype: str, parent: int) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+        libc().prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
     if os.getppid() != parent:  # it died before prctl took effect
         os._exit(1)
     _worker.update(tok=Tokenizer(HFTokenizer.from_str(tok_json)), dtype=np.dtype(dtype))
@@ -188,8 +188,9 @@ def give_back_freed_memory() -> None:
     Without it they stay with the process: forked workers start with them, and a training that
     follows keeps them resident for its whole run (scripts/train.py even turns trimming off, for
     speed), so a big corpus would cost memory long after it was prepared. A no-op elsewhere."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    malloc_trim = getattr(libc(), "malloc_trim", None)
+    if malloc_trim is not None:
+        malloc_trim(0)
 
 
 def write_error(path: Path, e: OSError) -> MinitfError:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import random
 import signal
@@ -133,13 +132,22 @@ def keep_freed_memory() -> None:
     scripts/train.py does, and so can a program that trains. No-op where the C library has no
     mallopt (macOS).
     """
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = getattr(libc(), "mallopt", None)
+    if mallopt is None:
         return
     M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's malloc.h
     mallopt(M_MMAP_MAX, 0)
     mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+
+
+def libc() -> ctypes.CDLL | None:
+    """The C library's functions as this process has them (Python itself links the C library), or
+    None where ctypes cannot open the process (Windows). glibc's own functions (malloc_trim,
+    mallopt, prctl) are missing elsewhere: look them up with getattr(libc(), name, None)."""
+    try:
+        return ctypes.CDLL(None)
+    except (OSError, TypeError):
+        return None
 
 
 def host_rng_state() -> dict:

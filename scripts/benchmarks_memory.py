@@ -50,13 +50,10 @@ SETTINGS = [
 
 
 def _set_allocator(kind: str) -> None:
-    import ctypes
-    import ctypes.util
-
-    from minitf.runtime import keep_freed_memory
+    from minitf.runtime import keep_freed_memory, libc
 
     if kind == "mmap":
-        ctypes.CDLL(ctypes.util.find_library("c")).mallopt(-3, 64 << 10)  # M_MMAP_THRESHOLD, fixed from now on
+        libc().mallopt(-3, 64 << 10)  # M_MMAP_THRESHOLD, fixed from now on
     elif kind == "kept":
         keep_freed_memory()
 
