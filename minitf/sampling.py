@@ -4,10 +4,25 @@ drive them (a SampleConfig), and the context window past block_size."""
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import torch
 
 from .config import ConfigError, SampleConfig
+
+
+def _settings() -> dict[str, tuple[type, bool]]:
+    hints, out = typing.get_type_hints(SampleConfig), {}
+    for f in dataclasses.fields(SampleConfig):
+        args = typing.get_args(hints[f.name])  # (int, NoneType) for int | None, () for int
+        if f.name != "prompt":
+            out[f.name] = (next(t for t in args if t is not type(None)), True) if args else (hints[f.name], False)
+    return out
+
+
+# the settings of how to sample, read from SampleConfig (its prompt aside): name -> (int or float,
+# whether null is allowed); the command line and the explorer take exactly these
+SETTINGS: dict[str, tuple[type, bool]] = _settings()
 
 
 def window_start(n: int, block_size: int) -> int:

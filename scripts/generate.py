@@ -16,8 +16,7 @@ from minitf.checkpoint import load_run, weights_step
 from minitf.cli import newest_run, read_prompt, run_main, stdin_prompts
 from minitf.config import ConfigError
 from minitf.generate import check_prompt_text, generate, sample_settings, stream
-
-SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
+from minitf.sampling import SETTINGS
 
 
 def main() -> None:

@@ -21,20 +21,12 @@ from ..config import MinitfError
 from ..generate import prompt_ids, sample_settings, stream_tokens
 from ..inspection import Inspection, inspect, token_label
 from ..metrics import METRICS, read_rows
+from ..sampling import SETTINGS
 
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 1000
 MAX_GENERATIONS = 4  # at once, all tabs together: each costs a KV cache and a share of the CPU
 DIGITS = 6  # decimals sent for every number: well below what a page can show, small JSON
-SETTINGS = {
-    "max_new_tokens": int,
-    "temperature": float,
-    "top_k": int,
-    "top_p": float,
-    "repetition_penalty": float,
-    "seed": int,
-}
-NULLABLE = {"top_k", "top_p", "seed"}  # null: top_k/top_p off, a random seed
 CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr")
 
 
@@ -109,11 +101,10 @@ class Explorer:
         if n > block:
             raise BadRequest(f"the prompt is {n} tokens but this model reads at most block_size={block}; shorten it")
         given = {}
-        for name, kind in SETTINGS.items():
+        for name, (kind, nullable) in SETTINGS.items():  # null: top_k/top_p off, a random seed
             if name in body:
-                nullable = name in NULLABLE and body[name] is None
                 bounds = (0, 2**63 - 1) if name == "seed" else ()  # the others' ranges are SampleConfig's to check
-                given[name] = None if nullable else number(body, name, kind, *bounds)
+                given[name] = None if nullable and body[name] is None else number(body, name, kind, *bounds)
         if given.get("max_new_tokens", 0) > MAX_NEW_TOKENS:
             raise BadRequest(f"max_new_tokens is {given['max_new_tokens']}; at most {MAX_NEW_TOKENS} here")
         return prompt, sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
