@@ -25,10 +25,11 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
 from .config import Config, ConfigError, MinitfError, load_config, save_config
+from .errors import first_line
 from .io import atomic_write, read_yaml
 from .model import Transformer
 from .runtime import resolve_device
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, check_vocab
 
 WEIGHTS, BEST, STATE, CONFIG, TOKENIZER = (
     "model.safetensors",
@@ -116,7 +117,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
     try:
         missing, unexpected = load_model(model, str(path), strict=False)
     except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise MinitfError(f"{path} is truncated or corrupted ({str(e).splitlines()[0][:120]})") from None
+        raise MinitfError(f"{path} is truncated or corrupted ({first_line(e, 120)})") from None
     if missing or unexpected:
         raise MinitfError(
             f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
@@ -139,11 +140,7 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
             raise MinitfError(f"{run_dir} has no {name}; it is not a complete minitf run directory")
     cfg = load_config(run_dir / CONFIG)
     tok = Tokenizer.load(run_dir / TOKENIZER)
-    if cfg.model.vocab_size != tok.vocab_size:
-        raise MinitfError(
-            f"{run_dir / TOKENIZER} has {tok.vocab_size} tokens but the model was built "
-            f"for {cfg.model.vocab_size}; the tokenizer does not belong to this run"
-        )
+    check_vocab(tok, cfg.model.vocab_size, "the tokenizer does not belong to this run", what=str(run_dir / TOKENIZER))
     weights = run_dir / (BEST if best else WEIGHTS)
     trained_with = weights_metadata(weights).get("tokenizer")
     if trained_with and trained_with != tok.hash:

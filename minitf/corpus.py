@@ -27,6 +27,7 @@ from pathlib import Path
 
 from . import shakespeare
 from .config import ConfigError, DataConfig, MinitfError
+from .errors import first_line
 
 BLOCK_CHARS = 1 << 20  # text is read and handed on in blocks of at most this many characters
 _LOCAL = shakespeare.LOCAL
@@ -219,9 +220,9 @@ def _load_hf(spec: str, cfg: DataConfig, local: bool):
         )
         columns = ds.column_names if ds.column_names is not None else list(next(iter(ds)))
     except Exception as e:  # datasets raises many types; the user needs the first line and a way out
-        first = (str(e).strip().splitlines() or [""])[0]
         raise MinitfError(
-            f"could not load dataset {spec!r} ({type(e).__name__}: {first}); check the name and config, {_LOCAL}"
+            f"could not load dataset {spec!r} ({type(e).__name__}: {first_line(e)}); "
+            f"check the name and config, {_LOCAL}"
         ) from e
     if cfg.text_field not in columns:
         raise MinitfError(

@@ -22,7 +22,7 @@ from .config import ConfigError, MinitfError, SampleConfig
 from .model import Transformer
 from .runtime import eval_mode
 from .sampling import sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, check_vocab
 
 
 def _decode_step(model: Transformer, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -163,14 +163,6 @@ class _TextAssembler:
         return out
 
 
-def check_tokenizer(model: Transformer, tokenizer: Tokenizer) -> None:
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise MinitfError(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but the model was trained with "
-            f"{model.config.vocab_size}; use the tokenizer of the model's run"
-        )
-
-
 def check_prompt_text(prompt: str) -> None:
     try:
         prompt.encode("utf-8")
@@ -209,7 +201,7 @@ def _text_steps(
     given, gets "tokens": how many tokens each sample drew (re-encoding its text can differ)."""
     if num_samples < 1:
         raise ConfigError(f"num_samples must be at least 1, got {num_samples}")
-    check_tokenizer(model, tokenizer)
+    check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     stop = [stop] if isinstance(stop, str) else list(stop or [])
     texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
@@ -301,7 +293,7 @@ def stream_tokens(
     (with text "") and ends the stream.
     """
     settings = sample_settings(settings, **overrides)
-    check_tokenizer(model, tokenizer)
+    check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     history = torch.tensor([ids], device=next(model.parameters()).device)  # (1, n): what the sampler saw
     text = _TextAssembler(tokenizer, [])

@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 
 from .config import MinitfError, ModelConfig
+from .errors import first_line
 from .model import Transformer
-from .tokenizer import EOT, Tokenizer
+from .tokenizer import EOT, Tokenizer, check_vocab
 
 # what GPT-2 is; any other value of these keys has no GPT-2 form
 GPT2_SETTINGS = {
@@ -74,11 +75,7 @@ def to_hf_gpt2(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     load it, with minitf's logits and tokenization. Weights are written in float32."""
     cfg = model.config
     check_gpt2_compatible(cfg)
-    if tokenizer.vocab_size != cfg.vocab_size:
-        raise MinitfError(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but the model {cfg.vocab_size}; "
-            f"pass the tokenizer the model was trained with"
-        )
+    check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
     tf = _transformers()
     hf_cfg = tf.GPT2Config(
         vocab_size=cfg.vocab_size,
@@ -141,9 +138,8 @@ def _load_gpt2(path_or_model):
             raise MinitfError(f"{where} holds a {model_type!r} model, not GPT-2; only GPT-2 can be imported")
         return tf.GPT2LMHeadModel.from_pretrained(where)
     except (OSError, ValueError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise MinitfError(
-            f"could not load a GPT-2 model from {where!r} ({first[:160]}); "
+            f"could not load a GPT-2 model from {where!r} ({first_line(e, 160)}); "
             f"pass a directory written by save_pretrained or to_hf_gpt2"
         ) from None
 
@@ -228,9 +224,7 @@ def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
             f"{where} holds no tokenizer (tokenizer.json, or vocab.json and merges.txt); "
             f"save the model's tokenizer into it with save_pretrained"
         )
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise MinitfError(
-            f"{where}: the tokenizer has {tokenizer.vocab_size} tokens but the model "
-            f"{model.config.vocab_size}; save the model's own tokenizer beside it"
-        )
+    check_vocab(
+        tokenizer, model.config.vocab_size, "save the model's own tokenizer beside it", f"{where}: the tokenizer"
+    )
     return model.train(), tokenizer

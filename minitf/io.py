@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError, MinitfError
+from .errors import ConfigError, MinitfError, first_line
 
 
 def atomic_write(path: str | Path, write) -> None:
@@ -35,7 +35,7 @@ def atomic_write(path: str | Path, write) -> None:
             tmp.unlink(missing_ok=True)
         if not _is_write_failure(e):
             raise
-        cause = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0][:160]
+        cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
         raise MinitfError(
             f"could not write {path}: {cause}; "
             + ("the previous file there is intact" if existed else "nothing was written there")
@@ -88,7 +88,7 @@ def read_yaml(path: Path) -> dict:
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path} is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"{path} is not valid YAML: {first_line(e)}") from None
     if not isinstance(d, dict):
         raise ConfigError(
             f"{path} must hold a mapping of sections (run:, data:, model:, ...), got a {type(d).__name__}"

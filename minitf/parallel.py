@@ -51,6 +51,7 @@ from torch.distributed.tensor import DTensor
 
 from . import checkpoint as ckpt
 from .config import MinitfError
+from .errors import first_line
 from .model import Transformer
 
 SHARDED = re.compile(r"sharded-\d{8}")
@@ -162,7 +163,9 @@ def save_sharded(run_dir: Path, model: nn.Module, optimizer, state: dict, step: 
                 no_dist=not dist.is_initialized(),
             )
     except (dcp.CheckpointException, OSError) as e:
-        raise MinitfError(f"could not write {tmp}: {_first_line(e)}; the last committed checkpoint is intact") from None
+        raise MinitfError(
+            f"could not write {tmp}: {_dcp_first_line(e)}; the last committed checkpoint is intact"
+        ) from None
     if main:
         shutil.rmtree(final, ignore_errors=True)  # complete but never committed: a kill came before state.pt
         os.replace(tmp, final)
@@ -196,7 +199,7 @@ def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) ->
         )
     except (dcp.CheckpointException, OSError, RuntimeError, KeyError, ValueError, pickle.UnpicklingError) as e:
         raise MinitfError(
-            f"{folder} does not load ({_first_line(e)}); the checkpoint is damaged or not this "
+            f"{folder} does not load ({_dcp_first_line(e)}); the checkpoint is damaged or not this "
             f"run's, start a new run.out_dir"
         ) from None
     found = ckpt.weights_step(run_dir / ckpt.WEIGHTS)
@@ -214,10 +217,11 @@ def _device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _first_line(e: BaseException) -> str:
+def _dcp_first_line(e: BaseException) -> str:
+    """first_line of a DCP error, or of the first rank's exception inside a CheckpointException."""
     if isinstance(e, dcp.CheckpointException) and e.failures:  # {rank: (exception, traceback)}
         e = next(iter(e.failures.values()))[0]
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+    return first_line(e, 160)
 
 
 class _MetadataUnpickler(pickle.Unpickler):

@@ -17,6 +17,7 @@ from . import checkpoint as ckpt
 from . import metrics, parallel, runtime
 from .config import Config, MinitfError, load_config
 from .data import TokenData
+from .errors import first_line
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress
 
@@ -176,7 +177,7 @@ def restore_checkpoint(run: Session, log) -> None:
     except (ValueError, KeyError, RuntimeError) as e:
         raise MinitfError(
             f"{run.run_dir / ckpt.STATE}: the optimizer state does not fit this model "
-            f"({str(e).splitlines()[0][:100]}); start a new run.out_dir"
+            f"({first_line(e, 100)}); start a new run.out_dir"
         ) from None
     run.step, run.elapsed_before, run.best_val = state["step"], state["elapsed"], state["best_val"]
     run.saved_step = run.step

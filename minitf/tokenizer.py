@@ -15,6 +15,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from .config import ConfigError, MinitfError
+from .errors import first_line
 
 EOT = "<|endoftext|>"
 MIN_VOCAB = 256 + 1  # every byte, plus <|endoftext|>
@@ -72,9 +73,8 @@ class Tokenizer:
         try:
             backend = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
         except Exception as e:  # tokenizers raises plain Exception for malformed JSON
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise MinitfError(
-                f"{path} is not a valid tokenizer.json ({first}); delete it and train a new tokenizer"
+                f"{path} is not a valid tokenizer.json ({first_line(e)}); delete it and train a new tokenizer"
             ) from None
         return cls(backend)
 
@@ -138,6 +138,15 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab_size={self.vocab_size}, hash={self.hash[:12]})"
+
+
+def check_vocab(tokenizer: Tokenizer, vocab_size: int, fix: str, what: str = "the tokenizer") -> None:
+    """Refuse a tokenizer whose vocabulary is not the model's (vocab_size): its ids would index the
+    model's padding rows, or rows past them, and `fix` says what to use instead."""
+    if tokenizer.vocab_size != vocab_size:
+        raise MinitfError(
+            f"{what} has {tokenizer.vocab_size} tokens but the model was trained with {vocab_size}; {fix}"
+        )
 
 
 def _check_texts(texts: list) -> None:

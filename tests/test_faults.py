@@ -17,6 +17,7 @@ import minitf
 import minitf.io
 from minitf import checkpoint as ckpt
 from minitf.config import ConfigError, MinitfError, load_config
+from minitf.errors import first_line
 from minitf.metrics import METRICS, read_rows
 from minitf.optim import lr_at
 
@@ -439,3 +440,9 @@ def test_a_tokenizer_of_another_size_is_refused(tiny_run):
         f"with 300; use the tokenizer of the model's run",
     ):
         minitf.generate(model, other, "hello", max_new_tokens=3)
+
+
+def test_another_librarys_error_fits_one_line():
+    assert first_line(ValueError("  bad header\n  at byte 3\n")) == "bad header"
+    assert first_line(RuntimeError("")) == "RuntimeError"  # no message: its type names it
+    assert first_line(OSError("x" * 300), 160) == "x" * 160
