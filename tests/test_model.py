@@ -119,6 +119,16 @@ def test_option_worked_values():
         m.lm_head.weight[7] = 100.0  # a huge logit for token 7 ...
     logits = m(torch.tensor([[1, 2, 3]]))[0]
     assert logits.max() <= 2.0 and logits.min() >= -2.0  # ... is capped at 2 * tanh(.) < 2
+    torch.manual_seed(0)
+    with torch.no_grad():  # the formula: cap * tanh(logits / cap) of the logits the same weights give uncapped
+        for p in m.parameters():
+            p.add_(torch.randn_like(p))
+    plain = minitf.Transformer(tiny(tie_embeddings=False)).eval()
+    plain.load_state_dict(m.state_dict())
+    ids = torch.randint(0, 100, (2, 16))
+    raw = plain(ids)[0]
+    assert raw.abs().max() > 4  # far enough past the cap that tanh bends them
+    torch.testing.assert_close(m(ids)[0], 2.0 * torch.tanh(raw / 2.0))
     q = torch.tensor([[[[3.0, 4.0], [0.0, -2.0]]]])  # (B, H, T, D): rms 3.54 and 1.41
     attn = minitf.model.CausalSelfAttention(minitf.ModelConfig(vocab_size=100, n_embd=2, n_head=1, qk_norm=True))
     with torch.no_grad():
