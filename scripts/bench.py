@@ -13,18 +13,15 @@ under ddp and fsdp. Prints a table; --json writes the numbers with a description
 
 import argparse
 import json
-from pathlib import Path
 
 from minitf.cli import run_main
-
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore", "memory")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default=str(CONFIGS / "shakespeare.yaml"))
+    p.add_argument("--config", default="shakespeare", help="a recipe's name or a YAML path (default: shakespeare)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
     p.add_argument(

@@ -84,7 +84,7 @@ def _worker(rank: int, procs: int, init_file: str, out: str, setting: tuple, sha
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**shape["model"]))
     model.checkpoint_blocks = ac
-    tc = TrainConfig(grad_accum=accum, parallel=parallel_kind)
+    tc = TrainConfig(grad_accum=accum, parallel=parallel_kind, optimizer="adamw")  # fsdp shards: AdamW
     if parallel_kind == "fsdp":
         parallel.shard(model, torch.device("cpu"), torch.float32)
     optimizer = make_optimizer(model, tc, torch.device("cpu"))

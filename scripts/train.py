@@ -1,7 +1,7 @@
 """Train a transformer language model and write a run directory.
 
-python scripts/train.py                                   # default recipe, configs/shakespeare.yaml
-python scripts/train.py --config configs/tiny.yaml train.max_steps=200 model.n_layer=2
+python scripts/train.py                                   # the default recipe (configs/shakespeare.yaml)
+python scripts/train.py --config tiny train.max_steps=200 model.n_layer=2   # a recipe by name, or a YAML path
 python scripts/train.py --resume                          # continue runs/shakespeare from its config.yaml
 python scripts/train.py --resume run.out_dir=runs/x train.max_steps=4000   # continue runs/x, longer
 python scripts/train.py train.max_seconds=60              # a wall-clock budget (the LR still anneals)
@@ -9,26 +9,23 @@ torchrun --nproc_per_node=2 scripts/train.py              # data parallel over 2
 """
 
 import argparse
-from pathlib import Path
 
-from minitf.cli import describe_keys, run_main
-from minitf.config import load_config
-
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+from minitf.cli import run_main
+from minitf.config import describe_keys, load_config, recipes
 
 
 def main() -> None:
-    default = str(CONFIGS / "shakespeare.yaml")
     p = argparse.ArgumentParser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="config keys (set with section.key=value) and the values a plain "
-        "run uses, from configs/shakespeare.yaml:\n" + describe_keys(load_config(default)),
+        "run uses, from configs/shakespeare.yaml (the defaults):\n" + describe_keys(load_config()),
     )
     p.add_argument(
         "--config",
-        help="YAML recipe (default: configs/shakespeare.yaml; with --resume the run's own "
-        "config.yaml, and a --config given then applies on top)",
+        help=f"a recipe's name ({', '.join(recipes())}) or a YAML file's path (default: the defaults, "
+        "which are configs/shakespeare.yaml; with --resume the run's own config.yaml, and a --config given "
+        "then applies on top)",
     )
     p.add_argument(
         "--resume",
@@ -42,9 +39,9 @@ def main() -> None:
     if args.resume:
         from minitf.checkpoint import resume_config
 
-        cfg = resume_config(args.overrides, args.config, default)
+        cfg = resume_config(args.overrides, args.config)
     else:
-        cfg = load_config(args.config or default, args.overrides)
+        cfg = load_config(args.config, args.overrides)
     # after parsing, so --help and config errors are instant
     from minitf.plotting import plot_loss
     from minitf.runtime import keep_freed_memory
