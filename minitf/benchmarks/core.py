@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-from benchmarks_data import data_prep_speed, tokenizer_speed  # beside this file
 
+from minitf.benchmarks.data import data_prep_speed, tokenizer_speed
 from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer

@@ -22,8 +22,8 @@ import sys
 from pathlib import Path
 
 import torch
-from benchmarks import machine  # beside this script
 
+from minitf.benchmarks.core import machine
 from minitf.checkpoint import load_run, read_metrics
 from minitf.cli import run_main
 from minitf.config import MinitfError

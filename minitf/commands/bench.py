@@ -68,8 +68,7 @@ def main() -> None:
     unknown = [w for w in args.only if w not in PARTS]
     if unknown:
         p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
-    from benchmarks import run_bench  # beside this script
-
+    from minitf.benchmarks.core import run_bench
     from minitf.runtime import keep_freed_memory
 
     if not args.system_malloc:
@@ -80,7 +79,7 @@ def main() -> None:
     )
     results["keep_freed_memory"] = not args.system_malloc
     if args.data_size:
-        from benchmarks_data import data_scaling, describe
+        from minitf.benchmarks.data import data_scaling, describe
 
         results["data_scaling"] = data_scaling(
             args.data_size, args.data_files, args.data_procs or [None], args.data_rounds, parquet=args.parquet
@@ -88,7 +87,7 @@ def main() -> None:
         for r in results["data_scaling"]:
             print(describe(r))
     if "memory" in args.only:
-        from benchmarks_memory import memory_per_rank
+        from minitf.benchmarks.memory import memory_per_rank
 
         results["memory_per_rank"] = memory_per_rank(args.memory_procs)
     if args.json:

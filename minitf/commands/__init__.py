@@ -1,0 +1,1 @@
+"""The `minitf` command and its sub-commands (minitf train, generate, ...); scripts/*.py are thin fronts to them."""
