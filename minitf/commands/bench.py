@@ -2,25 +2,23 @@
 data preparation speed, start-up time, the explorer's first token, peak memory, and memory per process
 under ddp and fsdp. Prints a table; --json writes the numbers with a description of the machine.
 
-    python scripts/bench.py                                   # the default recipe on this machine
-    python scripts/bench.py --config configs/nanogpt-cpu.yaml --vocab 65 --only train
-    python scripts/bench.py --device cuda --config configs/gpt2-small.yaml --json gpu.json
-    python scripts/bench.py --run runs/shakespeare --only startup explore
-    python scripts/bench.py --only data --data-size 100 --data-files 200    # a generated 100 MB corpus
-    python scripts/bench.py --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
-    python scripts/bench.py --only memory                     # ~52M params, ddp vs fsdp, 2 CPU processes
+    minitf bench                                   # the default recipe on this machine
+    minitf bench --config configs/nanogpt-cpu.yaml --vocab 65 --only train
+    minitf bench --device cuda --config configs/gpt2-small.yaml --json gpu.json
+    minitf bench --run runs/shakespeare --only startup explore
+    minitf bench --only data --data-size 100 --data-files 200    # a generated 100 MB corpus
+    minitf bench --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
+    minitf bench --only memory                     # ~52M params, ddp vs fsdp, 2 CPU processes
 """
 
 import argparse
 import json
 
-from minitf.cli import run_main
-
 PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore", "memory")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="shakespeare", help="a recipe's name or a YAML path (default: shakespeare)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
     p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
@@ -58,10 +56,10 @@ def main() -> None:
     p.add_argument(
         "--system-malloc",
         action="store_true",
-        help="leave glibc's allocator as it is (scripts/train.py calls keep_freed_memory): compare both",
+        help="leave glibc's allocator as it is (minitf train calls keep_freed_memory): compare both",
     )
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     # --only takes several words, so overrides written after it land there: move them back
     args.overrides += [w for w in args.only if "=" in w]
     args.only = [w for w in args.only if "=" not in w]
@@ -72,7 +70,7 @@ def main() -> None:
     from minitf.runtime import keep_freed_memory
 
     if not args.system_malloc:
-        keep_freed_memory()  # as scripts/train.py does
+        keep_freed_memory()  # as minitf train does
     parts = [w for w in args.only if not (w == "data" and args.data_size) and w != "memory"]
     results = run_bench(
         args.config, args.overrides, args.device, args.vocab, parts, args.run, args.new_tokens, args.steps, args.rounds
@@ -93,7 +91,3 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
-
-
-if __name__ == "__main__":
-    run_main(main)

@@ -1,10 +1,10 @@
 """Sample text from a trained run (the newest under runs/ unless --run is given).
 
-python scripts/generate.py
-python scripts/generate.py --run runs/shakespeare --prompt $'Juliet.\n' --max-new-tokens 200 --stream
-python scripts/generate.py --temperature 0 --num-samples 1        # greedy
-echo "To be" | python scripts/generate.py --interactive           # one prompt per input line
-python scripts/generate.py --prompt-file scene.txt                # a long, multi-line prompt
+minitf generate
+minitf generate --run runs/shakespeare --prompt $'Juliet.\n' --max-new-tokens 200 --stream
+minitf generate --temperature 0 --num-samples 1        # greedy
+echo "To be" | minitf generate --interactive           # one prompt per input line
+minitf generate --prompt-file scene.txt                # a long, multi-line prompt
 """
 
 import argparse
@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 
 from minitf.checkpoint import load_run, weights_step
-from minitf.cli import newest_run, read_prompt, run_main, stdin_prompts
+from minitf.cli import newest_run, read_prompt, stdin_prompts
 from minitf.config import ConfigError
 from minitf.generate import check_prompt_text, generate, sample_settings, stream
 
 SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="run directory (default: the newest under runs/)")
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
     p.add_argument("--prompt", help="text to continue (default: the run's sample.prompt; '' = new document)")
@@ -44,7 +44,7 @@ def main() -> None:
         help="torch.compile the decode step: seconds to compile, then faster tokens (long outputs)",
     )
     p.add_argument("--verbose", action="store_true", help="print tokens/s to stderr")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.num_samples < 1:  # checked before loading anything, so the error is the only line
         raise ConfigError(f"--num-samples must be at least 1, got {args.num_samples}")
     prompt = read_prompt(args.prompt_file) if args.prompt_file else args.prompt
@@ -81,7 +81,3 @@ def main() -> None:
         if args.verbose:
             n = sum(info["tokens"])  # as sampled (re-encoding the text can merge or split tokens)
             print(f"[{n} tokens in {time.time() - t0:.2f}s: {n / (time.time() - t0):.1f} tokens/s]", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    run_main(main)

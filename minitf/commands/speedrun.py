@@ -1,15 +1,16 @@
 """Quality at equal wall time: train two or more recipes for the same budget, in turns, and
 compare their validation bits per byte.
 
-A recipe is a config file and overrides, with an optional LABEL= in front. The machine's speed
-drifts by up to 50% within minutes, so recipes are never compared across time: each round trains
-every recipe once (the order rotates between rounds) and the table reports per-round results and
-their medians. The first recipe is the reference: "t(ref)" is the time each recipe took to reach
-the reference's final val bpb of the same round. "full val bpb" evaluates every token of the
-validation split after training (the in-training curve uses a few batches).
+A recipe is a config (a recipe's name or a YAML file) and overrides, with an optional LABEL= in
+front. The machine's speed drifts by up to 50% within minutes, so recipes are never compared
+across time: each round trains every recipe once (the order rotates between rounds) and the
+table reports per-round results and their medians. The first recipe is the reference: "t(ref)"
+is the time each recipe took to reach the reference's final val bpb of the same round. "full val
+bpb" evaluates every token of the validation split after training (the in-training curve uses a
+few batches).
 
-    python scripts/speedrun.py old=configs/shakespeare-v1.yaml new=configs/shakespeare.yaml
-    python scripts/speedrun.py base=configs/shakespeare.yaml "muon=configs/shakespeare.yaml train.optimizer=muon" \\
+    minitf speedrun old=shakespeare-v1 new=shakespeare
+    minitf speedrun adamw=shakespeare-v1 "muon=shakespeare-v1 train.optimizer=muon" my=configs/my.yaml \\
         --seconds 60 --rounds 3 --json speedrun.json
 """
 
@@ -25,24 +26,26 @@ import torch
 
 from minitf.benchmarks.core import machine
 from minitf.checkpoint import load_run, read_metrics
-from minitf.cli import run_main
-from minitf.config import MinitfError
+from minitf.config import ConfigError, MinitfError, recipe_path
 from minitf.evaluate import evaluate_text
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_recipe(text: str) -> tuple[str, list[str]]:
-    """'LABEL=CONFIG override ...' (LABEL= optional) -> (label, train.py arguments)."""
+    """'LABEL=CONFIG override ...' (LABEL= optional; CONFIG a recipe's name or a YAML path) -> (label,
+    minitf train arguments)."""
     words = shlex.split(text)
     if not words:
-        raise MinitfError("an empty recipe; write CONFIG [section.key=value ...], e.g. configs/shakespeare.yaml")
+        raise MinitfError("an empty recipe; write CONFIG [section.key=value ...], e.g. shakespeare or configs/my.yaml")
     label, config = (
         words[0].split("=", 1)
         if "=" in words[0] and "." not in words[0].split("=")[0]
         else (Path(words[0]).stem, words[0])
     )
-    if not Path(config).is_file():
+    try:
+        found = recipe_path(config)
+    except ConfigError as e:
+        raise MinitfError(f"recipe {label!r}: {e}") from None
+    if not found.is_file():
         raise MinitfError(f"recipe {label!r}: config file {config!r} not found")
     return label, ["--config", config, *words[1:]]
 
@@ -51,14 +54,16 @@ def train_once(label: str, args: list[str], out_dir: Path, seconds: float, log_p
     """Train one recipe in its own process for `seconds` of wall time; its curve and final numbers."""
     cmd = [
         sys.executable,
-        str(ROOT / "scripts" / "train.py"),
+        "-m",
+        "minitf",
+        "train",
         *args,
         f"run.out_dir={out_dir}",
         f"train.max_seconds={seconds}",
         "train.max_steps=1000000",
     ]
     with open(log_path, "w") as log:
-        r = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     if r.returncode != 0:
         raise MinitfError(f"recipe {label!r} failed (exit {r.returncode}); its output is in {log_path}")
     rows = [row for row in read_metrics(out_dir) if "val_bpb" in row]
@@ -87,8 +92,8 @@ def time_to_reach(curve: list, target: float) -> float | None:
     return None
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
         "recipes",
         nargs="+",
@@ -99,7 +104,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2, help="rounds of turns (default: 2)")
     p.add_argument("--out-dir", default="runs/speedrun", help="where the runs go (default: runs/speedrun)")
     p.add_argument("--json", help="write every number and the machine here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     recipes = dict(parse_recipe(r) for r in args.recipes)
     if len(recipes) < 2:
         p.error("give at least two recipes with distinct labels, e.g. old=configs/a.yaml new=configs/b.yaml")
@@ -153,7 +158,3 @@ def report(recipes: dict, results: dict, args) -> None:
             )
         )
         print(f"wrote {args.json}")
-
-
-if __name__ == "__main__":
-    run_main(main)

@@ -1,21 +1,21 @@
 """Train a transformer language model and write a run directory.
 
-python scripts/train.py                                   # the default recipe (configs/shakespeare.yaml)
-python scripts/train.py --config tiny train.max_steps=200 model.n_layer=2   # a recipe by name, or a YAML path
-python scripts/train.py --resume                          # continue runs/shakespeare from its config.yaml
-python scripts/train.py --resume run.out_dir=runs/x train.max_steps=4000   # continue runs/x, longer
-python scripts/train.py train.max_seconds=60              # a wall-clock budget (the LR still anneals)
-torchrun --nproc_per_node=2 scripts/train.py              # data parallel over 2 processes
+minitf train                                        # the default recipe (configs/shakespeare.yaml)
+minitf train --config tiny train.max_steps=200 model.n_layer=2    # a recipe by name, or a YAML path
+minitf train --resume                               # continue runs/shakespeare from its config.yaml
+minitf train --resume run.out_dir=runs/x train.max_steps=4000     # continue runs/x, longer
+minitf train train.max_seconds=60                   # a wall-clock budget (the LR still anneals)
+torchrun --nproc_per_node=2 scripts/train.py        # data parallel over 2 processes
 """
 
 import argparse
 
-from minitf.cli import run_main
 from minitf.config import describe_keys, load_config, recipes
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p = argparse.ArgumentParser(
+        prog=prog,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="config keys (set with section.key=value) and the values a plain "
@@ -35,7 +35,7 @@ def main() -> None:
         "train.activation_checkpointing and run.device may change (README: Training)",
     )
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     if args.resume:
         from minitf.checkpoint import resume_config
 
@@ -50,7 +50,3 @@ def main() -> None:
     if cfg.train.parallel != "fsdp":  # fsdp frees and regathers shards all the time: its saving needs them returned
         keep_freed_memory()  # a process-wide allocator setting: this process only trains
     train(cfg, resume=args.resume, on_eval=plot_loss)
-
-
-if __name__ == "__main__":
-    run_main(main)

@@ -1,0 +1,7 @@
+"""`minitf explore`, run from a clone: the code is minitf/commands/explore.py (--help lists its options)."""
+
+from minitf.cli import run_main
+from minitf.commands.explore import main
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,7 @@
+"""`minitf export`, run from a clone: the code is minitf/commands/export.py (--help lists its options)."""
+
+from minitf.cli import run_main
+from minitf.commands.export import main
+
+if __name__ == "__main__":
+    run_main(main)
