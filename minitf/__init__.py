@@ -1,6 +1,6 @@
 """minitf: a minimal, trainable transformer framework.
 
-cfg = minitf.load_config("configs/shakespeare.yaml", overrides=["model.n_layer=2"])
+cfg = minitf.load_config(overrides=["model.n_layer=2"])   # the default recipe; or a recipe by name: "tiny"
 minitf.train(cfg)
 model, tok, cfg = minitf.load_run("runs/shakespeare")
 print(minitf.generate(model, tok, "Romeo.\\n", max_new_tokens=100))

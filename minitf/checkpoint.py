@@ -24,7 +24,7 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from .config import Config, ConfigError, MinitfError, load_config, save_config
+from .config import Config, ConfigError, MinitfError, load_config, read_config_file, save_config
 from .errors import first_line
 from .io import atomic_write, read_yaml
 from .model import Transformer
@@ -217,7 +217,7 @@ def resume_config(overrides=(), config_path=None, default_config=None) -> Config
             f"{run_dir} has no {what} to resume; drop --resume to start a new run, or name the run with run.out_dir=DIR"
         )
     base = read_yaml(run_dir / CONFIG)
-    for section, values in (read_yaml(Path(config_path)) if config_path else {}).items():
+    for section, values in (read_config_file(config_path) if config_path else {}).items():
         base.setdefault(section, {}).update(values or {})
     return load_config(base, overrides)
 

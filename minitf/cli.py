@@ -1,16 +1,15 @@
-"""What the scripts share: user mistakes become one line on stderr and a non-zero exit code;
-the newest run, prompts from stdin, every config key for --help."""
+"""What the commands share: user mistakes become one line on stderr and a non-zero exit code;
+the newest run, prompts from stdin."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
-from .config import Config, MinitfError
+from .config import MinitfError
 
 
 def run_main(main) -> None:
@@ -86,15 +85,3 @@ def read_prompt(path: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise MinitfError(f"could not read --prompt-file {path}: {getattr(e, 'strerror', None) or e}") from None
-
-
-def describe_keys(cfg: Config | None = None) -> str:
-    """Every key with the value cfg gives it (default: the dataclass defaults), for --help."""
-    cfg = cfg or Config()
-    lines = []
-    for sec in dataclasses.fields(Config):
-        section = getattr(cfg, sec.name)
-        lines.append(f"  {sec.name}:")
-        for f in dataclasses.fields(section):
-            lines.append(f"    {sec.name}.{f.name} = {getattr(section, f.name)!r}")
-    return "\n".join(lines)

@@ -1,4 +1,10 @@
-"""Typed configuration: one dataclass per YAML section, loaded from a file plus dotted overrides.
+"""Typed configuration: one dataclass per YAML section, loaded from a recipe plus dotted overrides.
+
+The dataclass defaults ARE the default recipe (Shakespeare on a laptop CPU, about 4 minutes on 2
+cores), so `load_config()` gives the model `python scripts/train.py` trains. Every key carries
+its one-line meaning (shown by --help); choice keys are Literal types, and the validation reads
+the choices from them. A recipe in configs/ states only what differs from the defaults, and is
+loaded by name (`load_config("tiny")`) or by path.
 
 Every mistake (unknown key, wrong type, bad value) raises ConfigError with one line that names
 the key and what is allowed, so it never surfaces later as a traceback from inside torch.
@@ -12,13 +18,19 @@ import difflib
 import math
 import typing
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import yaml
 
 from .errors import ConfigError, MinitfError  # noqa: F401  (MinitfError: re-exported)
 from .io import read_yaml
+
+
+def key(default: Any, doc: str) -> Any:
+    """A config key: its default and its one-line meaning (for --help and describe_keys)."""
+    return field(default=default, metadata={"doc": doc})
 
 
 def _suggest(name: str, allowed) -> str:
@@ -28,6 +40,10 @@ def _suggest(name: str, allowed) -> str:
 
 def _coerce(where: str, value: Any, typ: Any) -> Any:
     """Check `value` against a field's annotation (int, float, bool, str, or X | None)."""
+    if typing.get_origin(typ) is Literal:  # a choice: one of the listed strings
+        if value not in typing.get_args(typ):
+            raise ConfigError(f"{where} must be one of {'|'.join(typing.get_args(typ))}, got {value!r}")
+        return value
     args = typing.get_args(typ)
     if args:  # X | None
         if value is None:
@@ -54,17 +70,12 @@ class _Section:
     """Shared checks for the config dataclasses: types first, then each section's own rules."""
 
     _section: ClassVar[str] = ""
-    _choices: ClassVar[dict[str, tuple[str, ...]]] = {}
 
     def __post_init__(self) -> None:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             where = f"{self._section}.{f.name}"
             setattr(self, f.name, _coerce(where, getattr(self, f.name), hints[f.name]))
-            if f.name in self._choices and getattr(self, f.name) not in self._choices[f.name]:
-                raise ConfigError(
-                    f"{where} must be one of {'|'.join(self._choices[f.name])}, got {getattr(self, f.name)!r}"
-                )
         self.validate()
 
     def validate(self) -> None:
@@ -82,12 +93,11 @@ class RunConfig(_Section):
     """Where the run is written (out_dir, by default runs/<name>), its seed, and the device."""
 
     _section = "run"
-    _choices = {"device": ("auto", "cpu", "cuda", "mps")}
-    name: str = "shakespeare"
-    out_dir: str | None = None  # None: runs/<name>
-    seed: int = 1337
-    device: str = "auto"
-    init_from: str | None = None  # a local Hugging Face GPT-2 directory to fine-tune (model.* from it)
+    name: str = key("shakespeare", "the run's name; its directory is runs/<name> unless run.out_dir is set")
+    out_dir: str | None = key(None, "the run directory (null: runs/<name>)")
+    seed: int = key(1337, "seed for the weights' initialisation and the batches' order")
+    device: Literal["auto", "cpu", "cuda", "mps"] = key("auto", "where to train; auto: cuda, else mps, else cpu")
+    init_from: str | None = key(None, "a local Hugging Face GPT-2 directory to fine-tune (model.* from it)")
 
     def validate(self) -> None:
         if self.out_dir is None:
@@ -96,14 +106,16 @@ class RunConfig(_Section):
 
 @dataclass
 class DataConfig(_Section):
+    """The text to train on and its tokenizer."""
+
     _section = "data"
-    source: str = "shakespeare"  # a corpus source: the kinds are listed in minitf/corpus.py
-    vocab_size: int = 4096
-    val_fraction: float = 0.1
-    text_field: str = "text"  # column holding the text in hf: datasets
-    streaming: bool = False  # stream hf: datasets instead of downloading them whole
-    max_documents: int | None = None  # cap on documents read from a source
-    num_proc: int | None = None  # tokenizer processes; None = one per core
+    source: str = key("shakespeare", "the corpus: shakespeare, file:PATH (a file or directory) or hf:DATASET")
+    vocab_size: int = key(4096, "byte-level BPE vocabulary trained on the corpus (at least 257)")
+    val_fraction: float = key(0.1, "share of the text held out for validation, in (0, 0.5]")
+    text_field: str = key("text", "column holding the text in hf: datasets")
+    streaming: bool = key(False, "stream hf: datasets instead of downloading them whole")
+    max_documents: int | None = key(None, "cap on documents read from a source (null: all)")
+    num_proc: int | None = key(None, "tokenizer processes (null: one per core)")
 
     def validate(self) -> None:
         if self.vocab_size < 257:
@@ -117,30 +129,27 @@ class DataConfig(_Section):
 
 @dataclass
 class ModelConfig(_Section):
+    """The transformer's shape and its parts."""
+
     _section = "model"
-    _choices = {
-        "positions": ("learned", "sinusoidal", "rope"),
-        "attention": ("sdpa", "reference"),
-        "norm": ("layernorm", "rmsnorm"),
-        "ffn": ("gelu", "swiglu", "relu2"),
-        "gelu": ("tanh", "exact"),
-    }
-    vocab_size: int | None = None  # set from the tokenizer, not from the file
-    block_size: int = 256
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 256
-    positions: str = "learned"
-    attention: str = "sdpa"
-    norm: str = "layernorm"
-    ffn: str = "gelu"
-    gelu: str = "tanh"  # tanh approximation, as GPT-2
-    dropout: float = 0.0
-    bias: bool = True
-    tie_embeddings: bool = True  # false: a separate LM head, initialised to zero
-    rope_base: float = 10000.0
-    qk_norm: bool = False  # RMS-normalise each head's queries and keys before q @ k^T
-    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap); None = off
+    vocab_size: int | None = key(None, "set from the tokenizer, not from the file")
+    block_size: int = key(256, "context length: the most tokens the model sees at once")
+    n_layer: int = key(4, "transformer blocks")
+    n_head: int = key(4, "attention heads per block")
+    n_embd: int = key(128, "width of the residual stream (divisible by n_head)")
+    positions: Literal["learned", "sinusoidal", "rope"] = key("learned", "how token positions enter the model")
+    attention: Literal["sdpa", "reference"] = key(
+        "sdpa", "sdpa: torch's fused kernel; reference: the textbook softmax(q k^T / sqrt(d)) v"
+    )
+    norm: Literal["layernorm", "rmsnorm"] = key("layernorm", "the normalisation before each sub-layer")
+    ffn: Literal["gelu", "swiglu", "relu2"] = key("gelu", "the feed-forward block's activation")
+    gelu: Literal["tanh", "exact"] = key("tanh", "GELU's form: tanh approximation (as GPT-2) or exact erf")
+    dropout: float = key(0.0, "dropout probability in [0, 1)")
+    bias: bool = key(True, "biases in the linear layers and norms")
+    tie_embeddings: bool = key(True, "the LM head shares the token embedding (false: its own, initialised to zero)")
+    rope_base: float = key(10000.0, "rotary positions' base (positions=rope)")
+    qk_norm: bool = key(False, "RMS-normalise each head's queries and keys before q @ k^T")
+    logit_softcap: float | None = key(None, "logits -> cap * tanh(logits / cap) (null: off)")
 
     def validate(self) -> None:
         self._positive("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "rope_base", "logit_softcap")
@@ -160,38 +169,47 @@ class ModelConfig(_Section):
 
 @dataclass
 class TrainConfig(_Section):
+    """The optimisation: batch, budget, optimizer and schedule, evaluation, checkpoints, logging.
+
+    The default budget is wall-clock (max_seconds) and the LR schedule follows it, so the run
+    anneals properly on any machine. Muon trains the blocks' matrices (muon_lr), AdamW the
+    embeddings, head, norms and biases (lr): both chosen by measurement (configs/shakespeare-v1.yaml
+    is the AdamW-only recipe they were measured against)."""
+
     _section = "train"
-    _choices = {
-        "dtype": ("auto", "float32", "bfloat16", "float16"),
-        "optimizer": ("adamw", "muon"),
-        "parallel": ("ddp", "fsdp"),
-        "logger": ("jsonl", "tensorboard"),
-    }
-    batch_size: int = 32
-    grad_accum: int = 1
-    max_steps: int = 2000
-    max_seconds: float | None = None  # wall-clock budget; the LR schedule then follows elapsed time
-    optimizer: str = "adamw"  # muon: Muon for the blocks' matrices, AdamW (lr) for the rest
-    lr: float = 1e-3
-    min_lr: float = 1e-4  # the schedule's floor; Muon's follows in proportion
-    muon_lr: float = 0.02  # Muon's peak LR (train.optimizer=muon)
-    muon_momentum: float = 0.95
-    warmup_steps: int = 100
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
-    grad_clip: float = 1.0  # 0 disables clipping (the norm is still logged)
-    eval_every: int = 200
-    eval_batches: int = 20
-    ckpt_every: int = 200
-    log_every: int = 10  # steps between steps.jsonl rows (loss, LR) and progress-bar updates
-    logger: str = "jsonl"  # tensorboard: event files in <run>/tensorboard too
-    typical_steps: int | None = None  # steps the budget gives on a typical 2-core CPU; far fewer get a warning
-    dtype: str = "auto"  # auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32
-    compile: bool = False
-    max_bad_steps: int = 10  # non-finite steps in a row before training stops
-    parallel: str = "ddp"  # under torchrun: ddp copies the model to every process, fsdp shards it
-    activation_checkpointing: bool = False  # recompute each block in backward: less memory, ~1/3 more compute
+    batch_size: int = key(8, "sequences per micro-batch")
+    grad_accum: int = key(1, "micro-batches per optimizer step")
+    max_steps: int = key(100000, "optimizer steps (a cap when max_seconds is set)")
+    max_seconds: float | None = key(210.0, "wall-clock budget; the LR schedule then follows elapsed time (null: off)")
+    optimizer: Literal["adamw", "muon"] = key(
+        "muon", "muon: Muon for the blocks' matrices, AdamW (lr) for the rest; adamw: AdamW for all"
+    )
+    lr: float = key(4e-3, "AdamW's peak learning rate")
+    min_lr: float | None = key(None, "the schedule's floor (null: lr / 10); Muon's follows in proportion")
+    muon_lr: float = key(0.02, "Muon's peak learning rate (optimizer=muon)")
+    muon_momentum: float = key(0.95, "Muon's momentum, in [0, 1)")
+    warmup_steps: int = key(50, "steps of linear LR warm-up")
+    weight_decay: float = key(0.1, "decoupled weight decay on the matrices")
+    beta1: float = key(0.9, "AdamW's beta1, in [0, 1)")
+    beta2: float = key(0.95, "AdamW's beta2, in [0, 1)")
+    grad_clip: float = key(1.0, "clip the gradient's global norm to this (0: off; the norm is still logged)")
+    eval_every: int = key(100, "steps between evaluations (val loss, bits per byte, a sample)")
+    eval_batches: int = key(10, "batches per evaluation")
+    ckpt_every: int = key(100, "steps between checkpoints")
+    log_every: int = key(10, "steps between steps.jsonl rows (loss, LR) and progress-bar updates")
+    logger: Literal["jsonl", "tensorboard"] = key("jsonl", "tensorboard: event files in <run>/tensorboard too")
+    typical_steps: int | None = key(
+        1100, "steps the budget gives on a typical 2-core CPU; far fewer get a warning (null: no check)"
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = key(
+        "auto", "auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32"
+    )
+    compile: bool = key(False, "torch.compile the model (seconds to compile, then faster steps)")
+    max_bad_steps: int = key(10, "non-finite steps in a row before training stops")
+    parallel: Literal["ddp", "fsdp"] = key(
+        "ddp", "under torchrun: ddp copies the model to every process, fsdp shards it"
+    )
+    activation_checkpointing: bool = key(False, "recompute each block in backward: less memory, ~1/3 more compute")
 
     def validate(self) -> None:
         self._positive(
@@ -207,6 +225,8 @@ class TrainConfig(_Section):
             "log_every",
             "max_bad_steps",
         )
+        if self.min_lr is None:  # a tenth of the peak, whatever lr a recipe or override sets
+            self.min_lr = self.lr / 10
         if self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr must be in [0, train.lr={self.lr}], got {self.min_lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
@@ -222,14 +242,20 @@ class TrainConfig(_Section):
 
 @dataclass
 class SampleConfig(_Section):
+    """Sampling: the defaults of generate, the explorer and the samples shown while training."""
+
     _section = "sample"
-    prompt: str = "Romeo.\n"  # how this corpus writes a speaker: the name, a full stop, a new line
-    max_new_tokens: int = 300
-    temperature: float = 0.8  # 0 = greedy
-    top_k: int | None = 50
-    top_p: float | None = None
-    repetition_penalty: float = 1.0
-    seed: int | None = None
+    prompt: str = key(
+        "Romeo.\n", "text to continue (how this corpus writes a speaker: the name, a full stop, a new line)"
+    )
+    max_new_tokens: int = key(300, "tokens to generate")
+    temperature: float = key(0.8, "softmax temperature (0: greedy)")
+    top_k: int | None = key(50, "sample among the k likeliest tokens (0 or null: all)")
+    top_p: float | None = key(None, "nucleus: sample within the smallest set reaching p, in (0, 1] (null: off)")
+    repetition_penalty: float = key(
+        1.0, "penalise tokens already in the text (CTRL: positive logits / it, negative * it; 1: off)"
+    )
+    seed: int | None = key(None, "a seed makes the text repeatable (null: random)")
 
     def validate(self) -> None:
         """Checked here once, for the config file, the command line and generate() alike."""
@@ -297,17 +323,53 @@ def apply_overrides(d: dict, overrides) -> dict:
     return d
 
 
+RECIPE_SUFFIX = ".yaml"
+
+
+def recipes_dir() -> Path:
+    """Where the named recipes are: inside the installed package (minitf/configs, mapped from the
+    repository's configs/ at build time), or the clone's configs/ when minitf runs from a source tree."""
+    shipped = Path(str(resources.files("minitf") / "configs"))
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parent.parent / "configs"
+
+
+def recipes() -> list[str]:
+    """The names of the recipes that load by name (load_config("tiny"), --config tiny)."""
+    return sorted(p.name[: -len(RECIPE_SUFFIX)] for p in recipes_dir().glob(f"*{RECIPE_SUFFIX}"))
+
+
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe's file: an existing path as given, else a recipe name (with or without .yaml)."""
+    path = Path(name_or_path)
+    if path.is_file() or len(path.parts) != 1:  # a path with a directory in it is always a path
+        return path
+    name = path.name[: -len(RECIPE_SUFFIX)] if path.name.endswith(RECIPE_SUFFIX) else path.name
+    if name not in recipes():
+        raise ConfigError(
+            f"no config file or recipe named {str(name_or_path)!r}; the recipes are {', '.join(recipes())}, "
+            "or pass a YAML file's path"
+        )
+    return recipes_dir() / f"{name}{RECIPE_SUFFIX}"
+
+
+def read_config_file(name_or_path: str | Path) -> dict:
+    """A recipe (by name) or YAML file (by path) as a dict of sections."""
+    return read_yaml(recipe_path(name_or_path))
+
+
 def load_config(path: str | Path | dict | None = None, overrides=()) -> Config:
-    """A Config from a YAML file (or a dict of sections; None = all defaults), with dotted
-    overrides like 'model.n_layer=2' applied on top."""
+    """A Config from a recipe name ("tiny"), a YAML file or a dict of sections (None: the defaults,
+    which are the default recipe), with dotted overrides like 'model.n_layer=2' applied on top."""
     if isinstance(path, dict):
         d = copy.deepcopy(path)
     elif path is None:
         d = {}
     elif isinstance(path, (str, Path)):
-        d = read_yaml(Path(path))
+        d = read_config_file(path)
     else:
-        raise ConfigError(f"load_config takes a YAML path or a dict of sections, got {type(path).__name__}")
+        raise ConfigError(
+            f"load_config takes a recipe name, a YAML path or a dict of sections, got {type(path).__name__}"
+        )
     if isinstance(overrides, str):
         overrides = [overrides]
     return Config.from_dict(apply_overrides(d, overrides))
@@ -315,3 +377,19 @@ def load_config(path: str | Path | dict | None = None, overrides=()) -> Config:
 
 def save_config(cfg: Config, path: str | Path) -> None:
     Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def describe_keys(cfg: Config | None = None) -> str:
+    """Every key with the value cfg gives it (default: the defaults), its choices and its meaning, for --help."""
+    cfg = cfg or Config()
+    rows = []
+    for sec in dataclasses.fields(Config):
+        section = getattr(cfg, sec.name)
+        hints = typing.get_type_hints(type(section))
+        rows.append((f"  {sec.name}:", ""))
+        for f in dataclasses.fields(section):
+            choices = typing.get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is Literal else ()
+            doc = f"[{'|'.join(choices)}] " * bool(choices) + f.metadata["doc"]
+            rows.append((f"    {sec.name}.{f.name} = {getattr(section, f.name)!r}", doc))
+    width = max(len(left) for left, _ in rows)
+    return "\n".join(f"{left:<{width}}  {doc}".rstrip() for left, doc in rows)

@@ -1,36 +1,7 @@
-"""Draw (or print) a trained model's attention weights on a text: one head, or every head of a layer.
+"""`minitf attention`, run from a clone: the code is minitf/commands/attention.py (--help lists its options)."""
 
-python scripts/attention.py --text "The cat sat on the mat" --out attn.png          # all heads of layer 0
-python scripts/attention.py --run runs/shakespeare --text "Romeo. O" --layer -1 --head 2 --out attn.png
-python scripts/attention.py --text "The cat sat on the mat" --head 0 --print         # a table, no picture
-"""
-
-import argparse
-
-from minitf.checkpoint import load_run
-from minitf.cli import newest_run, run_main
-from minitf.inspection import format_weights, inspect
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", help="run directory (default: the newest under runs/)")
-    p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
-    p.add_argument("--text", required=True, help="the text to run through the model (at most block_size tokens)")
-    p.add_argument("--layer", type=int, default=0, help="layer to show, from 0; negative counts from the last")
-    p.add_argument("--head", type=int, help="head to show (default: a grid of every head of the layer)")
-    p.add_argument("--print", action="store_true", help="print the weights as a table (head 0 unless --head)")
-    p.add_argument("--out", help="PNG to write (default: attention.png, or none with --print)")
-    args = p.parse_args()
-    model, tok, _ = load_run(args.run or newest_run(), best=args.best)
-    ins = inspect(model, tok, args.text)
-    if args.print:
-        print(format_weights(ins, args.layer, 0 if args.head is None else args.head))
-    if args.out or not args.print:
-        from minitf.plotting import plot_attention
-
-        print(f"wrote {plot_attention(ins, args.out or 'attention.png', args.layer, args.head)}")
-
+from minitf.cli import run_main
+from minitf.commands.attention import main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,43 +1,7 @@
-"""Evaluate a trained run on any text: loss, perplexity and bits per byte, with the run's own tokenizer.
+"""`minitf evaluate`, run from a clone: the code is minitf/commands/evaluate.py (--help lists its options)."""
 
-    python scripts/evaluate.py --run runs/shakespeare                      # its own held-out split
-    python scripts/evaluate.py --run runs/shakespeare --data file:other.txt --best
-    python scripts/evaluate.py --run runs/novel --data hf:/data/parquet-shards --batch-size 32
-
-The text is tokenized once into the token cache (bounded memory, reused next time) and read back
-in batches, so a corpus bigger than memory is fine. Every token is predicted once, from the
-block_size tokens before it at most.
-"""
-
-import argparse
-import dataclasses
-
-from minitf.checkpoint import load_run
-from minitf.cli import newest_run, run_main
-from minitf.evaluate import evaluate_text
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--run", help="run directory (default: the newest under runs/)")
-    p.add_argument("--best", action="store_true", help="evaluate best.safetensors (lowest val loss)")
-    p.add_argument("--data", help="shakespeare, file:PATH or hf:DATASET (default: the run's own data.source)")
-    p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
-    p.add_argument("--device", default="cpu", help="auto, cpu, cuda or mps (default: cpu)")
-    args = p.parse_args()
-    run = args.run or newest_run()
-    model, tok, cfg = load_run(run, best=args.best, device=args.device)
-    data = dataclasses.replace(cfg.data, source=args.data or cfg.data.source)
-    result = evaluate_text(model, tok, data, batch_size=args.batch_size)
-    print(f"{run} ({'best' if args.best else 'latest'} weights) on {data.source}:")
-    names = {"val": "val (held out)" if args.data is None else "val split", "train": "train split", "all": "all"}
-    for name in ("val", "train", "all"):
-        r = result[name]
-        print(
-            f"  {names[name]:15} {r['tokens']:>12,} tokens  loss {r['loss']:.4f}  perplexity {r['perplexity']:.2f}"
-            f"  {r['bits_per_byte']:.3f} bits per byte"
-        )
-
+from minitf.cli import run_main
+from minitf.commands.evaluate import main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,59 +1,7 @@
-"""Train a transformer language model and write a run directory.
+"""`minitf train`, run from a clone: the code is minitf/commands/train.py (--help lists its options)."""
 
-python scripts/train.py                                   # default recipe, configs/shakespeare.yaml
-python scripts/train.py --config configs/tiny.yaml train.max_steps=200 model.n_layer=2
-python scripts/train.py --resume                          # continue runs/shakespeare from its config.yaml
-python scripts/train.py --resume run.out_dir=runs/x train.max_steps=4000   # continue runs/x, longer
-python scripts/train.py train.max_seconds=60              # a wall-clock budget (the LR still anneals)
-torchrun --nproc_per_node=2 scripts/train.py              # data parallel over 2 processes
-"""
-
-import argparse
-from pathlib import Path
-
-from minitf.cli import describe_keys, run_main
-from minitf.config import load_config
-
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-
-
-def main() -> None:
-    default = str(CONFIGS / "shakespeare.yaml")
-    p = argparse.ArgumentParser(
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="config keys (set with section.key=value) and the values a plain "
-        "run uses, from configs/shakespeare.yaml:\n" + describe_keys(load_config(default)),
-    )
-    p.add_argument(
-        "--config",
-        help="YAML recipe (default: configs/shakespeare.yaml; with --resume the run's own "
-        "config.yaml, and a --config given then applies on top)",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the run in run.out_dir from its last checkpoint and its own config.yaml; only "
-        "the budget, the eval/checkpoint/log cadence, train.logger, train.compile, "
-        "train.activation_checkpointing and run.device may change (README: Training)",
-    )
-    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
-    args = p.parse_args()
-    if args.resume:
-        from minitf.checkpoint import resume_config
-
-        cfg = resume_config(args.overrides, args.config, default)
-    else:
-        cfg = load_config(args.config or default, args.overrides)
-    # after parsing, so --help and config errors are instant
-    from minitf.plotting import plot_loss
-    from minitf.runtime import keep_freed_memory
-    from minitf.trainer import train
-
-    if cfg.train.parallel != "fsdp":  # fsdp frees and regathers shards all the time: its saving needs them returned
-        keep_freed_memory()  # a process-wide allocator setting: this process only trains
-    train(cfg, resume=args.resume, on_eval=plot_loss)
-
+from minitf.cli import run_main
+from minitf.commands.train import main
 
 if __name__ == "__main__":
     run_main(main)

@@ -115,7 +115,7 @@ def test_grad_accumulation_gives_the_full_batch_gradient_and_its_norm():
 
 def test_betas_reach_the_optimizer():
     model = _model_and_batch()[0]
-    opt = make_optimizer(model, TrainConfig(beta1=0.8, beta2=0.99), torch.device("cpu"))
+    opt = make_optimizer(model, TrainConfig(optimizer="adamw", beta1=0.8, beta2=0.99), torch.device("cpu"))
     assert {g["betas"] for g in opt.param_groups} == {(0.8, 0.99)}
 
 

@@ -1,5 +1,7 @@
 """Config: YAML + overrides, and one clear message naming the key for each mistake."""
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -60,10 +62,64 @@ def test_dataclasses_validate_directly():
         ModelConfig(vocab_size=10, n_head=-1)
     with pytest.raises(ConfigError, match="train.min_lr"):
         TrainConfig(lr=1e-4, min_lr=1e-3)
-    assert ModelConfig(vocab_size=10).head_dim == 64
+    assert ModelConfig(vocab_size=10).head_dim == 32  # the default 128 wide, 4 heads
 
 
-def test_shipped_configs_load():
-    for name in ("shakespeare", "tiny", "gpt2-small", "tinystories"):
-        cfg = load_config(ROOT / "configs" / f"{name}.yaml")
-        assert cfg.model.vocab_size is None  # always from the tokenizer
+RECIPES = sorted(ROOT.glob("configs/*.yaml"))
+
+
+def test_the_recipes_are_every_file_in_configs():
+    assert minitf.config.recipes() == sorted(p.stem for p in RECIPES) and len(RECIPES) >= 7
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_loads_by_path_and_by_name(path):
+    cfg = load_config(path)
+    assert cfg == load_config(path.stem) == load_config(f"{path.stem}.yaml")
+    assert cfg.run.name == path.stem and cfg.run.out_dir == f"runs/{path.stem}"
+    assert cfg.model.vocab_size is None  # always from the tokenizer
+    text = path.read_text()
+    assert text.startswith("# ") and len(text.splitlines()) <= 10  # says what it is for; only what differs
+
+
+def test_the_default_recipe_is_the_code_default():
+    assert load_config() == load_config("shakespeare") == load_config(ROOT / "configs" / "shakespeare.yaml")
+    assert load_config() == minitf.Config()
+    cfg = load_config()  # the values the README's first run promises
+    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.batch_size, cfg.model.n_embd) == ("muon", 4e-3, 8, 128)
+    assert cfg.train.max_seconds == 210 and cfg.train.min_lr == pytest.approx(4e-4)
+
+
+def test_recipes_state_only_what_differs():
+    v1 = load_config("shakespeare-v1")
+    changed = {
+        f"{s}.{k}" for s, body in v1.to_dict().items() for k, v in body.items() if load_config().to_dict()[s][k] != v
+    }
+    assert changed == {"run.name", "run.out_dir", "train.optimizer", "train.lr", "train.min_lr", "train.typical_steps"}
+    assert load_config(None, ["train.lr=1e-3"]).train.min_lr == pytest.approx(1e-4)  # the floor follows lr
+
+
+def test_unknown_recipe_lists_the_recipes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # names resolve without the clone's configs/ in the working directory
+    assert load_config("tiny").model.n_layer == 2
+    with pytest.raises(ConfigError) as e:
+        load_config("tinny")
+    msg = str(e.value)
+    assert "\n" not in msg and "'tinny'" in msg and ", ".join(minitf.config.recipes()) in msg
+    with pytest.raises(ConfigError, match="not found"):  # a path stays a path
+        load_config("configs/tinny.yaml")
+
+
+def test_every_key_has_a_meaning_and_choices_are_literals():
+    lines = minitf.config.describe_keys().splitlines()
+    for name, section in typing.get_type_hints(minitf.Config).items():
+        for f in dataclasses.fields(section):
+            doc = f.metadata.get("doc", "")
+            assert len(doc) > 10 and "\n" not in doc, f"{name}.{f.name} has no one-line meaning"
+            row = next(line for line in lines if line.strip().startswith(f"{name}.{f.name} = "))
+            assert row.endswith(doc)
+    norm = typing.get_type_hints(ModelConfig)["norm"]
+    assert typing.get_origin(norm) is typing.Literal and typing.get_args(norm) == ("layernorm", "rmsnorm")
+    assert "[layernorm|rmsnorm]" in minitf.config.describe_keys()
+    with pytest.raises(ConfigError, match=r"train.optimizer must be one of adamw\|muon, got 'sgd'"):
+        TrainConfig(optimizer="sgd")

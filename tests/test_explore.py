@@ -296,6 +296,7 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     pytest.importorskip("setuptools", reason="building the package here needs setuptools")
     src, target = tmp_path / "src", tmp_path / "site"  # a copy: the build leaves build/ and egg-info behind
     shutil.copytree(ROOT / "minitf", src / "minitf", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "configs", src / "configs")  # the recipes ship as minitf/configs
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     r = subprocess.run(

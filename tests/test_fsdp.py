@@ -26,7 +26,8 @@ from minitf.trainer import forward_backward
 from .helpers import ROOT, tiny_config
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
-TC = TrainConfig(grad_accum=2, grad_clip=0.5)  # a clip below the gradient's norm (~1.9): it acts
+# AdamW (fsdp shards refuse Muon); a clip below the gradient's norm (~1.9): it acts
+TC = TrainConfig(grad_accum=2, grad_clip=0.5, optimizer="adamw")
 QUIET = dict(log=lambda *a: None)
 
 

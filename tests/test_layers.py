@@ -1,7 +1,7 @@
 """The package's structure: a module imports only from its own layer or a lower one (docs/design.md, Layers).
 
-A sub-package (minitf/explore/) sits in one layer as a whole: its modules may import each other,
-and from minitf what its layer may."""
+A sub-package (minitf/explore/, minitf/commands/, minitf/benchmarks/) sits in one layer as a whole: its modules
+may import each other, and from minitf what its layer may."""
 
 import ast
 
@@ -19,6 +19,7 @@ LAYERS = [
     {"checkpoint", "optim", "metrics", "parallel"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf"},
     {"plotting", "cli", "explore"},
+    {"commands", "benchmarks", "__main__"},  # the command line: minitf <command>, minitf bench's measurements
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
@@ -77,3 +78,12 @@ def test_the_checker_reads_a_sub_package(tmp_path):
     )
     assert minitf_imports(mod, ("explore",)) == {"explore", "trainer", "cli"}
     assert layer_name(PKG / "explore" / "api.py") == "explore" and layer_name(PKG / "model.py") == "model"
+
+
+def test_the_checker_follows_relative_imports_up(tmp_path):
+    cmd = tmp_path / "train.py"
+    cmd.write_text("from . import bench\nfrom ..trainer import train\nfrom .. import plotting\nimport minitf.cli\n")
+    assert minitf_imports(cmd, ("commands",)) == {"commands", "trainer", "plotting", "cli"}
+    low = tmp_path / "config.py"
+    low.write_text("from .commands.train import main\n")
+    assert minitf_imports(low) == {"commands"}  # so config.py importing a command is caught

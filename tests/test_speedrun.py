@@ -1,4 +1,4 @@
-"""scripts/speedrun.py: recipes in turns at equal wall time, the time-to-reference rule, its JSON."""
+"""minitf speedrun (scripts/speedrun.py): recipes in turns at equal wall time, the time-to-reference rule, its JSON."""
 
 import json
 import subprocess
@@ -7,11 +7,9 @@ import sys
 import pytest
 
 import minitf
+from minitf.commands import speedrun
 
 from .helpers import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import speedrun  # noqa: E402
 
 
 def test_time_to_reach_interpolates_between_evaluations():

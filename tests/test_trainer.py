@@ -21,7 +21,7 @@ from .helpers import ROOT, tiny_config, train_with_snapshot
 
 def test_optimizer_groups_decay_only_linear_matrices():
     m = minitf.Transformer(minitf.ModelConfig(vocab_size=100, block_size=16, n_layer=2, n_head=2, n_embd=32))
-    opt = optim.make_optimizer(m, TrainConfig(weight_decay=0.1), torch.device("cpu"))
+    opt = optim.make_optimizer(m, TrainConfig(optimizer="adamw", weight_decay=0.1), torch.device("cpu"))
     decay, no_decay = opt.param_groups
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in m.named_parameters()}

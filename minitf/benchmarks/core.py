@@ -1,7 +1,7 @@
-"""Measurements the project holds itself to: scripts/bench.py prints them; tests never time.
+"""Measurements minitf holds itself to: `minitf bench` (scripts/bench.py) prints them; tests never time.
 
-It lives beside the scripts, not in the package, because it measures them (start-up of
-scripts/generate.py) and the repository's recipes; it uses only minitf's public functions.
+They measure the commands themselves (start-up of `minitf generate`) and the shipped recipes,
+through minitf's public functions.
 
 Each function returns plain numbers. Training throughput runs the trainer's own step
 (trainer.train_step) on random tokens, after warm-up, median of repeats.
@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-from benchmarks_data import data_prep_speed, tokenizer_speed  # beside this file
 
+from minitf.benchmarks.data import data_prep_speed, tokenizer_speed
 from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
@@ -181,11 +181,11 @@ def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, r
 
 
 def startup_to_first_token(run_dir: str | Path) -> dict:
-    """Seconds from launching scripts/generate.py to its first generated character on stdout."""
-    script = Path(__file__).resolve().parent / "generate.py"
+    """Seconds from launching `minitf generate` to its first generated character on stdout."""
     t0 = time.perf_counter()
     p = subprocess.Popen(
-        [sys.executable, str(script), "--run", str(run_dir), "--prompt", "", "--stream", "--max-new-tokens", "20"],
+        [sys.executable, "-m", "minitf", "generate", "--run", str(run_dir), "--prompt", ""]
+        + ["--stream", "--max-new-tokens", "20"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
     )
@@ -200,7 +200,7 @@ def explore_first_token(run_dir: str | Path, rounds: int = 5, new_tokens: int = 
     """Seconds from sending a generate request to the explorer's HTTP API to the arrival of its
     first sampled token (the prompt's tokens, sent before it, are not counted), with the run's own
     sampling settings: its prompt, and a prompt of block_size tokens (the longest the page takes).
-    The server runs in a thread of this process, as scripts/explore.py runs it; the first request
+    The server runs in a thread of this process, as `minitf explore` runs it; the first request
     warms up and is reported apart."""
     from minitf.explore import Explorer, ExploreServer
 

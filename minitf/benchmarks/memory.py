@@ -1,4 +1,4 @@
-"""Memory per process under train.parallel=ddp and fsdp: scripts/bench.py --only memory.
+"""Memory per process under train.parallel=ddp and fsdp: minitf bench --only memory.
 
 Each setting starts `procs` CPU processes (gloo), builds the model as train() does (seeded, the
 same on every rank; fsdp: parallel.shard, then the optimizer; ddp: the optimizer, then
@@ -20,7 +20,7 @@ measured under three glibc settings, chosen per process before the model is buil
   peak is of memory in use: the figure to compare;
 - "glibc": glibc as it starts: its mmap threshold rises to the largest block freed (up to 32 MB),
   so later blocks of that size come from heap arenas that fragment and are rarely trimmed;
-- "kept": keep_freed_memory(), which scripts/train.py calls: nothing is returned, ever.
+- "kept": keep_freed_memory(), which `minitf train` calls: nothing is returned, ever.
 
 The model is built whole on every rank before it is sharded, as train() does; that transient is
 below the training peak at these sizes.
@@ -81,7 +81,7 @@ def _worker(rank: int, procs: int, init_file: str, out: str, setting: tuple, sha
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**shape["model"]))
     model.checkpoint_blocks = ac
-    tc = TrainConfig(grad_accum=accum, parallel=parallel_kind)
+    tc = TrainConfig(grad_accum=accum, parallel=parallel_kind, optimizer="adamw")  # fsdp shards: AdamW
     if parallel_kind == "fsdp":
         parallel.shard(model, torch.device("cpu"), torch.float32)
     optimizer = make_optimizer(model, tc, torch.device("cpu"))

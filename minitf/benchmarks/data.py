@@ -1,6 +1,6 @@
 """Data preparation on a generated corpus of a chosen size: seconds, MB/s and peak memory.
 
-scripts/bench.py --only data --data-size MB [--data-files N] [--parquet] calls data_scaling(). The
+minitf bench --only data --data-size MB [--data-files N] [--parquet] calls data_scaling(). The
 corpus is written under a temporary directory (deleted afterwards) as one file, N text files or
 N parquet shards (read as hf:<dir>) of words drawn from a Zipf-distributed vocabulary of a
 million made-up words (1 % of letters non-ASCII), so BPE training and encoding see about as many
@@ -82,7 +82,8 @@ def data_scaling(
         for r in range(rounds):
             for num_proc in procs:  # the first run trains the tokenizer; the others reuse it
                 args = {"source": source, "vocab_size": vocab_size, "num_proc": num_proc, "cache": f"{tmp}/cache"}
-                p = subprocess.run([sys.executable, __file__, json.dumps(args)], capture_output=True, text=True)
+                child = [sys.executable, "-m", "minitf.benchmarks.data", json.dumps(args)]
+                p = subprocess.run(child, capture_output=True, text=True)
                 if p.returncode:
                     raise RuntimeError(f"the preparing child failed: {p.stderr[-2000:]}")
                 res = json.loads(p.stdout.strip().splitlines()[-1])

@@ -1,0 +1,1 @@
+"""The measurements behind `minitf bench` (scripts/bench.py): plain numbers; tests never time."""

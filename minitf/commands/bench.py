@@ -1,0 +1,93 @@
+"""Measure minitf: training throughput, generation with and without the KV cache, tokenizer and
+data preparation speed, start-up time, the explorer's first token, peak memory, and memory per process
+under ddp and fsdp. Prints a table; --json writes the numbers with a description of the machine.
+
+    minitf bench                                   # the default recipe on this machine
+    minitf bench --config configs/nanogpt-cpu.yaml --vocab 65 --only train
+    minitf bench --device cuda --config configs/gpt2-small.yaml --json gpu.json
+    minitf bench --run runs/shakespeare --only startup explore
+    minitf bench --only data --data-size 100 --data-files 200    # a generated 100 MB corpus
+    minitf bench --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
+    minitf bench --only memory                     # ~52M params, ddp vs fsdp, 2 CPU processes
+"""
+
+import argparse
+import json
+
+PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore", "memory")
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="shakespeare", help="a recipe's name or a YAML path (default: shakespeare)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
+    p.add_argument("--vocab", type=int, help="model vocabulary for the synthetic runs (default: data.vocab_size)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        default=[w for w in PARTS if w != "memory"],
+        metavar="PART",
+        help=f"any of {', '.join(PARTS)} (default: all but memory, which takes minutes)",
+    )
+    p.add_argument(
+        "--run", help="a trained run for the start-up and explorer measurements (default: the newest under runs/)"
+    )
+    p.add_argument("--new-tokens", type=int, default=500)
+    p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
+    p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")
+    p.add_argument(
+        "--data-size",
+        type=float,
+        metavar="MB",
+        help="with --only data: prepare a generated corpus of this size instead of data.source",
+    )
+    p.add_argument("--data-files", type=int, default=1, help="the generated corpus as this many files")
+    p.add_argument("--parquet", action="store_true", help="the generated corpus as parquet shards, read as hf:<dir>")
+    p.add_argument(
+        "--data-procs",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="data.num_proc values to time in turns (default: minitf's own choice)",
+    )
+    p.add_argument("--data-rounds", type=int, default=1, help="turns of --data-procs")
+    p.add_argument("--memory-procs", type=int, default=2, help="processes for the memory part (gloo, CPU)")
+    p.add_argument("--json", help="also write the results here")
+    p.add_argument(
+        "--system-malloc",
+        action="store_true",
+        help="leave glibc's allocator as it is (minitf train calls keep_freed_memory): compare both",
+    )
+    p.add_argument("overrides", nargs="*", metavar="section.key=value")
+    args = p.parse_args(argv)
+    # --only takes several words, so overrides written after it land there: move them back
+    args.overrides += [w for w in args.only if "=" in w]
+    args.only = [w for w in args.only if "=" not in w]
+    unknown = [w for w in args.only if w not in PARTS]
+    if unknown:
+        p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
+    from minitf.benchmarks.core import run_bench
+    from minitf.runtime import keep_freed_memory
+
+    if not args.system_malloc:
+        keep_freed_memory()  # as minitf train does
+    parts = [w for w in args.only if not (w == "data" and args.data_size) and w != "memory"]
+    results = run_bench(
+        args.config, args.overrides, args.device, args.vocab, parts, args.run, args.new_tokens, args.steps, args.rounds
+    )
+    results["keep_freed_memory"] = not args.system_malloc
+    if args.data_size:
+        from minitf.benchmarks.data import data_scaling, describe
+
+        results["data_scaling"] = data_scaling(
+            args.data_size, args.data_files, args.data_procs or [None], args.data_rounds, parquet=args.parquet
+        )
+        for r in results["data_scaling"]:
+            print(describe(r))
+    if "memory" in args.only:
+        from minitf.benchmarks.memory import memory_per_rank
+
+        results["memory_per_rank"] = memory_per_rank(args.memory_procs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)

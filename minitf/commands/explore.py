@@ -1,0 +1,24 @@
+"""A local web page to explore a trained run: type a prompt, watch the tokens stream (shaded by
+their probability, top-5 on hover), click any token to open its attention in every layer and head,
+and one head's steps from q·k to the weighted sum. Serves until Ctrl-C.
+
+    minitf explore                               # the newest run under runs/, http://127.0.0.1:8000/
+    minitf explore --run runs/shakespeare --best --port 8080
+    minitf explore --host 0.0.0.0                # reachable from other machines (a warning says so)
+"""
+
+import argparse
+
+from minitf.cli import newest_run
+from minitf.explore import serve
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="run directory (default: the newest under runs/)")
+    p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    a = p.parse_args(argv)
+    serve(a.run or newest_run(), best=a.best, host=a.host, port=a.port, device=a.device)

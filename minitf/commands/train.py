@@ -1,0 +1,52 @@
+"""Train a transformer language model and write a run directory.
+
+minitf train                                        # the default recipe (configs/shakespeare.yaml)
+minitf train --config tiny train.max_steps=200 model.n_layer=2    # a recipe by name, or a YAML path
+minitf train --resume                               # continue runs/shakespeare from its config.yaml
+minitf train --resume run.out_dir=runs/x train.max_steps=4000     # continue runs/x, longer
+minitf train train.max_seconds=60                   # a wall-clock budget (the LR still anneals)
+torchrun --nproc_per_node=2 scripts/train.py        # data parallel over 2 processes
+"""
+
+import argparse
+
+from minitf.config import describe_keys, load_config, recipes
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="config keys (set with section.key=value) and the values a plain "
+        "run uses, from configs/shakespeare.yaml (the defaults):\n" + describe_keys(load_config()),
+    )
+    p.add_argument(
+        "--config",
+        help=f"a recipe's name ({', '.join(recipes())}) or a YAML file's path (default: the defaults, "
+        "which are configs/shakespeare.yaml; with --resume the run's own config.yaml, and a --config given "
+        "then applies on top)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the run in run.out_dir from its last checkpoint and its own config.yaml; only "
+        "the budget, the eval/checkpoint/log cadence, train.logger, train.compile, "
+        "train.activation_checkpointing and run.device may change (README: Training)",
+    )
+    p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
+    args = p.parse_args(argv)
+    if args.resume:
+        from minitf.checkpoint import resume_config
+
+        cfg = resume_config(args.overrides, args.config)
+    else:
+        cfg = load_config(args.config, args.overrides)
+    # after parsing, so --help and config errors are instant
+    from minitf.plotting import plot_loss
+    from minitf.runtime import keep_freed_memory
+    from minitf.trainer import train
+
+    if cfg.train.parallel != "fsdp":  # fsdp frees and regathers shards all the time: its saving needs them returned
+        keep_freed_memory()  # a process-wide allocator setting: this process only trains
+    train(cfg, resume=args.resume, on_eval=plot_loss)
