@@ -1,0 +1,16 @@
+"""An OpenAI-compatible server for a trained run: `python scripts/serve.py`, then any OpenAI client.
+
+    from openai import OpenAI
+    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
+    client.completions.create(model="shakespeare", prompt="Romeo.\\n", max_tokens=50, seed=0)
+
+completions.py speaks the protocol over the loaded run (checking requests, sampling with minitf's
+own sampler, shaping responses and errors); server.py carries it over HTTP with a bounded number of
+threads; command.py is the command line.
+"""
+
+from .command import main
+from .completions import APIError, Completions
+from .server import CompletionServer, Limits
+
+__all__ = ["APIError", "CompletionServer", "Completions", "Limits", "main"]
