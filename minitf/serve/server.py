@@ -85,7 +85,7 @@ class CompletionServer:
 
     def serve_forever(self) -> None:
         self._workers = [
-            threading.Thread(target=self._work, name=f"minitf-serve-{i}", daemon=True)
+            threading.Thread(target=self._work, name=f"minitf-serve:{self.server_address[1]}/{i}", daemon=True)
             for i in range(self.limits.workers)
         ]
         for t in self._workers:
@@ -130,8 +130,12 @@ class CompletionServer:
                 for conn in [c for c, inc in incoming.items() if inc.deadline <= now]:
                     sel.unregister(conn)
                     inc = incoming.pop(conn)
+                    if inc.draining:
+                        conn.close()
+                        continue
                     self.log(f"{inc.addr}: no complete request within {self.limits.timeout:g} s; closed")
-                    reply_and_close(conn, APIError("request timed out: send the whole request at once", 408))
+                    reply(conn, APIError("request timed out: send the whole request at once", 408))
+                    conn.close()
         finally:
             for conn in incoming:
                 conn.close()
@@ -144,7 +148,8 @@ class CompletionServer:
             return
         conn.setblocking(False)
         if len(incoming) >= self.limits.connections:
-            return reply_and_close(conn, busy("too many open connections"))
+            reply(conn, busy("too many open connections"))
+            return conn.close()
         incoming[conn] = _Incoming(f"{addr[0]}:{addr[1]}", time.monotonic() + self.limits.timeout)
         sel.register(conn, selectors.EVENT_READ)
 
@@ -156,25 +161,33 @@ class CompletionServer:
             return
         except OSError:
             data = b""
-        if not data:  # the client left before its request was complete
+        if not data:  # the client left before its request was complete, or has sent all it had to
             sel.unregister(conn)
             del incoming[conn]
             conn.close()
+            return
+        if inc.draining:
             return
         inc.buf += data
         try:
             complete = inc.parse(self.limits, conn)
         except APIError as e:
-            sel.unregister(conn)
-            del incoming[conn]
-            return reply_and_close(conn, e)
+            # answered at once; then the rest of what the client sends is read and dropped (until it
+            # has sent all, or the deadline), so that it gets to read the answer: closing a socket
+            # with unread bytes resets the connection, and many clients read only after sending
+            reply(conn, e)
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_WR)
+            inc.draining, inc.buf = True, bytearray()
+            return
         if complete:
             sel.unregister(conn)
             del incoming[conn]
             try:
                 self._ready.put_nowait((conn, bytes(inc.buf[: inc.length]), inc.addr))
             except queue.Full:
-                reply_and_close(conn, busy("too many requests are waiting"))
+                reply(conn, busy("too many requests are waiting"))
+                conn.close()
 
     # ---- the workers
 
@@ -201,7 +214,7 @@ class _Incoming:
     deadline: float
     buf: bytearray = dataclasses.field(default_factory=bytearray)
     length: int | None = None  # the whole request's bytes, once its head has arrived
-    continued: bool = False
+    draining: bool = False  # answered already (an error); what still arrives is dropped
 
     def parse(self, limits: Limits, conn: socket.socket) -> bool:
         """True when the whole request has arrived; APIError for one that cannot be taken."""
@@ -228,17 +241,15 @@ class _Incoming:
         return len(self.buf) >= self.length
 
 
-def reply_and_close(conn: socket.socket, error: APIError) -> None:
+def reply(conn: socket.socket, error: APIError) -> None:
     """An error reply from the reading thread: a few hundred bytes, sent without blocking (the
-    socket's buffer takes them; if not, the client is not reading anyway), then closed."""
+    socket's buffer takes them; if not, the client is not reading anyway)."""
     body = json.dumps(error.body()).encode()
     phrase = HTTPStatus(error.status).phrase
     head = f"HTTP/1.0 {error.status} {phrase}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
     with contextlib.suppress(OSError):
         conn.setblocking(False)
         conn.send(head.encode() + b"Connection: close\r\n\r\n" + body)
-        conn.shutdown(socket.SHUT_RDWR)
-    conn.close()
 
 
 def busy(why: str) -> APIError:
