@@ -77,5 +77,4 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        server.stopping.set()
-        server.sock.close()
+        server.close()  # running completions end at their next token

@@ -93,6 +93,7 @@ class CompletionServer:
         try:
             self._read_requests()
         finally:
+            self.stopping.set()  # running completions end at their next token; waiting requests get 503
             for _ in self._workers:
                 self._ready.put(None)  # blocks only while the queue is full: workers are taking from it
             self._stopped.set()
@@ -194,6 +195,10 @@ class CompletionServer:
     def _work(self) -> None:
         while (job := self._ready.get()) is not None:
             conn, raw, addr = job
+            if self.stopping.is_set():
+                reply(conn, busy("shutting down"))
+                conn.close()
+                continue
             try:
                 conn.setblocking(True)
                 conn.settimeout(self.limits.timeout)  # a client that stops reading fails the write
@@ -362,11 +367,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self, respond) -> None:
         """Run respond(): an APIError becomes its status and OpenAI's error shape, another
         MinitfError a 400, a bug a 500 (the story in the server's console); one line each."""
-        if self.server.loopback and urlsplit(f"//{self.headers.get('Host', '')}").hostname not in (
-            "127.0.0.1",
-            "localhost",
-            "::1",
-        ):
+        try:
+            host = urlsplit(f"//{self.headers.get('Host', '')}").hostname
+        except ValueError:  # e.g. an unclosed [
+            return self._error(APIError("the Host header is not a host name or address", 400))
+        if self.server.loopback and host not in ("127.0.0.1", "localhost", "::1"):
             return self._error(APIError("this server answers requests for 127.0.0.1 or localhost only", 403))
         try:
             respond()
