@@ -87,6 +87,17 @@ def test_completion_equals_generate(client, loaded, tiny_run):
     assert r.usage.prompt_tokens == len(loaded[1].encode("ROMEO:\n"))
     assert r.usage.completion_tokens == tokens and r.usage.total_tokens == r.usage.prompt_tokens + tokens
     assert r.choices[0].finish_reason == ("length" if tokens == 20 else "stop")
+    echoed = client.completions.create(
+        model=tiny_run.name,
+        prompt="ROMEO:\n",
+        max_tokens=20,
+        temperature=0.9,
+        top_p=0.95,
+        seed=7,
+        echo=True,
+        extra_body={"top_k": 40},
+    )
+    assert echoed.choices[0].text == "ROMEO:\n" + text and echoed.usage == r.usage
 
     # two prompts x n=2: four choices, prompt by prompt, each prompt's pair as generate(num_samples=2) gives it
     prompts = ["JULIET:\n", ""]
