@@ -65,10 +65,10 @@ def _round(url: str, model: str, prompt: str, new_tokens: int, clients: int, see
     return {"first": [r["first_token_s"] for r in results], "tokens": tokens, "rate": tokens / wall}
 
 
-def serve_speed(run_dir: str | Path, new_tokens: int = 100, rounds: int = 3, clients=(1, 8)) -> dict:
+def serve_speed(run_dir: str | Path, new_tokens: int = 100, rounds: int = 3, clients=(1, 8), parallel: int = 4) -> dict:
     from minitf.serve import Completions, CompletionServer
 
-    api = Completions(run_dir, max_tokens=max(new_tokens, 1))
+    api = Completions(run_dir, max_tokens=max(new_tokens, 1), max_generations=parallel)
     server = CompletionServer(api, "127.0.0.1", 0, log=lambda msg: None)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -82,7 +82,7 @@ def serve_speed(run_dir: str | Path, new_tokens: int = 100, rounds: int = 3, cli
     finally:
         server.close()
         thread.join(10)
-    out = {"run": str(run_dir), "new_tokens": new_tokens, "parallel": api.slots._initial_value, "runs": []}
+    out = {"run": str(run_dir), "new_tokens": new_tokens, "parallel": parallel, "runs": []}
     for c, done in seen.items():
         firsts = [t for d in done for t in d["first"]]
         out["runs"].append(
