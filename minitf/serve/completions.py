@@ -11,6 +11,22 @@ Fields left out take the run's `sample.*` settings (config.yaml), as scripts/gen
 temperature, top_k, top_p, repetition_penalty, and max_tokens (sample.max_new_tokens). The seed
 is the exception: without one, each request draws a fresh random seed (the process-wide torch
 generator is never used), so two requests without a seed differ, as they do on OpenAI's API.
+
+What the fields mean here:
+- prompt: a string or a list of them (each completed n times; choice p*n+j is prompt p's j-th);
+  "" starts a new document (from <|endoftext|>). At most block_size tokens: a longer prompt is
+  refused (context_length_exceeded), since the model would not see its start. The completion
+  may be longer than block_size: the window slides as it does in minitf.generate.
+- max_tokens: 1 to the server's --max-tokens (default 1024). Extensions: top_k (0 or null: off)
+  and repetition_penalty, minitf's own.
+- logprobs: N (0..20): for every generated token, its logprob and the N likeliest of its step,
+  in the distribution it was drawn from (after repetition_penalty, temperature, top_k, top_p:
+  a token these drop has no entry; at temperature 0, the model's own softmax). <|endoftext|>
+  has no text and no entry.
+- usage.completion_tokens counts every token sampled, the <|endoftext|> or the token that
+  completed a stop string included; finish_reason is "stop" (either) or "length".
+- Refused with a clear 400: prompts as token ids, suffix, best_of > 1, frequency or presence
+  penalties, logit_bias, and echo together with logprobs.
 """
 
 from __future__ import annotations
@@ -185,8 +201,7 @@ class Completions:
                 p.encode("utf-8")
             except UnicodeEncodeError:
                 raise bad("prompt", "the prompt is not valid UTF-8 text (a lone surrogate)") from None
-            # a first cheap bound (a token is at least one character... of bytes), then the real count
-            if len(p) > 64 * self.block or len(self.tok.encode(p)) > self.block:
+            if len(self.tok.encode(p)) > self.block:  # the body's size bound keeps this encoding short
                 raise bad(
                     "prompt",
                     f"This model's maximum context length is {self.block} tokens (block_size), and your prompt is "
