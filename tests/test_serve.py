@@ -113,16 +113,20 @@ def test_completion_equals_generate(client, loaded, tiny_run):
 
 
 def test_stream_joins_to_the_same_text(client, tiny_run):
-    ask = dict(model=tiny_run.name, prompt="O love", n=2, max_tokens=25, seed=11, stop=["\n\n", "!"])
+    ask = dict(model=tiny_run.name, prompt="O love", n=2, max_tokens=25, seed=11, stop=["\n\n", "!"], logprobs=2)
     whole = client.completions.create(**ask)
-    texts, finish, usage = ["", ""], [None, None], None
+    texts, finish, usage, tokens, logprobs = ["", ""], [None, None], None, [[], []], [[], []]
     for chunk in client.completions.create(**ask, stream=True, stream_options={"include_usage": True}):
         assert chunk.id.startswith("cmpl-") and chunk.model == tiny_run.name
         for c in chunk.choices:
             texts[c.index] += c.text
             finish[c.index] = c.finish_reason or finish[c.index]
+            tokens[c.index] += c.logprobs.tokens
+            logprobs[c.index] += c.logprobs.token_logprobs
         usage = chunk.usage or usage
     assert texts == [c.text for c in whole.choices] and finish == [c.finish_reason for c in whole.choices]
+    assert tokens == [c.logprobs.tokens for c in whole.choices]
+    assert logprobs == [c.logprobs.token_logprobs for c in whole.choices]
     assert usage == whole.usage
 
 
