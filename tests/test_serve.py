@@ -397,3 +397,26 @@ def test_bench_serve_smoke(tmp_path, tiny_run):
         assert 0 < c["first_token_s"] <= c["first_token_max_s"] and c["tokens_per_s"] > 0
         assert len(c["tokens"]) == 1 and 0 < c["tokens"][0] <= c["clients"] * 6
     assert "8 clients at once: first token" in r.stdout
+
+
+def test_a_head_is_found_however_it_arrives():
+    """A request that arrives a byte at a time is complete exactly at its last byte (bare LF
+    line ends too), and a head past the bound is refused with 431."""
+    from minitf.serve.completions import APIError
+    from minitf.serve.server import _Incoming
+
+    for request in (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"GET /v1/models HTTP/1.1\nHost: x\n\n",
+    ):
+        inc = _Incoming("test", deadline=0)
+        done = []
+        for b in request:
+            inc.buf += bytes([b])
+            done.append(inc.parse(Limits(), conn=None))
+        assert done == [False] * (len(request) - 1) + [True] and inc.length == len(request)
+    inc = _Incoming("test", deadline=0)
+    inc.buf += b"GET / HTTP/1.1\r\nX: " + b"a" * 1000
+    with pytest.raises(APIError) as e:
+        inc.parse(Limits(max_head=512), conn=None)
+    assert e.value.status == 431

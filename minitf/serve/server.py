@@ -220,14 +220,18 @@ class _Incoming:
     buf: bytearray = dataclasses.field(default_factory=bytearray)
     length: int | None = None  # the whole request's bytes, once its head has arrived
     draining: bool = False  # answered already (an error); what still arrives is dropped
+    scanned: int = 0  # bytes of buf searched for the end of the head
 
     def parse(self, limits: Limits, conn: socket.socket) -> bool:
         """True when the whole request has arrived; APIError for one that cannot be taken."""
         if self.length is None:
-            end = HEAD_END.search(self.buf, 0, limits.max_head + 4)
+            # only the new bytes (and the 3 before them) are searched: a client that sends its head a
+            # byte at a time must not make the server scan it again each time
+            end = HEAD_END.search(self.buf, max(0, self.scanned - 3), limits.max_head + 4)
             if end is None:
                 if len(self.buf) > limits.max_head:
                     raise APIError(f"the request line and headers exceed {limits.max_head} bytes", 431)
+                self.scanned = len(self.buf)
                 return False
             lines = bytes(self.buf[: end.start()]).split(b"\n", 1)
             headers = parse_headers(io.BytesIO(lines[1] + b"\r\n\r\n" if len(lines) > 1 else b"\r\n"))
