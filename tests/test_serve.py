@@ -26,10 +26,10 @@ openai = pytest.importorskip("openai", reason="the OpenAI client is not installe
 
 
 @contextlib.contextmanager
-def serving(run, limits=None, **kw):
+def serving(run, limits=None, api_key=None, **kw):
     """A server over run on a free port of 127.0.0.1, in a thread; its log lines in .logs."""
     logs = []
-    server = CompletionServer(Completions(run, **kw), "127.0.0.1", 0, limits, log=logs.append)
+    server = CompletionServer(Completions(run, **kw), "127.0.0.1", 0, limits, log=logs.append, api_key=api_key)
     server.logs = logs
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -420,3 +420,13 @@ def test_a_head_is_found_however_it_arrives():
     with pytest.raises(APIError) as e:
         inc.parse(Limits(max_head=512), conn=None)
     assert e.value.status == 431
+
+
+def test_api_key(tiny_run):
+    with serving(tiny_run, api_key="s3cret") as server:
+        right = openai.OpenAI(base_url=server.url, api_key="s3cret", max_retries=0)
+        assert right.completions.create(model=tiny_run.name, prompt="O", max_tokens=2).usage.completion_tokens >= 1
+        wrong = openai.OpenAI(base_url=server.url, api_key="guess", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as e:
+            wrong.models.list()
+        assert e.value.status_code == 401 and e.value.code == "invalid_api_key"

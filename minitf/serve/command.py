@@ -21,6 +21,7 @@ or curl:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..cli import newest_run
@@ -36,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or mps (default: cpu)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("MINITF_API_KEY"),
+        help="answer only requests that carry this key (as OpenAI clients send theirs; default: "
+        "$MINITF_API_KEY, else none). On the command line, other users of this machine can read it",
+    )
     p.add_argument(
         "--max-tokens",
         type=int,
@@ -64,11 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     run = a.run or newest_run()
     api = Completions(run, best=a.best, device=a.device, max_tokens=a.max_tokens, max_generations=a.parallel)
     limits = Limits(workers=max(8, a.parallel + 4), timeout=a.timeout)
-    server = CompletionServer(api, a.host, a.port, limits)
-    if not server.loopback:
+    server = CompletionServer(api, a.host, a.port, limits, api_key=a.api_key)
+    if not server.loopback and not a.api_key:
         print(
             f"warning: serving on {a.host}: anyone who can reach this machine on port "
-            f"{server.server_address[1]} can use the model",
+            f"{server.server_address[1]} can use the model (--api-key asks for a key)",
             file=sys.stderr,
         )
     print(f"minitf serving {run} as model {api.name!r} at {server.url}  (Ctrl-C stops)", flush=True)

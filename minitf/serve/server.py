@@ -19,13 +19,15 @@ that closes its connection stops its completion: the next token's write fails, o
 sees the connection closed between tokens (a client that only shuts its sending side is taken
 as gone too). Binds 127.0.0.1 unless told otherwise, and then answers only requests whose Host
 names this machine (a guard against DNS rebinding); every POST must be JSON, which keeps a web
-page from posting to the server without asking first (CORS).
+page from posting to the server without asking first (CORS). With an api_key, every request must
+carry it (Authorization: Bearer KEY, as OpenAI clients send their key), or is answered 401.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hmac
 import io
 import ipaddress
 import json
@@ -63,8 +65,10 @@ class CompletionServer:
     """An HTTP server over one Completions; `url` is where it listens (port 0 picks a free port).
     serve_forever() runs it in the calling thread until close() (from another thread)."""
 
-    def __init__(self, api: Completions, host: str = "127.0.0.1", port: int = 8000, limits=None, log=None):
-        self.api, self.limits = api, limits or Limits()
+    def __init__(
+        self, api: Completions, host: str = "127.0.0.1", port: int = 8000, limits=None, log=None, api_key=None
+    ):
+        self.api, self.limits, self.api_key = api, limits or Limits(), api_key
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self.sock = listen(host, port)
         self.loopback = is_loopback(host)
@@ -377,6 +381,11 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(APIError("the Host header is not a host name or address", 400))
         if self.server.loopback and host not in ("127.0.0.1", "localhost", "::1"):
             return self._error(APIError("this server answers requests for 127.0.0.1 or localhost only", 403))
+        key = self.server.api_key
+        if key and not hmac.compare_digest(self.headers.get("Authorization", "").encode(), f"Bearer {key}".encode()):
+            return self._error(
+                APIError("Incorrect API key provided; pass the server's --api-key", 401, code="invalid_api_key")
+            )
         try:
             respond()
         except APIError as e:
