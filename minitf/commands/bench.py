@@ -1,6 +1,7 @@
 """Measure minitf: training throughput, generation with and without the KV cache, tokenizer and
 data preparation speed, start-up time, the explorer's first token, peak memory, and memory per process
-under ddp and fsdp. Prints a table; --json writes the numbers with a description of the machine.
+under ddp and fsdp, the OpenAI-compatible server's first token and tokens/s. Prints a table; --json
+writes the numbers with a description of the machine.
 
     minitf bench                                   # the default recipe on this machine
     minitf bench --config configs/nanogpt-cpu.yaml --vocab 65 --only train
@@ -9,12 +10,14 @@ under ddp and fsdp. Prints a table; --json writes the numbers with a description
     minitf bench --only data --data-size 100 --data-files 200    # a generated 100 MB corpus
     minitf bench --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
     minitf bench --only memory                     # ~52M params, ddp vs fsdp, 2 CPU processes
+    minitf bench --only serve --run runs/shakespeare --new-tokens 100   # 1 and 8 clients at once
 """
 
 import argparse
 import json
 
-PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore", "memory")
+PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore", "memory", "serve")
+SEPARATE = ("memory", "serve")  # run only when asked for: minutes, or a second server
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -25,9 +28,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument(
         "--only",
         nargs="+",
-        default=[w for w in PARTS if w != "memory"],
+        default=[w for w in PARTS if w not in SEPARATE],
         metavar="PART",
-        help=f"any of {', '.join(PARTS)} (default: all but memory, which takes minutes)",
+        help=f"any of {', '.join(PARTS)} (default: all but {' and '.join(SEPARATE)})",
     )
     p.add_argument(
         "--run", help="a trained run for the start-up and explorer measurements (default: the newest under runs/)"
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
     if not args.system_malloc:
         keep_freed_memory()  # as minitf train does
-    parts = [w for w in args.only if not (w == "data" and args.data_size) and w != "memory"]
+    parts = [w for w in args.only if not (w == "data" and args.data_size) and w not in SEPARATE]
     results = run_bench(
         args.config, args.overrides, args.device, args.vocab, parts, args.run, args.new_tokens, args.steps, args.rounds
     )
@@ -88,6 +91,13 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         from minitf.benchmarks.memory import memory_per_rank
 
         results["memory_per_rank"] = memory_per_rank(args.memory_procs)
+    if "serve" in args.only:
+        from minitf.benchmarks.serve import describe as describe_serve
+        from minitf.benchmarks.serve import serve_speed
+        from minitf.cli import newest_run
+
+        results["serve"] = serve_speed(args.run or newest_run(), args.new_tokens, args.rounds)
+        print("\n".join(describe_serve(results["serve"])))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

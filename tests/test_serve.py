@@ -1,0 +1,432 @@
+"""The OpenAI-compatible server, spoken to by the official `openai` client over 127.0.0.1: its
+completions are minitf.generate's, its logprobs the model's own, its errors the client's own
+exception types; slow clients and closed connections are handled (observed through the server's
+hooks and logs, never through timings)."""
+
+import contextlib
+import http.client
+import json
+import re
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+import minitf
+from minitf.checkpoint import load_run
+from minitf.generate import generate_tokens, sample_settings
+from minitf.serve import Completions, CompletionServer, Limits
+
+from .helpers import ROOT, default_sigint
+
+openai = pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
+
+
+@contextlib.contextmanager
+def serving(run, limits=None, api_key=None, **kw):
+    """A server over run on a free port of 127.0.0.1, in a thread; its log lines in .logs."""
+    logs = []
+    server = CompletionServer(Completions(run, **kw), "127.0.0.1", 0, limits, log=logs.append, api_key=api_key)
+    server.logs = logs
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.close()
+        thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_run):
+    with serving(tiny_run) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_run):
+    return load_run(tiny_run)
+
+
+def reference(loaded, prompt, **settings):
+    """minitf.generate's texts and token counts for the same request."""
+    model, tok, cfg = loaded
+    stop, n = settings.pop("stop", None), settings.pop("num_samples", 1)
+    info = {}
+    texts = minitf.generate(model, tok, prompt, cfg.sample, stop=stop, num_samples=n, info=info, **settings)
+    return ([texts] if n == 1 else texts), info["tokens"]
+
+
+def test_models_lists_the_run(client, tiny_run):
+    models = client.models.list().data
+    assert [m.id for m in models] == [tiny_run.name] and models[0].owned_by == "minitf"
+    assert client.models.retrieve(tiny_run.name).id == tiny_run.name
+
+
+def test_completion_equals_generate(client, loaded, tiny_run):
+    settings = dict(max_new_tokens=20, temperature=0.9, top_k=40, top_p=0.95, seed=7)
+    r = client.completions.create(
+        model=tiny_run.name,
+        prompt="ROMEO:\n",
+        max_tokens=20,
+        temperature=0.9,
+        top_p=0.95,
+        seed=7,
+        extra_body={"top_k": 40},
+    )
+    (text,), (tokens,) = reference(loaded, "ROMEO:\n", **settings)
+    assert r.choices[0].text == text and r.model == tiny_run.name and r.object == "text_completion"
+    assert r.usage.prompt_tokens == len(loaded[1].encode("ROMEO:\n"))
+    assert r.usage.completion_tokens == tokens and r.usage.total_tokens == r.usage.prompt_tokens + tokens
+    assert r.choices[0].finish_reason == ("length" if tokens == 20 else "stop")
+    echoed = client.completions.create(
+        model=tiny_run.name,
+        prompt="ROMEO:\n",
+        max_tokens=20,
+        temperature=0.9,
+        top_p=0.95,
+        seed=7,
+        echo=True,
+        extra_body={"top_k": 40},
+    )
+    assert echoed.choices[0].text == "ROMEO:\n" + text and echoed.usage == r.usage
+
+    # two prompts x n=2: four choices, prompt by prompt, each prompt's pair as generate(num_samples=2) gives it
+    prompts = ["JULIET:\n", ""]
+    r = client.completions.create(model=tiny_run.name, prompt=prompts, n=2, max_tokens=12, seed=3, temperature=1.0)
+    want, counts = [], 0
+    for p in prompts:
+        texts, tokens = reference(loaded, p, max_new_tokens=12, seed=3, temperature=1.0, num_samples=2)
+        want, counts = want + texts, counts + sum(tokens)
+    assert [c.index for c in r.choices] == [0, 1, 2, 3] and [c.text for c in r.choices] == want
+    assert r.choices[0].text != r.choices[1].text  # n=2 samples twice, not one text copied
+    assert r.usage.completion_tokens == counts
+    assert r.usage.prompt_tokens == len(loaded[1].encode("JULIET:\n")) + 1  # "" starts from <|endoftext|>
+
+
+def test_stream_joins_to_the_same_text(client, tiny_run):
+    ask = dict(model=tiny_run.name, prompt="O love", n=2, max_tokens=25, seed=11, stop=["\n\n", "!"], logprobs=2)
+    whole = client.completions.create(**ask)
+    texts, finish, usage, tokens, logprobs = ["", ""], [None, None], None, [[], []], [[], []]
+    for chunk in client.completions.create(**ask, stream=True, stream_options={"include_usage": True}):
+        assert chunk.id.startswith("cmpl-") and chunk.model == tiny_run.name
+        for c in chunk.choices:
+            texts[c.index] += c.text
+            finish[c.index] = c.finish_reason or finish[c.index]
+            tokens[c.index] += c.logprobs.tokens
+            logprobs[c.index] += c.logprobs.token_logprobs
+        usage = chunk.usage or usage
+    assert texts == [c.text for c in whole.choices] and finish == [c.finish_reason for c in whole.choices]
+    assert tokens == [c.logprobs.tokens for c in whole.choices]
+    assert logprobs == [c.logprobs.token_logprobs for c in whole.choices]
+    assert usage == whole.usage
+
+
+def test_stop_cuts_the_text(client, loaded, tiny_run):
+    ask = dict(model=tiny_run.name, prompt="NURSE:\n", max_tokens=40, seed=5, temperature=0.8)
+    full = client.completions.create(**ask).choices[0].text
+    assert len(full) > 12
+    stop = full[8:11]  # a string the text is known to contain
+    r = client.completions.create(**ask, stop=[stop, "never in this text \x00"])
+    assert r.choices[0].text == full[: full.index(stop)] and r.choices[0].finish_reason == "stop"
+    assert (
+        r.choices[0].text == reference(loaded, "NURSE:\n", max_new_tokens=40, seed=5, temperature=0.8, stop=stop)[0][0]
+    )
+
+
+def test_seed_reproducibility(client, tiny_run):
+    def text(seed):
+        return client.completions.create(model=tiny_run.name, prompt="O", max_tokens=15, seed=seed).choices[0].text
+
+    assert text(42) == text(42)
+    assert len({text(s) for s in range(4)}) > 1
+
+
+def test_logprobs_are_the_models(client, loaded, tiny_run):
+    """Each token's logprob is log_softmax of the model's logits under the sampler's settings
+    (temperature, then top_k), computed here from one plain forward pass over the whole text."""
+    model, tok, cfg = loaded
+    prompt, n, temperature, top_k = "ROMEO:\nO", 12, 0.7, 20
+    r = client.completions.create(
+        model=tiny_run.name,
+        prompt=prompt,
+        max_tokens=n,
+        seed=9,
+        temperature=temperature,
+        logprobs=3,
+        extra_body={"top_k": top_k},
+    )
+    lp = r.choices[0].logprobs
+    ids = tok.encode(prompt)
+    settings = sample_settings(cfg.sample, max_new_tokens=n, temperature=temperature, top_k=top_k, seed=9)
+    new = [int(t) for t in generate_tokens(model, ids, settings)]  # the sampler's own draws
+    assert tok.eot_id not in new  # every token has its logprob entry
+    assert len(ids) + n <= cfg.model.block_size  # one window: the plain forward pass sees what the sampler saw
+    with torch.no_grad():
+        logits = model(torch.tensor([ids + new]))[0][0, len(ids) - 1 : -1]  # (n, V): the logits of each new token
+    scaled = logits / temperature
+    kth = scaled.topk(top_k, dim=-1).values[:, -1:]  # (n, 1)
+    want = scaled.masked_fill(scaled < kth, float("-inf")).log_softmax(dim=-1)  # (n, V)
+    assert lp.tokens == [tok.decode([i]) for i in new]
+    assert lp.token_logprobs == pytest.approx([float(want[k, i]) for k, i in enumerate(new)], abs=1e-4)
+    for k, top in enumerate(lp.top_logprobs):
+        best = want[k].topk(3)
+        assert sorted(top.values(), reverse=True)[:3] == pytest.approx(best.values.tolist(), abs=1e-4)
+        assert {tok.decode([j]) for j in best.indices.tolist()} <= set(top)
+    if "".join(lp.tokens) == r.choices[0].text:  # every token whole characters: offsets are the running lengths
+        assert lp.text_offset == [len("".join(lp.tokens[:k])) for k in range(n)]
+
+
+def test_bad_requests_raise_the_clients_exceptions(client, tiny_run):
+    name = tiny_run.name
+    cases = [
+        (dict(max_tokens=0), "max_tokens", None),
+        (dict(temperature=5), "temperature", None),
+        (dict(n=100), "n", None),
+        (dict(stop=["a", "b", "c", "d", "e"]), "stop", None),
+        (dict(extra_body={"frequency": 1}), "frequency", None),
+        (dict(presence_penalty=0.5), "presence_penalty", None),
+        (dict(prompt="O love " * 40), "prompt", "context_length_exceeded"),
+        (dict(prompt=[1, 2, 3]), "prompt", None),
+        (dict(seed=-1), "seed", None),
+    ]
+    for extra, param, code in cases:
+        ask = {"model": name, "prompt": "O", **extra}
+        with pytest.raises(openai.BadRequestError) as e:
+            client.completions.create(**ask)
+        assert e.value.status_code == 400 and e.value.param == param and e.value.code == code, extra
+        assert e.value.type == "invalid_request_error" and "\n" not in e.value.message
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="gpt-4", prompt="O")
+    assert e.value.code == "model_not_found" and name in e.value.message
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model=name, messages=[{"role": "user", "content": "hi"}])
+    assert "not a chat model" in e.value.message and "v1/completions" in e.value.message
+    with pytest.raises(openai.APIStatusError) as e:
+        client.completions.create(model=name, prompt="O" * (2 << 20))  # a body past the server's 1 MiB
+    assert e.value.status_code == 413
+
+
+def raw(server, method, path, body=b"", headers=None):
+    """(status, JSON body) of one plain HTTP request."""
+    conn = http.client.HTTPConnection(*server.server_address, timeout=30)
+    conn.request(method, path, body, {"Content-Type": "application/json", **(headers or {})})
+    r = conn.getresponse()
+    out = r.status, json.loads(r.read())
+    conn.close()
+    return out
+
+
+def test_errors_have_openais_shape(server):
+    cases = [
+        ("GET", "/v1/nothing", b"", None, 404),
+        ("POST", "/v1/nothing", b"{}", None, 404),
+        ("GET", "/v1/completions", b"", None, 405),
+        ("DELETE", "/v1/models", b"", None, 405),
+        ("POST", "/v1/completions", b"{not json", None, 400),
+        ("POST", "/v1/completions", b"[1, 2]", None, 400),
+        ("POST", "/v1/completions", b'{"model": "x", "prompt": "O"}', {"Content-Type": "text/plain"}, 400),
+        ("POST", "/v1/completions", b"[" * 100000 + b"]" * 100000, None, 400),  # deep nesting
+        ("POST", "/v1/completions", b'{"model": "tiny", "max_tokens": 1e400}', None, 400),
+        ("GET", "/v1/models", b"", {"Host": "attacker.example"}, 403),  # DNS rebinding
+        ("GET", "/v1/models", b"", {"Host": "[::1"}, 400),
+    ]
+    for method, path, body, headers, status in cases:
+        got, payload = raw(server, method, path, body, headers)
+        assert got == status, (method, path, body[:30], payload)
+        assert set(payload) == {"error"} and set(payload["error"]) == {"message", "type", "param", "code"}
+        assert payload["error"]["message"] and "\n" not in payload["error"]["message"]
+    # a Content-Length past the bound is answered before the body is sent
+    with socket.create_connection(server.server_address, timeout=30) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 9999999\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.0 413 ")
+
+
+def test_slow_clients_neither_block_nor_stay(tiny_run):
+    """20 connections that send half a request each: a normal request is answered while they
+    are open (they hold no worker: the pool is 2 threads), and each is closed at its deadline."""
+    limits = Limits(workers=2, timeout=5.0)
+    with serving(tiny_run, limits) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        client.models.list()  # the client's own threads, if any, start here
+        threads, slow = threading.active_count(), []
+        for _ in range(20):
+            s = socket.create_connection(server.server_address, timeout=30)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le")
+            slow.append(s)
+        r = client.completions.create(model=tiny_run.name, prompt="O", max_tokens=3, seed=0)
+        assert r.choices[0].finish_reason in ("length", "stop")
+        mine = f"minitf-serve:{server.server_address[1]}/"
+        assert sum(t.name.startswith(mine) for t in threading.enumerate()) == limits.workers
+        assert threading.active_count() == threads  # 20 open connections, not one thread more
+        for s in slow:  # the server ends each with a 408 and closes it: read to end of file
+            got = b"".join(iter(lambda s=s: s.recv(4096), b""))
+            assert got.startswith(b"HTTP/1.0 408 "), got[:80]
+            s.close()
+        answered = next(i for i, line in enumerate(server.logs) if "POST /v1/completions" in line)
+        closed = [i for i, line in enumerate(server.logs) if "no complete request within 5 s" in line]
+        assert len(closed) == 20 and answered < min(closed)  # answered before any slow one was dropped
+
+
+def hold_at(step):
+    """on_token and on_finish hooks that hold each completion at its `step`-th token until
+    .go is set, and record how every completion ended in .finished."""
+    hooks = type("Hooks", (), {})()
+    hooks.reached, hooks.go, hooks.done, hooks.finished = threading.Event(), threading.Event(), threading.Event(), []
+
+    def on_token(cid, count):
+        if count == step:
+            hooks.reached.set()
+            assert hooks.go.wait(30)
+
+    def on_finish(summary):
+        hooks.finished.append(summary)
+        hooks.done.set()
+
+    hooks.on_token, hooks.on_finish = on_token, on_finish
+    return hooks
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_closed_connection_stops_its_completion(tiny_run, loaded, stream):
+    model, tok, cfg = loaded
+    n = 50
+    assert reference(loaded, "ROMEO:\n", max_new_tokens=n, temperature=0)[1] == [n]  # greedy runs all 50 tokens
+    hooks = hold_at(3)
+    with serving(tiny_run, on_token=hooks.on_token, on_finish=hooks.on_finish) as server:
+        body = json.dumps(
+            {"model": tiny_run.name, "prompt": "ROMEO:\n", "max_tokens": n, "temperature": 0, "stream": stream}
+        )
+        s = socket.create_connection(server.server_address, timeout=30)
+        s.sendall(
+            f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
+        )
+        if stream:
+            got = b""
+            while b"data: " not in got:
+                got += s.recv(4096)
+        assert hooks.reached.wait(30)
+        s.close()  # the client goes away mid-generation
+        hooks.go.set()
+        assert hooks.done.wait(30)
+    (summary,) = hooks.finished
+    assert summary["reason"] == "cancelled" and 3 <= summary["tokens"] < n
+
+
+def test_busy_server_answers_503(tiny_run):
+    hooks = hold_at(1)
+    with serving(tiny_run, max_generations=1, wait=0, on_token=hooks.on_token, on_finish=hooks.on_finish) as server:
+        client = openai.OpenAI(base_url=server.url, api_key="unused", max_retries=0)
+        first = threading.Thread(
+            target=lambda: client.completions.create(model=tiny_run.name, prompt="O", max_tokens=2, seed=0)
+        )
+        first.start()
+        assert hooks.reached.wait(30)  # the only slot is taken
+        with pytest.raises(openai.InternalServerError) as e:
+            client.completions.create(model=tiny_run.name, prompt="O", max_tokens=2)
+        assert e.value.status_code == 503 and e.value.code == "busy"
+        hooks.go.set()
+        first.join(30)
+    assert [f["reason"] for f in hooks.finished] == ["done"]
+
+
+def run_script(*args, **kw):
+    return subprocess.run(
+        [sys.executable, "scripts/serve.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, **kw
+    )
+
+
+def test_command_line_mistakes_are_one_line(tiny_run, tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        cases = [
+            (["--run", str(tmp_path / "nope")], "does not exist"),
+            (["--run", str(tiny_run), "--port", "99999"], "out of range"),
+            (["--run", str(tiny_run), "--port", str(port)], f"cannot serve on 127.0.0.1:{port}"),
+        ]
+        for args, words in cases:
+            r = run_script(*args)
+            assert r.returncode == 2 and r.stderr.startswith("error: ") and words in r.stderr, r.stderr
+            assert r.stderr.count("\n") == 1
+
+
+def test_command_serves_on_a_free_port(tiny_run):
+    p = subprocess.Popen(
+        [sys.executable, "scripts/serve.py", "--run", str(tiny_run), "--port", "0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
+    try:
+        line = p.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/v1", line).group(0)
+        client = openai.OpenAI(base_url=url, api_key="unused", max_retries=0)
+        assert client.completions.create(model=tiny_run.name, prompt="O", max_tokens=2).usage.completion_tokens >= 1
+        p.send_signal(2)  # Ctrl-C
+        assert p.wait(30) == 0
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_bench_serve_smoke(tmp_path, tiny_run):
+    out = tmp_path / "bench.json"
+    r = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--only", "serve", "--run", str(tiny_run), "--new-tokens", "6"]
+        + ["--rounds", "1", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads(out.read_text())["serve"]
+    assert [c["clients"] for c in res["runs"]] == [1, 8] and res["new_tokens"] == 6
+    for c in res["runs"]:
+        assert 0 < c["first_token_s"] <= c["first_token_max_s"] and c["tokens_per_s"] > 0
+        assert len(c["tokens"]) == 1 and 0 < c["tokens"][0] <= c["clients"] * 6
+    assert "8 clients at once: first token" in r.stdout
+
+
+def test_a_head_is_found_however_it_arrives():
+    """A request that arrives a byte at a time is complete exactly at its last byte (bare LF
+    line ends too), and a head past the bound is refused with 431."""
+    from minitf.serve.completions import APIError
+    from minitf.serve.server import _Incoming
+
+    for request in (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"GET /v1/models HTTP/1.1\nHost: x\n\n",
+    ):
+        inc = _Incoming("test", deadline=0)
+        done = []
+        for b in request:
+            inc.buf += bytes([b])
+            done.append(inc.parse(Limits(), conn=None))
+        assert done == [False] * (len(request) - 1) + [True] and inc.length == len(request)
+    inc = _Incoming("test", deadline=0)
+    inc.buf += b"GET / HTTP/1.1\r\nX: " + b"a" * 1000
+    with pytest.raises(APIError) as e:
+        inc.parse(Limits(max_head=512), conn=None)
+    assert e.value.status == 431
+
+
+def test_api_key(tiny_run):
+    with serving(tiny_run, api_key="s3cret") as server:
+        right = openai.OpenAI(base_url=server.url, api_key="s3cret", max_retries=0)
+        assert right.completions.create(model=tiny_run.name, prompt="O", max_tokens=2).usage.completion_tokens >= 1
+        wrong = openai.OpenAI(base_url=server.url, api_key="guess", max_retries=0)
+        with pytest.raises(openai.AuthenticationError) as e:
+            wrong.models.list()
+        assert e.value.status_code == 401 and e.value.code == "invalid_api_key"
