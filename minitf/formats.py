@@ -13,6 +13,9 @@ one table decides what leaves minitf and under which name. The facts behind each
   model.bias exports. minitf's rotary layout pairs dimension i with i + D/2 (HF's rotate_half);
   llama.cpp's llama graph pairs consecutive dimensions, which the GGUF writer handles by
   permuting the q and k rows (as llama.cpp's own converter does for HF checkpoints).
+- gptneox: rotary positions with GPT-2's LayerNorm and tanh GELU (configs/shakespeare-rope.yaml):
+  GPT-NeoX with rotary_pct=1 and use_parallel_residual=false (sequential sublayers, as minitf),
+  whose rotary pairing is rotate_half, minitf's own. Biases absent in minitf are written as zeros.
 - qwen3: llama plus a per-head RMS norm of q and k before the rotation (Qwen3's q_norm/k_norm,
   whose weights are written as ones: minitf's has none). Qwen3 has no MLP biases and llama.cpp's
   qwen3 graph no output-projection bias, so only model.bias=false exports. One difference is not
@@ -22,7 +25,7 @@ one table decides what leaves minitf and under which name. The facts behind each
   unit-scale rows.
 
 Not exportable anywhere: logit_softcap (Gemma 2 has it, but also norms after each sublayer that
-minitf lacks), relu2, GELU with rotary, RMSNorm with additive positions, exact (erf) GELU in
+minitf lacks), relu2, SwiGLU with LayerNorm, GELU with RMSNorm, RMSNorm with additive positions, exact (erf) GELU in
 GPT-2 form (llama.cpp's GPT-2 graph computes the tanh form). dropout and model.attention
 (sdpa/reference) do not change what a trained model computes, so they never block.
 """
@@ -32,8 +35,8 @@ from __future__ import annotations
 from .config import ModelConfig
 from .errors import MinitfError
 
-FORMATS = ("gpt2", "llama", "qwen3")
-FORMAT_NAMES = {"gpt2": "GPT-2", "llama": "Llama", "qwen3": "Qwen3"}
+FORMATS = ("gpt2", "llama", "qwen3", "gptneox")
+FORMAT_NAMES = {"gpt2": "GPT-2", "llama": "Llama", "qwen3": "Qwen3", "gptneox": "GPT-NeoX"}
 
 
 def _yaml(value) -> str:
@@ -63,6 +66,14 @@ _REQUIREMENTS: dict[str, dict[str, tuple[tuple, object]]] = {
         "qk_norm": ((False,), False),
         "logit_softcap": ((None,), None),
     },
+    "gptneox": {
+        "positions": (("rope",), "rope"),
+        "norm": (("layernorm",), "layernorm"),
+        "ffn": (("gelu",), "gelu"),
+        "gelu": (("tanh",), "tanh"),
+        "qk_norm": ((False,), False),
+        "logit_softcap": ((None,), None),
+    },
     "qwen3": {
         "positions": (("rope",), "rope"),
         "norm": (("rmsnorm",), "rmsnorm"),
@@ -83,23 +94,24 @@ def blocking_keys(cfg: ModelConfig, fmt: str) -> dict[str, tuple[object, object]
         for key, (accepted, suggest) in _REQUIREMENTS[fmt].items()
         if getattr(cfg, key) not in accepted
     }
-    if fmt == "gpt2" and n_kv_head(cfg) != cfg.n_head:  # GPT-2 has one key/value head per query head
+    if fmt in ("gpt2", "gptneox") and n_kv_head(cfg) != cfg.n_head:  # one key/value head per query head
         blocked["n_kv_head"] = (n_kv_head(cfg), cfg.n_head)
     return blocked
 
 
-def export_format(cfg: ModelConfig) -> str:
-    """ "gpt2", "llama" or "qwen3": the standard architecture that computes `cfg`'s model exactly.
+def export_format(cfg: ModelConfig, formats: tuple[str, ...] = FORMATS) -> str:
+    """The standard architecture among `formats` ("gpt2", "llama", "qwen3", "gptneox") that computes
+    `cfg`'s model exactly. An exporter that writes only some of them passes those.
 
     Raises MinitfError naming every setting that blocks the nearest format (the one that needs the
-    fewest changes) and the values that would make the model exportable.
+    fewest changes; all of them when several tie) and the values that would make the model exportable.
     """
-    blocked = {fmt: blocking_keys(cfg, fmt) for fmt in FORMATS}
-    for fmt in FORMATS:
+    blocked = {fmt: blocking_keys(cfg, fmt) for fmt in formats}
+    for fmt in formats:
         if not blocked[fmt]:
             return fmt
     fewest = min(len(b) for b in blocked.values())
-    nearest = [f for f in FORMATS if len(blocked[f]) == fewest]  # several when they tie
+    nearest = [f for f in formats if len(blocked[f]) == fewest]  # several when they tie
     have = {k: v[0] for f in nearest for k, v in blocked[f].items()}  # every key that blocks one of them
     want = " or ".join(
         " ".join(f"model.{k}={_yaml(v[1])}" for k, v in blocked[f].items()) + f" ({FORMAT_NAMES[f]})" for f in nearest
@@ -108,22 +120,24 @@ def export_format(cfg: ModelConfig) -> str:
     verb = "blocks" if len(have) == 1 else "block"
     raise MinitfError(
         f"no standard architecture computes this model exactly ({blocks} {verb} it); the nearest exportable "
-        f"setting is {want}; exportable: {describe_formats()}"
+        f"setting is {want}; exportable: {describe_formats(formats)}"
     )
 
 
-def describe_formats() -> str:
+def describe_formats(formats: tuple[str, ...] = FORMATS) -> str:
     """The option sets that export, in one line (for refusals and --help)."""
-    return (
-        "GPT-2 = positions=learned|sinusoidal norm=layernorm ffn=gelu gelu=tanh; "
-        "Llama = positions=rope norm=rmsnorm ffn=swiglu (bias either way); "
-        "Qwen3 = Llama with qk_norm=true bias=false; none with logit_softcap"
-    )
+    sets = {
+        "gpt2": "GPT-2 = positions=learned|sinusoidal norm=layernorm ffn=gelu gelu=tanh",
+        "llama": "Llama = positions=rope norm=rmsnorm ffn=swiglu (bias either way)",
+        "qwen3": "Qwen3 = Llama with qk_norm=true bias=false",
+        "gptneox": "GPT-NeoX = positions=rope norm=layernorm ffn=gelu gelu=tanh",
+    }
+    return "; ".join(sets[f] for f in formats) + "; none with logit_softcap"
 
 
-def format_or_none(cfg: ModelConfig) -> str | None:
+def format_or_none(cfg: ModelConfig, formats: tuple[str, ...] = FORMATS) -> str | None:
     """export_format, or None where no architecture computes the model (for start-up lines)."""
     try:
-        return export_format(cfg)
+        return export_format(cfg, formats)
     except MinitfError:
         return None

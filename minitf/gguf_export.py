@@ -2,7 +2,7 @@
 
     python scripts/export_gguf.py --run runs/shakespeare --out shakespeare.gguf [--dtype f32|f16|q8_0]
 
-The architecture comes from minitf.formats (gpt2, llama or qwen3); the file holds the
+The architecture comes from minitf.formats (gpt2, llama, qwen3 or gptneox); the file holds the
 hyperparameters llama.cpp reads for it, the weights under llama.cpp's tensor names, and the
 tokenizer (byte-level BPE: tokens, types, merges, <|endoftext|> as bos and eos), so nothing else
 has to travel with it. The writer is the `gguf` package (the `gguf` extra: pip install -e
@@ -13,7 +13,7 @@ Layout facts the file depends on (each checked by tests/test_gguf.py against lla
   embedding's (vocab, n_embd) are written as they are.
 - llama.cpp's llama graph rotates consecutive pairs (2i, 2i+1) where minitf rotates (i, i + D/2),
   so each head's q and k rows (and biases) are reordered to 0, D/2, 1, D/2+1, ...; q @ k^T is
-  unchanged because both sides move alike. Its qwen3 graph rotates halves, as minitf: no change.
+  unchanged because both sides move alike. Its qwen3 and gptneox graphs rotate halves, as minitf.
 - The padding rows minitf adds to the embedding (to a multiple of 64) are dropped: the file has
   exactly the tokenizer's vocabulary.
 """
@@ -144,7 +144,7 @@ def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
         out[b + "ffn_norm.weight"] = sd[p + "ln_2.weight"]
         out[b + "attn_output.weight"] = sd[p + "attn.c_proj.weight"]
         out[b + "ffn_down.weight"] = sd[p + "mlp.c_proj.weight"]
-        if fmt == "gpt2":
+        if fmt in ("gpt2", "gptneox"):
             out[b + "attn_norm.bias"] = bias(p + "ln_1", C)
             out[b + "attn_qkv.weight"] = qkv  # (3C, C): q, k, v rows in turn, as llama.cpp splits them
             out[b + "attn_qkv.bias"] = bias(p + "attn.c_attn", 3 * C)
@@ -174,9 +174,10 @@ def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
             out[b + "attn_q_norm.weight"] = torch.ones(D)
             out[b + "attn_k_norm.weight"] = torch.ones(D)
     out["output_norm.weight"] = sd["ln_f.weight"]
-    if fmt == "gpt2":
+    if fmt in ("gpt2", "gptneox"):
         out["output_norm.bias"] = bias("ln_f", C)
-    if not cfg.tie_embeddings:  # tied: llama.cpp reuses token_embd as the output matrix
+    # tied: llama.cpp reuses token_embd as the output matrix, except in gptneox, which needs its own
+    if not cfg.tie_embeddings or fmt == "gptneox":
         out["output.weight"] = sd["lm_head.weight"][:V]
     return out
 
@@ -203,7 +204,7 @@ def _norm_eps(model: Transformer) -> float:
 
 
 def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32") -> str:
-    """Write `path` (a .gguf file) for llama.cpp; returns the architecture written (gpt2, llama, qwen3)."""
+    """Write `path` (a .gguf file) for llama.cpp; returns the architecture written (gpt2, llama, qwen3, gptneox)."""
     cfg = model.config
     fmt = export_format(cfg)  # refuses, naming every blocking setting, before anything is written
     if dtype not in DTYPES:
@@ -215,7 +216,12 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
         )
     check_tokenizer(tokenizer)
     gguf = _gguf()
-    arch = {"gpt2": gguf.MODEL_ARCH.GPT2, "llama": gguf.MODEL_ARCH.LLAMA, "qwen3": gguf.MODEL_ARCH.QWEN3}[fmt]
+    arch = {
+        "gpt2": gguf.MODEL_ARCH.GPT2,
+        "llama": gguf.MODEL_ARCH.LLAMA,
+        "qwen3": gguf.MODEL_ARCH.QWEN3,
+        "gptneox": gguf.MODEL_ARCH.GPTNEOX,
+    }[fmt]
     tensors = _tensors(model, fmt)
     known = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[arch]}
     for name in tensors:  # checked against gguf's own table of what each architecture holds
@@ -241,10 +247,13 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
         writer.add_head_count(cfg.n_head)
         writer.add_head_count_kv(n_kv_head(cfg))
         writer.add_feed_forward_length(tensors["blk.0.ffn_up.weight"].shape[0])
-        if fmt == "gpt2":
+        if fmt in ("gpt2", "gptneox"):
             writer.add_layer_norm_eps(_norm_eps(model))
         else:
             writer.add_layer_norm_rms_eps(_norm_eps(model))
+        if fmt == "gptneox":
+            writer.add_parallel_residual(False)  # minitf's sublayers run one after the other
+        if cfg.positions == "rope":
             writer.add_rope_freq_base(cfg.rope_base)
             writer.add_rope_dimension_count(cfg.head_dim)
             writer.add_key_length(cfg.head_dim)

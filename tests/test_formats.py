@@ -47,12 +47,13 @@ def refusal(**options) -> str:
 
 
 def test_refusal_names_every_blocking_key_and_the_nearest_setting():
-    # rope with LayerNorm and GELU (configs/shakespeare-rope.yaml): one key from GPT-2, two from Llama
-    msg = refusal(positions="rope")
-    assert (
-        "(model.positions=rope blocks it)" in msg
-        and "nearest exportable setting is model.positions=learned (GPT-2)" in msg
-    )
+    # an exporter that writes only some formats asks among those: rope + LayerNorm + GELU is one
+    # key from GPT-2 and two from Llama
+    with pytest.raises(MinitfError) as e:
+        export_format(cfg(positions="rope"), formats=("gpt2", "llama", "qwen3"))
+    assert "(model.positions=rope blocks it)" in str(e.value)
+    assert "nearest exportable setting is model.positions=learned (GPT-2);" in str(e.value)
+    assert "GPT-NeoX" not in str(e.value)
     # several keys at once, all named, and all the changes the nearest format needs
     msg = refusal(positions="rope", norm="rmsnorm", ffn="relu2", logit_softcap=30.0)
     assert "(model.ffn=relu2, model.logit_softcap=30.0 block it)" in msg
@@ -86,7 +87,7 @@ def test_repository_recipes():
         m.vocab_size = 300
         found[path.stem] = format_or_none(m)
     assert found["shakespeare"] == "gpt2" and found["tinystories"] == "llama"
-    assert found["shakespeare-rope"] is None  # rope with LayerNorm and GELU: GPT-NeoX's shape, not written
+    assert found["shakespeare-rope"] == "gptneox"  # rope with LayerNorm and GELU
 
 
 def test_unknown_format_is_a_programming_error():

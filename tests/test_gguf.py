@@ -1,5 +1,5 @@
 """GGUF export, checked by llama.cpp itself (llama-cpp-python): the same tokens, logits and greedy
-text for each architecture the export writes (GPT-2, Llama, Qwen3), and f16/q8_0 files that load
+text for each architecture the export writes (GPT-2, Llama, Qwen3, GPT-NeoX), and f16/q8_0 files that load
 and agree on the next token. The command line's refusals run without llama.cpp.
 
 Each model is a small random minitf model saved as a run directory; its weights are moved well
@@ -62,6 +62,8 @@ ARCHS = {
         positions="rope", norm="rmsnorm", ffn="swiglu", bias=True, tie_embeddings=False, rope_base=500.0
     ),
     "qwen3": dict(positions="rope", norm="rmsnorm", ffn="swiglu", qk_norm=True, bias=False),
+    "gptneox": dict(positions="rope"),  # configs/shakespeare-rope.yaml's shape
+    "gptneox-nobias-untied": dict(positions="rope", bias=False, tie_embeddings=False, rope_base=500.0),
 }
 
 
@@ -154,7 +156,7 @@ def test_llama_cpp_computes_the_minitf_model(llama_cpp, tokenizer, tmp_path, nam
     assert ours == theirs and len(set(ours)) > 3  # not one token repeated
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3"])
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3", "gptneox"])
 def test_f16_and_q8_0_files_load_and_agree(llama_cpp, tokenizer, tmp_path, name):
     """Smaller files: f16 rounds each weight to 11 significant bits, q8_0 to 8 bits per block of 32;
     the logits move by a few hundredths at most here, and the most likely next token stays."""
@@ -202,8 +204,8 @@ def test_refusals(tokenizer, tmp_path):
     assert out.read_bytes()[:4] == b"GGUF"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
     # a model no architecture computes: every blocking key named, nothing written
-    odd = save_run(tmp_path / "odd", tokenizer, positions="rope", ffn="relu2")
-    with pytest.raises(MinitfError, match=r"\(model.positions=rope, model.ffn=relu2, model.norm=layernorm block it\)"):
+    odd = save_run(tmp_path / "odd", tokenizer, positions="rope", norm="rmsnorm", logit_softcap=30.0)
+    with pytest.raises(MinitfError, match=r"\(model.ffn=gelu, model.logit_softcap=30.0, model.norm=rmsnorm block it\)"):
         export(odd, tmp_path / "odd.gguf")
     assert not (tmp_path / "odd.gguf").exists()
     # a tokenizer llama.cpp would split differently is refused, not silently mis-tokenized
@@ -227,3 +229,21 @@ def test_script_prints_one_line_and_exits_2(tmp_path):
     )
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("error: run directory") and r.stderr.count("\n") == 1
+
+
+def test_bench_rows_run(llama_cpp, monkeypatch):
+    """bench.py --only generate's llama.cpp rows, at a tiny size (timings are printed, never asserted)."""
+    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
+    from benchmarks_llamacpp import llamacpp_decode
+
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=300, block_size=32, n_layer=1, n_head=2, n_embd=32)
+    lines = []
+    res = llamacpp_decode(cfg, torch.device("cpu"), 8, 2, log=lines.append, compile=False)
+    assert set(res["rows"]) == {"minitf eager", "llama.cpp f32", "llama.cpp q8_0"}
+    assert res["new_tokens"] == 8 and res["format"] == "gpt2"
+    assert all(len(r["rates"]) == 2 and r["tokens_per_s"] > 0 for r in res["rows"].values())
+    assert len(lines) == 3 and all("x minitf eager" in line for line in lines)
+    cfg.model.vocab_size = 97  # below the 256 bytes + <|endoftext|> a GGUF tokenizer holds
+    assert llamacpp_decode(cfg, torch.device("cpu"), 8, 1, log=lines.append) is None
+    assert "skipped" in lines[-1]
