@@ -132,7 +132,7 @@ def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
         # learned: the trained table; sinusoidal: the fixed one minitf adds, which is the same thing
         out["position_embd.weight"] = sd["wpe.wpe.weight"] if cfg.positions == "learned" else model.wpe.table.float()
 
-    def bias(prefix: str, size: int) -> torch.Tensor:  # GPT-2 requires biases: zero ones add nothing
+    def bias(prefix: str, size: int) -> torch.Tensor:  # GPT-2 and GPT-NeoX require biases: zeros add nothing
         return sd.get(f"{prefix}.bias", torch.zeros(size))
 
     for i in range(cfg.n_layer):
