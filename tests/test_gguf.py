@@ -188,10 +188,10 @@ def test_llama_cpp_computes_the_minitf_model(llama_cpp, tokenizer, tmp_path, nam
 
 @pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3", "gptneox"])
 def test_f16_and_q8_0_files_load_and_agree(llama_cpp, tokenizer, tmp_path, name):
-    """Smaller files. f16 rounds each weight to 11 significant bits: logits move by < 4e-3 here
+    """Smaller files. f16 rounds each weight to 11 significant bits: logits move by < 5e-3 here
     (logit std 0.8) and the most likely next token never changes. q8_0 keeps 8 bits per weight with
     one scale per block of 32, a relative error up to 1/254 of the block's largest weight: logits
-    move by < 0.09 here, and the top token changes only where the two best are that close (at most
+    move by < 0.12 here, and the top token changes only where the two best are that close (at most
     1 of the 9 prompt positions here; a trained model's margins are wider)."""
     run = save_run(tmp_path / "run", tokenizer, **ARCHS[name])
     model, tok, cfg = minitf.load_run(run)
@@ -233,6 +233,8 @@ def test_refusals(tokenizer, tmp_path):
     with pytest.raises(MinitfError, match="already exists; pass --force"):
         export(run, out)
     assert out.read_bytes() == b"keep me"
+    with pytest.raises(MinitfError, match="is a file, not a directory"):
+        export(run, out / "m.gguf")
     export(run, out, "--force")
     assert out.read_bytes()[:4] == b"GGUF"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
