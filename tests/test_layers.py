@@ -15,9 +15,9 @@ LAYERS = [
     {"errors", "config", "io", "runtime"},
     {"tokenizer", "shakespeare", "corpus", "build", "data"},
     {"positions", "attention", "cache", "sampling"},
-    {"model"},
+    {"model", "formats"},
     {"checkpoint", "optim", "metrics", "parallel"},
-    {"session", "trainer", "generate", "inspection", "evaluate", "hf"},
+    {"session", "trainer", "generate", "inspection", "evaluate", "hf", "gguf_export"},
     {"plotting", "cli", "explore", "serve"},
     {"commands", "benchmarks", "__main__"},  # the command line: minitf <command>, minitf bench's measurements
 ]

@@ -295,6 +295,9 @@ def run_bench(
                 f"generate  KV cache speed-up at batch {batch}{' (compiled)' if compile else ''}: "
                 f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{x:.1f}' for x in ratios)})"
             )
+        from .llamacpp import llamacpp_decode  # logs why when it cannot run
+
+        res["generate_llamacpp"] = llamacpp_decode(cfg, device, new_tokens, rounds, log)
     if "tokenizer" in parts:
         r = res["tokenizer"] = tokenizer_speed(cfg.data.vocab_size, log=log)
         log(

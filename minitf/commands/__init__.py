@@ -20,6 +20,7 @@ COMMANDS = {
     "attention": ("attention", "draw or print a run's attention weights on a text"),
     "plot": ("plot", "draw loss curves from runs' metrics"),
     "export": ("export", "write a run as a Hugging Face GPT-2 directory (needs the hf extra)"),
+    "export-gguf": ("export_gguf", "write a run as one GGUF file for llama.cpp and Ollama (needs the gguf extra)"),
     "serve": ("serve", "an OpenAI-compatible server for a trained run (/v1/completions)"),
     "bench": ("bench", "measure training, generation, data and memory speed on this machine"),
     "speedrun": ("speedrun", "compare recipes at equal wall time, in turns"),

@@ -1,0 +1,283 @@
+"""GGUF export, checked by llama.cpp itself (llama-cpp-python): the same tokens, logits and greedy
+text for each architecture the export writes (GPT-2, Llama, Qwen3, GPT-NeoX), and f16/q8_0 files that load
+and agree on the next token. The command line's refusals run without llama.cpp.
+
+Each model is a small random minitf model saved as a run directory; its weights are moved well
+off their initial values (norm weights off one, biases off zero, logits of unit scale) so a
+swapped, mis-permuted or dropped tensor shows in the logits.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import minitf
+from minitf import MinitfError
+from minitf.checkpoint import WEIGHTS, save_weights, write_run_files
+from minitf.config import Config, ModelConfig, SampleConfig
+from minitf.generate import generate_tokens
+from minitf.model import Transformer
+
+from .helpers import ROOT, make_play
+
+INSTALL = "pip install -e '.[gguf,llamacpp]'"
+
+# what the tokenizer sees: unicode, runs of spaces, newlines and tabs, emoji, digits, punctuation,
+# contractions (GPT-2's regex splits 's 't 're 've 'm 'll 'd, case-sensitively), the separator
+STRINGS = [
+    "ROMEO: O love, sweet night!",
+    "héllo wörld ✓  two  spaces",
+    "   leading spaces and trailing   ",
+    "line one\nline two\n\n\nthree blank\r\nwindows",
+    "\ttabbed\t\tcolumns\t",
+    "emoji 😀👍🏽 and a family 👨‍👩‍👧",
+    "digits 1234567890 and 3.14159, 1,000,000",
+    "punctuation!?;:...---(())[]{}<>@#$%^&*_+=~`|\\/\"'",
+    "it's they're we've I'm you'll he'd IT'S",
+    "日本語のテキストと中文文本",
+    "Ελληνικά и русский текст",
+    "mixed123abc 45.6e-7 x_y z-w",
+    " ",
+    "\n",
+    "a",
+    "JULIET:\n\tgentle <|endoftext|> fair",
+    "<|endoftext|>",
+    "ﬁne ligatures and combining é (e + U+0301)",
+    "Tschüß, Straße; naïve café; œuvre",
+    "O sorrow, O fair heaven; gentle death.\n\nNURSE:\nO name!",
+]
+# the tokenizer learns merges on the plays plus a little of every script above, so tokens span
+# multi-byte characters and spaces as they do in a real vocabulary
+EXTRA = "\n".join(STRINGS[:12]) * 20
+PROMPT = "ROMEO:\nO gentle night, sweet love"
+
+ARCHS = {
+    "gpt2": dict(),
+    "gpt2-sinusoidal-nobias-untied": dict(positions="sinusoidal", bias=False, tie_embeddings=False),
+    "llama": dict(positions="rope", norm="rmsnorm", ffn="swiglu", bias=False),
+    "llama-bias-untied": dict(
+        positions="rope", norm="rmsnorm", ffn="swiglu", bias=True, tie_embeddings=False, rope_base=500.0
+    ),
+    "qwen3": dict(positions="rope", norm="rmsnorm", ffn="swiglu", qk_norm=True, bias=False),
+    "gptneox": dict(positions="rope"),  # configs/shakespeare-rope.yaml's shape
+    "gptneox-nobias-untied": dict(positions="rope", bias=False, tie_embeddings=False, rope_base=500.0),
+}
+
+
+@pytest.fixture(scope="module")
+def llama_cpp():
+    pytest.importorskip("gguf", reason=f"the gguf package is not installed ({INSTALL})")
+    return pytest.importorskip("llama_cpp", reason=f"llama-cpp-python is not installed ({INSTALL})")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return minitf.Tokenizer.train([make_play(i) for i in range(4)] + [EXTRA], 400)
+
+
+def save_run(run_dir, tokenizer, seed: int = 1, **options):
+    """A run directory (config.yaml, tokenizer.json, model.safetensors) of a random model."""
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64, **options)
+    torch.manual_seed(seed)
+    model = Transformer(cfg.model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * (0.2 if p.dim() == 1 else 0.1))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_run_files(run_dir, cfg, tokenizer)
+    save_weights(model, run_dir / WEIGHTS, step=0, tokenizer_hash=tokenizer.hash)
+    return run_dir
+
+
+def export(run_dir, out, *args):
+    from minitf.gguf_export import main
+
+    main(["--run", str(run_dir), "--out", str(out), *args])
+    return out
+
+
+def load_llama(llama_cpp, path, n_ctx):
+    """llama.cpp with its KV cache in float32 (its default, float16, rounds every key and value to
+    11 significant bits: logits then move by ~1e-3, more than the f32 bound allows)."""
+    f32 = llama_cpp.GGML_TYPE_F32
+    return llama_cpp.Llama(
+        model_path=str(path), n_ctx=n_ctx, logits_all=True, verbose=False, n_threads=2, type_k=f32, type_v=f32
+    )
+
+
+def llama_logits(llm, ids) -> np.ndarray:
+    llm.reset()
+    llm.eval(ids)
+    return np.array(llm.scores[: len(ids)])  # (T, V)
+
+
+def minitf_logits(model, ids) -> np.ndarray:
+    with torch.no_grad():
+        return model(torch.tensor([ids]))[0][0].numpy()  # (T, V)
+
+
+def test_tokenization_equals_minitf(llama_cpp, tokenizer, tmp_path):
+    run = save_run(tmp_path / "run", tokenizer)
+    llm = load_llama(llama_cpp, export(run, tmp_path / "m.gguf"), 64)
+    assert llm.n_vocab() == tokenizer.vocab_size == 400
+    assert llm.token_eos() == llm.token_bos() == tokenizer.eot_id
+    merged = 0
+    for text in STRINGS:
+        ids = tokenizer.encode(text)
+        assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids, text
+        assert llm.detokenize(ids, special=True) == text.encode(), text
+        merged += len(ids) < len(text.encode())
+    assert merged >= 15  # the strings exercise merges, not only single bytes
+    assert tokenizer.encode("<|endoftext|>") == [tokenizer.eot_id]
+
+
+class Fp16TableGelu(torch.nn.Module):
+    """GELU as llama.cpp computes it on a CPU (ggml's GGML_GELU_FP16): the input rounded to float16,
+    looked up in a table of float16 tanh-GELU values; 0 below -10, x above 10."""
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(x.half().float(), approximate="tanh").half().float()
+        return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
+
+
+@pytest.mark.parametrize("name", list(ARCHS))
+def test_llama_cpp_computes_the_minitf_model(llama_cpp, tokenizer, tmp_path, name):
+    """f32: llama.cpp's logits equal minitf's at every prompt position, greedy text identical for 32 tokens.
+
+    Llama and Qwen3 agree within 1e-4 (measured 2e-6 and 3e-5; Qwen3's is the q/k norm's eps, see
+    minitf.formats). GPT-2 and GPT-NeoX agree within 1e-3 with a minitf whose GELU rounds as
+    llama.cpp's CPU GELU does (a float16 table), and within 3e-3 (measured 1.3e-3) with minitf's own
+    float32 GELU: the gap is that table, not the export.
+    """
+    from minitf.formats import export_format
+
+    run = save_run(tmp_path / "run", tokenizer, **ARCHS[name])
+    model, tok, cfg = minitf.load_run(run)
+    fmt = export_format(cfg.model)
+    assert fmt == name.split("-")[0]
+    llm = load_llama(llama_cpp, export(run, tmp_path / "m.gguf"), cfg.model.block_size)
+    ids = tok.encode(PROMPT)
+    ours, theirs = minitf_logits(model, ids), llama_logits(llm, ids)
+    assert ours.shape == theirs.shape == (len(ids), 400)
+    assert ours.std() > 0.5  # logits of real scale, so the bounds are tight
+    if fmt in ("llama", "qwen3"):
+        assert np.abs(ours - theirs).max() < 1e-4
+    else:
+        assert np.abs(ours - theirs).max() < 3e-3
+        exact_gelu = [b.mlp.act for b in model.blocks]
+        for b in model.blocks:
+            b.mlp.act = Fp16TableGelu()
+        assert np.abs(minitf_logits(model, ids) - theirs).max() < 1e-3
+        for b, act in zip(model.blocks, exact_gelu):
+            b.mlp.act = act
+
+    greedy = SampleConfig(max_new_tokens=32, temperature=0.0, top_k=None)
+    ours = [int(t[0]) for t in generate_tokens(model, ids, greedy)]
+    llm.reset()
+    theirs = []
+    for t in llm.generate(ids, temp=0.0):
+        theirs.append(t)
+        if len(theirs) == 32:
+            break
+    assert ours == theirs and len(set(ours)) >= 5  # not one token repeated
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen3", "gptneox"])
+def test_f16_and_q8_0_files_load_and_agree(llama_cpp, tokenizer, tmp_path, name):
+    """Smaller files. f16 rounds each weight to 11 significant bits: logits move by < 5e-3 here
+    (logit std 0.8) and the most likely next token never changes. q8_0 keeps 8 bits per weight with
+    one scale per block of 32, a relative error up to 1/254 of the block's largest weight: logits
+    move by < 0.12 here, and the top token changes only where the two best are that close (at most
+    1 of the 9 prompt positions here; a trained model's margins are wider)."""
+    run = save_run(tmp_path / "run", tokenizer, **ARCHS[name])
+    model, tok, cfg = minitf.load_run(run)
+    ids = tok.encode(PROMPT)
+    ours = minitf_logits(model, ids)
+    sizes = {}
+    for dtype, tol, top1 in (("f16", 1e-2, 1.0), ("q8_0", 0.2, 0.75)):
+        path = export(run, tmp_path / f"m-{dtype}.gguf", "--dtype", dtype)
+        sizes[dtype] = path.stat().st_size
+        llm = load_llama(llama_cpp, path, cfg.model.block_size)
+        theirs = llama_logits(llm, ids)
+        assert np.abs(ours - theirs).max() < tol, dtype
+        assert (ours.argmax(-1) == theirs.argmax(-1)).mean() >= top1, dtype
+        llm.reset()
+        out = []
+        for t in llm.generate(ids, temp=0.0):
+            out.append(t)
+            if len(out) == 8:
+                break
+        assert len(out) == 8
+    f32 = export(run, tmp_path / "m-f32.gguf").stat().st_size
+    assert sizes["q8_0"] < sizes["f16"] < f32
+
+
+# --- the command line: one-line refusals, files never half written or lost ----------------------
+
+
+def test_refusals(tokenizer, tmp_path):
+    pytest.importorskip("gguf", reason=f"the gguf package is not installed ({INSTALL})")
+    from minitf.gguf_export import check_tokenizer
+
+    run = save_run(tmp_path / "run", tokenizer)
+    with pytest.raises(MinitfError, match="does not exist"):
+        export(tmp_path / "nope", tmp_path / "x.gguf")
+    with pytest.raises(MinitfError, match="is a directory; name the file to write"):
+        export(run, tmp_path)
+    out = tmp_path / "m.gguf"
+    out.write_bytes(b"keep me")
+    with pytest.raises(MinitfError, match="already exists; pass --force"):
+        export(run, out)
+    assert out.read_bytes() == b"keep me"
+    with pytest.raises(MinitfError, match="is a file, not a directory"):
+        export(run, out / "m.gguf")
+    export(run, out, "--force")
+    assert out.read_bytes()[:4] == b"GGUF"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+    # a model no architecture computes: every blocking key named, nothing written
+    odd = save_run(tmp_path / "odd", tokenizer, positions="rope", norm="rmsnorm", logit_softcap=30.0)
+    with pytest.raises(MinitfError, match=r"\(model.ffn=gelu, model.logit_softcap=30.0, model.norm=rmsnorm block it\)"):
+        export(odd, tmp_path / "odd.gguf")
+    assert not (tmp_path / "odd.gguf").exists()
+    # a tokenizer llama.cpp would split differently is refused, not silently mis-tokenized
+    from tokenizers import pre_tokenizers
+
+    tokenizer.backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    try:
+        with pytest.raises(MinitfError, match="cannot be exported to GGUF"):
+            check_tokenizer(tokenizer)
+    finally:
+        tokenizer.backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    check_tokenizer(tokenizer)
+
+
+def test_script_prints_one_line_and_exits_2(tmp_path):
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "export_gguf.py"), "--run", str(tmp_path / "nope"), "--out", "x.gguf"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: run directory") and r.stderr.count("\n") == 1
+
+
+def test_bench_rows_run(llama_cpp, monkeypatch):
+    """bench.py --only generate's llama.cpp rows, at a tiny size (timings are printed, never asserted)."""
+    from minitf.benchmarks.llamacpp import llamacpp_decode
+
+    cfg = Config()
+    cfg.model = ModelConfig(vocab_size=300, block_size=32, n_layer=1, n_head=2, n_embd=32)
+    lines = []
+    res = llamacpp_decode(cfg, torch.device("cpu"), 8, 2, log=lines.append, compile=False)
+    assert set(res["rows"]) == {"minitf eager", "llama.cpp f32", "llama.cpp q8_0"}
+    assert res["new_tokens"] == 8 and res["format"] == "gpt2"
+    assert all(len(r["rates"]) == 2 and r["tokens_per_s"] > 0 for r in res["rows"].values())
+    assert len(lines) == 3 and all("x minitf eager" in line for line in lines)
+    cfg.model.vocab_size = 97  # below the 256 bytes + <|endoftext|> a GGUF tokenizer holds
+    assert llamacpp_decode(cfg, torch.device("cpu"), 8, 1, log=lines.append) is None
+    assert "skipped" in lines[-1]
