@@ -223,7 +223,7 @@ class _TrainTexts:
 def _num_proc(asked: int | None, nbytes: int | None) -> int:
     """Worker processes for tokenizing: as asked, else one per core but no more than there are
     tasks. Processes also spread the Python work around each encode over the cores, where the
-    tokenizer's own threads share one interpreter (the README has the measured comparison)."""
+    tokenizer's own threads share one interpreter (docs/performance.md has the measured comparison)."""
     if asked:
         return asked
     tasks = math.ceil(nbytes / TASK_CHARS) if nbytes is not None else 1 << 30

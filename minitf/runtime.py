@@ -61,7 +61,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """A train.dtype name as a torch dtype. "auto" is bfloat16 where the hardware multiplies it
     natively (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX, where the default recipe
-    trains ~1.7x faster at the same quality per step, README Performance) and float32 elsewhere."""
+    trains ~1.7x faster at the same quality per step, docs/performance.md) and float32 elsewhere."""
     if name == "auto":
         native = (
             torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type == "cpu" and cpu_has_native_bf16()
@@ -127,7 +127,7 @@ def keep_freed_memory() -> None:
     glibc serves blocks of 32 MB and more (the default recipe's logits, 8 x 256 x 4096 floats, and
     their gradients) from fresh mmap pages and unmaps them when freed, so every training step
     faults in and zero-fills those pages again. Without mmap and trimming the pages stay with the
-    process for the next step; peak memory is unchanged (the README's Performance section has the
+    process for the next step; peak memory is unchanged (docs/performance.md has the
     measured effect). Process-wide and permanent, so the library never calls it on its own:
     scripts/train.py does, and so can a program that trains. No-op where the C library has no
     mallopt (macOS).

@@ -32,7 +32,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         action="store_true",
         help="continue the run in run.out_dir from its last checkpoint and its own config.yaml; only "
         "the budget, the eval/checkpoint/log cadence, train.logger, train.compile, "
-        "train.activation_checkpointing and run.device may change (README: Training)",
+        "train.activation_checkpointing, train.max_bad_steps, where it runs (run.device, run.out_dir, "
+        "run.name), data.num_proc and sample.* may change (docs/training.md, Resume)",
     )
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
     args = p.parse_args(argv)
