@@ -75,3 +75,24 @@ def train_with_snapshot(cfg, snapshot: Path, at_step: int, monkeypatch) -> Path:
         return minitf.train(cfg, log=lambda *a: None)
     finally:
         monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+
+
+def join_gloo(rank: int, world: int, init_file: str) -> None:
+    """A spawned test worker joins its gloo process group. A peer that never arrives fails the test
+    within two minutes instead of gloo's default half hour."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
+    )
+
+
+def leave_gloo() -> None:
+    """Every rank waits for the others before the group is destroyed: a rank that destroyed it while
+    its peer was still working (rank 0 saving the results) left that peer hanging on a loaded machine."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()

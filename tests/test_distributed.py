@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import minitf
@@ -17,7 +16,7 @@ from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 
-from .helpers import ROOT
+from .helpers import ROOT, join_gloo, leave_gloo
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
@@ -42,7 +41,7 @@ def _grads(model, micro_batches, distributed):
 
 
 def _ddp_worker(rank, world, init_file, x, y, out):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    join_gloo(rank, world, init_file)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(minitf.Transformer(CFG))
     mine = slice(rank * 4, (rank + 1) * 4)  # 4 of the 8 sequences per rank, as 2 micro-batches of 2
@@ -50,7 +49,7 @@ def _ddp_worker(rank, world, init_file, x, y, out):
     grads = _grads(model, [(xs[:2], ys[:2]), (xs[2:], ys[2:])], distributed=True)
     if rank == 0:
         torch.save(grads, out)
-    dist.destroy_process_group()
+    leave_gloo()
 
 
 def test_ddp_with_grad_accum_gives_the_full_batch_gradient(tmp_path):

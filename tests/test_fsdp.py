@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
@@ -23,7 +22,7 @@ from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 
-from .helpers import ROOT, tiny_config
+from .helpers import ROOT, join_gloo, leave_gloo, tiny_config
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 # AdamW (fsdp shards refuse Muon); a clip below the gradient's norm (~1.9): it acts
@@ -58,7 +57,7 @@ def _fsdp_worker(rank, world, init_file, run_dir):
     """One step of minitf's own forward_backward (2 micro-batches of 2 of this rank's 4 sequences,
     clipped) and AdamW, sharded over 2 ranks, without and with activation checkpointing; then the
     sharded checkpoint of the second."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    join_gloo(rank, world, init_file)
     x, y = _batch()
     mine = slice(rank * 4, (rank + 1) * 4)
     results = {}
@@ -83,12 +82,12 @@ def _fsdp_worker(rank, world, init_file, run_dir):
     exp_avg = _exp_avg(model, optimizer)  # gathered: every rank takes part
     if rank == 0:
         torch.save({"results": results, "exp_avg": exp_avg}, Path(run_dir) / "fsdp.pt")
-    dist.destroy_process_group()
+    leave_gloo()
 
 
 def _reload_worker(rank, world, init_file, run_dir):
     """The 2-rank checkpoint loaded on 3 ranks (uneven shards: 64 rows, 32 columns), written out whole."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    join_gloo(rank, world, init_file)
     model = _model(shard=True)
     optimizer = make_optimizer(model, TC, torch.device("cpu"))
     parallel.load_sharded(Path(run_dir), model, optimizer, print, rank == 0)
@@ -96,7 +95,7 @@ def _reload_worker(rank, world, init_file, run_dir):
     parallel.save_weights(model, Path(run_dir) / "reloaded.safetensors", 1, "t", rank == 0)
     if rank == 0:
         torch.save(exp_avg, Path(run_dir) / "reloaded-exp-avg.pt")
-    dist.destroy_process_group()
+    leave_gloo()
 
 
 def test_a_sharded_step_equals_one_process_on_the_whole_batch_and_reshards(tmp_path):

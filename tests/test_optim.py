@@ -5,7 +5,6 @@ import contextlib
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
@@ -15,7 +14,7 @@ from minitf.config import TrainConfig
 from minitf.metrics import METRICS, read_rows
 from minitf.trainer import forward_backward
 
-from .helpers import tiny_config, train_with_snapshot
+from .helpers import join_gloo, leave_gloo, tiny_config, train_with_snapshot
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 MUON = dict(optimizer="muon", lr=2e-3, muon_lr=0.05, weight_decay=0.0)
@@ -108,7 +107,7 @@ def _float32_newton_schulz(opt):
 
 
 def _muon_ddp_worker(rank, world, init_file, x, out):
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    join_gloo(rank, world, init_file)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(minitf.Transformer(CFG))
     tc = TrainConfig(**MUON, grad_accum=2, grad_clip=0.0)
@@ -127,7 +126,7 @@ def _muon_ddp_worker(rank, world, init_file, x, out):
     )
     opt.step()
     torch.save(model.module.state_dict(), f"{out}.{rank}")
-    dist.destroy_process_group()
+    leave_gloo()
 
 
 def test_muon_under_ddp_keeps_ranks_identical_and_matches_one_process(tmp_path):

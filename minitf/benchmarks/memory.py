@@ -107,6 +107,7 @@ def _worker(rank: int, procs: int, init_file: str, out: str, setting: tuple, sha
     Path(out, f"rank{rank}.json").write_text(
         json.dumps({"rank": rank, "held_bytes": held, "peak_rss": peak, "rss_before_model": before})
     )
+    dist.barrier()  # a rank that destroyed the group while a peer still wrote its numbers could leave it hanging
     dist.destroy_process_group()
 
 
