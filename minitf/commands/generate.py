@@ -1,4 +1,4 @@
-"""Sample text from a trained run (the newest under runs/ unless --run is given).
+r"""Sample text from a trained run (the newest under runs/ unless --run is given).
 
 minitf generate
 minitf generate --run runs/shakespeare --prompt $'Juliet.\n' --max-new-tokens 200 --stream

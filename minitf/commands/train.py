@@ -31,9 +31,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         "--resume",
         action="store_true",
         help="continue the run in run.out_dir from its last checkpoint and its own config.yaml; only "
-        "the budget, the eval/checkpoint/log cadence, train.logger, train.compile, "
-        "train.activation_checkpointing, train.max_bad_steps, where it runs (run.device, run.out_dir, "
-        "run.name), data.num_proc and sample.* may change (docs/training.md, Resume)",
+        "the budget (train.max_steps, train.max_seconds, train.typical_steps), the eval/checkpoint/log "
+        "cadence, train.logger, train.compile, train.activation_checkpointing, train.max_bad_steps, where "
+        "it runs (run.device, run.out_dir, run.name), run.init_from, data.num_proc and sample.* may change "
+        "(docs/training.md, Resume)",
     )
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
     args = p.parse_args(argv)
