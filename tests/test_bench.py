@@ -69,8 +69,7 @@ def test_bench_smoke(tmp_path, tiny_run):
 
 
 def test_the_train_benchmark_times_the_trainers_own_step(monkeypatch):
-    monkeypatch.syspath_prepend(str(ROOT / "scripts"))
-    import benchmarks
+    from minitf.benchmarks import core as benchmarks
 
     assert benchmarks.train_step is minitf.trainer.train_step  # the trainer's function, not a copy
     runs = []

@@ -94,7 +94,7 @@ def save_run(run_dir, tokenizer, seed: int = 1, **options):
 
 
 def export(run_dir, out, *args):
-    from minitf.gguf_export import main
+    from minitf.commands.export_gguf import main
 
     main(["--run", str(run_dir), "--out", str(out), *args])
     return out

@@ -24,11 +24,12 @@ import json
 import sys
 import threading
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import urlsplit
 
 from ..config import MinitfError
+from ..httpjson import JSONHandler
 from .api import BadRequest, Busy, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
@@ -94,7 +95,7 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
         server.server_close()
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     server: ExploreServer
     protocol_version = "HTTP/1.0"  # one request per connection: a stream ends when it closes
     disable_nagle_algorithm = True  # each token leaves as soon as it is written
@@ -183,20 +184,3 @@ class _Handler(BaseHTTPRequestHandler):
         data = resources.files(__package__).joinpath("static", name).read_bytes()
         self._head(200, kind, len(data))
         self.wfile.write(data)
-
-    def _json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self._head(status, "application/json", len(data))
-        self.wfile.write(data)
-
-    def _head(self, status: int, kind: str, length: int | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        if length is not None:
-            self.send_header("Content-Length", str(length))
-        self.end_headers()
-
-    def log_message(self, format: str, *args) -> None:
-        self.server.log(f"{self.address_string()} {format % args}")

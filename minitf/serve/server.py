@@ -42,10 +42,10 @@ import time
 import traceback
 from http import HTTPStatus
 from http.client import parse_headers
-from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
 
 from ..config import MinitfError
+from ..httpjson import JSONHandler
 from .completions import APIError, Cancelled, Completions
 
 HEAD_END = re.compile(rb"\r?\n\r?\n")
@@ -317,7 +317,7 @@ class _Writer(io.RawIOBase):
         return len(b)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     """One complete request, already read: its bytes come from memory, the answer goes to the socket."""
 
     server: CompletionServer
@@ -449,23 +449,6 @@ class _Handler(BaseHTTPRequestHandler):
         kind = "server_error" if code >= 500 else "invalid_request_error"
         with contextlib.suppress(OSError):
             self._json(code, APIError(message or HTTPStatus(code).phrase, code, kind).body())
-
-    def _json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
-        self._head(status, "application/json", len(data))
-        self.wfile.write(data)
-
-    def _head(self, status: int, kind: str, length: int | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        if length is not None:
-            self.send_header("Content-Length", str(length))
-        self.end_headers()
-
-    def log_message(self, format: str, *args) -> None:
-        self.server.log(f"{self.client_address} {format % args}")
 
 
 def sse(payload: dict) -> bytes:
