@@ -120,7 +120,6 @@ EXPORTS = [
     ({**LLAMA, "qk_norm": True}, "qwen3", "Qwen3ForCausalLM"),
     ({**LLAMA, "qk_norm": True, "n_kv_head": 2, "tie_embeddings": False}, "qwen3", "Qwen3ForCausalLM"),
 ]
-PARITY: dict[str, float] = {}
 
 
 @pytest.mark.parametrize("options, fmt, arch", EXPORTS, ids=[f"{e[1]}-{i}" for i, e in enumerate(EXPORTS)])
@@ -145,7 +144,6 @@ def test_export_computes_the_same_model_in_transformers(tf, tok, tmp_path, optio
     a, b = mt_logits(model, ids), hf_logits(hf, ids)
     assert a.shape == b.shape == (len(ids), 300) and a.std() > 0.5
     diff = (a - b).abs().max().item()
-    PARITY[f"{fmt} {options}"] = diff
     assert diff < 1e-4, diff
 
     prompt = tok.encode(PROMPT)
@@ -163,6 +161,27 @@ def test_export_computes_the_same_model_in_transformers(tf, tok, tmp_path, optio
     assert fmt_again == fmt
     assert_same_tensors(tensors(out), tensors(again))
     torch.testing.assert_close(mt_logits(back, ids), a, rtol=0, atol=1e-6)
+
+
+def test_export_command_says_which_architecture_and_refuses_in_one_line(tf, tok, tmp_path, capsys):
+    from minitf import checkpoint as ckpt
+    from minitf.commands.export import main
+
+    for name, options in (("llama", {**LLAMA, "n_kv_head": 2}), ("odd", {**LLAMA, "ffn": "relu2", "logit_softcap": 9})):
+        cfg = minitf.Config()
+        cfg.model = random_minitf(tok, **options).config
+        run = tmp_path / name
+        run.mkdir()
+        ckpt.write_run_files(run, cfg, tok)
+        ckpt.save_weights(random_minitf(tok, **options), run / ckpt.WEIGHTS, 0, tok.hash)
+        if name == "llama":
+            main(["--run", str(run), "--out", str(tmp_path / "hf")])
+            assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'hf'} as Llama (LlamaForCausalLM)"
+        else:
+            with pytest.raises(minitf.MinitfError) as e:
+                main(["--run", str(run), "--out", str(tmp_path / "no")])
+            assert "(model.ffn=relu2, model.logit_softcap=9.0 block it)" in str(e.value) and "\n" not in str(e.value)
+            assert not (tmp_path / "no").exists()
 
 
 def test_pipeline_runs_with_no_extra_argument(tf, tok, tmp_path):
@@ -188,7 +207,19 @@ def saved_by_transformers(tf, tok, tmp_path, kind: str, **overrides):
         bos_token_id=tok.eot_id,
         eos_token_id=tok.eot_id,
     )
-    if kind == "llama":
+    if kind == "gptneox":
+        cfg = tf.GPTNeoXConfig(
+            **shape,
+            intermediate_size=256,
+            hidden_act="gelu_pytorch_tanh",
+            use_parallel_residual=False,
+            rotary_pct=1.0,
+            rotary_emb_base=500.0,
+            tie_word_embeddings=False,
+        )
+        cfg.update(overrides)
+        hf = tf.GPTNeoXForCausalLM(cfg)
+    elif kind == "llama":
         cfg = tf.LlamaConfig(
             **shape, num_key_value_heads=2, intermediate_size=96, rms_norm_eps=1e-5, tie_word_embeddings=False
         )
@@ -229,6 +260,31 @@ def test_import_a_model_saved_by_transformers(tf, tok, tmp_path, kind):
     out, fmt = to_hf(model, tok, tmp_path / "again")
     assert fmt == kind
     assert_same_tensors(tensors(path), tensors(out))
+
+
+def test_import_a_gptneox_saved_by_transformers(tf, tok, tmp_path):
+    hf, path = saved_by_transformers(tf, tok, tmp_path, "gptneox")
+    model = from_hf(path)
+    c = model.config
+    assert (c.positions, c.norm, c.ffn, c.gelu, c.rope_base, c.tie_embeddings) == (
+        "rope",
+        "layernorm",
+        "gelu",
+        "tanh",
+        500.0,
+        False,
+    )
+    ids = tok.encode(STRINGS[0] + STRINGS[3])
+    a, b = mt_logits(model, ids), hf_logits(hf, ids)
+    assert (a - b).abs().max() < 1e-4 and a.std() > 0.5
+    prompt = tok.encode(PROMPT)
+    assert greedy_minitf(model, prompt) == greedy_hf(tf, hf, prompt)
+    out, fmt = to_hf(model, tok, tmp_path / "again")
+    assert fmt == "gptneox"
+    assert_same_tensors(tensors(path), tensors(out))
+    hf.config.use_parallel_residual = True  # attention and MLP side by side: not minitf's block
+    with pytest.raises(minitf.MinitfError, match="use_parallel_residual=True"):
+        from_hf(hf)
 
 
 def test_import_llama_with_attention_biases_only(tf, tok, tmp_path):
