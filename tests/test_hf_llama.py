@@ -354,3 +354,28 @@ def test_start_up_words_name_the_export_format():
     assert _export_words(minitf.ModelConfig(vocab_size=300, ffn="relu2")).startswith(
         "exports to no standard architecture (minitf export names"
     )
+
+
+def test_import_sharded_files_unprefixed_names_and_extra_vocabulary_rows(tf, tok, tmp_path):
+    """What hub directories hold: weights split over several files, a base model's unprefixed
+    names, and more embedding rows than the tokenizer has tokens (only the tokenizer's are kept)."""
+    hf, _ = saved_by_transformers(tf, tok, tmp_path, "llama", vocab_size=320)
+    sharded = tmp_path / "sharded"
+    hf.save_pretrained(sharded, max_shard_size="100KB")
+    tok.save(sharded / "tokenizer.json")
+    assert len(list(sharded.glob("model-*.safetensors"))) > 1 and (sharded / "model.safetensors.index.json").is_file()
+    model, _ = load_pretrained(sharded)
+    ids = tok.encode(STRINGS[1])
+    assert model.config.vocab_size == 300
+    assert (mt_logits(model.eval(), ids) - hf_logits(hf, ids)[:, :300]).abs().max() < 1e-4
+
+    from safetensors.torch import save_file
+
+    base = tmp_path / "base"  # a base model's names (no "model." prefix), the head beside them
+    base.mkdir()
+    (base / "config.json").write_text((sharded / "config.json").read_text())
+    state = {k.removeprefix("model."): v.contiguous() for k, v in hf.state_dict().items()}
+    save_file(state, str(base / "model.safetensors"))
+    torch.testing.assert_close(mt_logits(from_hf(base, vocab_size=300), ids), mt_logits(model, ids), rtol=0, atol=0)
+    with pytest.raises(minitf.MinitfError, match="the tokenizer has 400 tokens but the model only 320 rows"):
+        from_hf(base, vocab_size=400)
