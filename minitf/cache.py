@@ -15,7 +15,8 @@ from .config import ModelConfig
 
 
 class KVCache:
-    """Keys and values of every layer, preallocated to block_size: L tensors (B, H, block_size, D) each.
+    """Keys and values of every layer, preallocated to block_size: L tensors (B, KV, block_size, D)
+    each, KV = model.n_kv_head (grouped-query attention stores n_head / n_kv_head times less).
 
     `pos` is how many positions are filled; a layer appends its new keys with `update`, and the
     model calls `advance` once all layers have seen the same new tokens.
@@ -29,7 +30,7 @@ class KVCache:
     def __init__(self, model: torch.nn.Module, batch_size: int = 1, static: bool = False):
         cfg: ModelConfig = model.config
         p = next(model.parameters())  # the cache takes the model's dtype and device
-        shape = (batch_size, cfg.n_head, cfg.block_size, cfg.head_dim)
+        shape = (batch_size, cfg.kv_heads, cfg.block_size, cfg.head_dim)
         # one tensor per layer: under torch.compile a write into a slice of one big buffer
         # would copy the whole buffer every step
         self.k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(cfg.n_layer)]
@@ -38,16 +39,16 @@ class KVCache:
         self.pos = torch.zeros((), dtype=torch.long, device=p.device) if static else 0
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store k, v (B, H, T, D) at positions pos .. pos+T; return the keys and values to attend to."""
+        """Store k, v (B, KV, T, D) at positions pos .. pos+T; return the keys and values to attend to."""
         if self.static:
             idx = self.pos + torch.arange(k.size(2), device=k.device)  # (T,)
             self.k[layer].index_copy_(2, idx, k)
             self.v[layer].index_copy_(2, idx, v)
-            return self.k[layer], self.v[layer]  # (B, H, block_size, D): attn_mask hides the empty slots
+            return self.k[layer], self.v[layer]  # (B, KV, block_size, D): attn_mask hides the empty slots
         end = self.pos + k.size(2)
         self.k[layer][:, :, self.pos : end] = k
         self.v[layer][:, :, self.pos : end] = v
-        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]  # (B, H, end, D) each
+        return self.k[layer][:, :, :end], self.v[layer][:, :, :end]  # (B, KV, end, D) each
 
     def attn_mask(self, T: int) -> torch.Tensor | None:
         """Which stored keys each of T new queries may see, (T, S) bool; None where the plain causal
@@ -67,7 +68,7 @@ class KVCache:
     def repeat(self, n: int) -> KVCache:
         """A batch-n copy of a batch-1 cache: prefill a shared prompt once, then sample n ways."""
         out = copy.copy(self)  # same settings; new tensors below, so the two never share storage
-        out.k = [k.repeat(n, 1, 1, 1) for k in self.k]  # (n, H, block_size, D) each
+        out.k = [k.repeat(n, 1, 1, 1) for k in self.k]  # (n, KV, block_size, D) each
         out.v = [v.repeat(n, 1, 1, 1) for v in self.v]
         out.pos = self.pos.clone() if self.static else self.pos
         return out

@@ -97,7 +97,9 @@ class RunConfig(_Section):
     out_dir: str | None = key(None, "the run directory (null: runs/<name>)")
     seed: int = key(1337, "seed for the weights' initialisation and the batches' order")
     device: Literal["auto", "cpu", "cuda", "mps"] = key("auto", "where to train; auto: cuda, else mps, else cpu")
-    init_from: str | None = key(None, "a local Hugging Face GPT-2 directory to fine-tune (model.* from it)")
+    init_from: str | None = key(
+        None, "a local Hugging Face GPT-2, Llama, Qwen3 or GPT-NeoX directory to fine-tune (model.* from it)"
+    )
 
     def validate(self) -> None:
         if self.out_dir is None:
@@ -136,6 +138,9 @@ class ModelConfig(_Section):
     block_size: int = key(256, "context length: the most tokens the model sees at once")
     n_layer: int = key(4, "transformer blocks")
     n_head: int = key(4, "attention heads per block")
+    n_kv_head: int | None = key(
+        None, "key/value heads, each shared by n_head / n_kv_head query heads (grouped-query attention; null: n_head)"
+    )
     n_embd: int = key(128, "width of the residual stream (divisible by n_head)")
     positions: Literal["learned", "sinusoidal", "rope"] = key("learned", "how token positions enter the model")
     attention: Literal["sdpa", "reference"] = key(
@@ -145,6 +150,8 @@ class ModelConfig(_Section):
     ffn: Literal["gelu", "swiglu", "relu2"] = key("gelu", "the feed-forward block's activation")
     gelu: Literal["tanh", "exact"] = key("tanh", "GELU's form: tanh approximation (as GPT-2) or exact erf")
     dropout: float = key(0.0, "dropout probability in [0, 1)")
+    ffn_hidden: int | None = key(None, "the feed-forward block's hidden width (null: 4 x n_embd, swiglu about 8/3 x)")
+    norm_eps: float = key(1e-5, "epsilon of every norm (and of the q/k norm)")
     bias: bool = key(True, "biases in the linear layers and norms")
     tie_embeddings: bool = key(True, "the LM head shares the token embedding (false: its own, initialised to zero)")
     rope_base: float = key(10000.0, "rotary positions' base (positions=rope)")
@@ -152,9 +159,25 @@ class ModelConfig(_Section):
     logit_softcap: float | None = key(None, "logits -> cap * tanh(logits / cap) (null: off)")
 
     def validate(self) -> None:
-        self._positive("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "rope_base", "logit_softcap")
+        self._positive(
+            "vocab_size",
+            "block_size",
+            "n_layer",
+            "n_head",
+            "n_kv_head",
+            "n_embd",
+            "ffn_hidden",
+            "norm_eps",
+            "rope_base",
+            "logit_softcap",
+        )
         if self.n_embd % self.n_head:
             raise ConfigError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
+        if self.n_head % self.kv_heads:
+            raise ConfigError(
+                f"model.n_head ({self.n_head}) must be divisible by model.n_kv_head ({self.n_kv_head}): "
+                f"each key/value head serves the same number of query heads"
+            )
         if self.positions == "rope" and (self.n_embd // self.n_head) % 2:
             raise ConfigError(
                 f"model.positions=rope needs an even head size, got n_embd/n_head = {self.n_embd // self.n_head}"
@@ -165,6 +188,11 @@ class ModelConfig(_Section):
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_head, or one per query head."""
+        return self.n_kv_head or self.n_head
 
 
 @dataclass

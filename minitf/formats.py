@@ -18,11 +18,8 @@ one table decides what leaves minitf and under which name. The facts behind each
   whose rotary pairing is rotate_half, minitf's own. Biases absent in minitf are written as zeros.
 - qwen3: llama plus a per-head RMS norm of q and k before the rotation (Qwen3's q_norm/k_norm,
   whose weights are written as ones: minitf's has none). Qwen3 has no MLP biases and llama.cpp's
-  qwen3 graph no output-projection bias, so only model.bias=false exports. One difference is not
-  expressible and is accepted: minitf normalises q and k with torch's default eps (float32
-  machine epsilon, 1.2e-7) while Qwen3 uses the one rms_norm_eps (1e-5) for every norm; the
-  relative change to a head's q or k is about (1e-5 - 1.2e-7) / (2 * mean(q^2)), below 1e-4 for
-  unit-scale rows.
+  qwen3 graph no output-projection bias, so only model.bias=false exports. Qwen3 uses one
+  rms_norm_eps for every norm, q/k norm included, and so does minitf (model.norm_eps).
 
 Not exportable anywhere: logit_softcap (Gemma 2 has it, but also norms after each sublayer that
 minitf lacks), relu2, SwiGLU with LayerNorm, GELU with RMSNorm, RMSNorm with additive positions, exact (erf) GELU in
@@ -44,8 +41,8 @@ def _yaml(value) -> str:
 
 
 def n_kv_head(cfg: ModelConfig) -> int:
-    """Key/value heads: model.n_kv_head where the config has it (grouped-query attention), else n_head."""
-    return getattr(cfg, "n_kv_head", None) or cfg.n_head
+    """Key/value heads: model.n_kv_head (grouped-query attention), else n_head."""
+    return cfg.kv_heads
 
 
 # per format: key -> (the values it accepts, the value to suggest); the suggestion is the first

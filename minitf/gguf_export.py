@@ -150,7 +150,7 @@ def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
             out[b + "attn_output.bias"] = bias(p + "attn.c_proj", C)
             out[b + "ffn_norm.bias"] = bias(p + "ln_2", C)
             out[b + "ffn_up.weight"] = sd[p + "mlp.c_fc.weight"]
-            out[b + "ffn_up.bias"] = bias(p + "mlp.c_fc", 4 * C)
+            out[b + "ffn_up.bias"] = bias(p + "mlp.c_fc", sd[p + "mlp.c_fc.weight"].shape[0])
             out[b + "ffn_down.bias"] = bias(p + "mlp.c_proj", C)
             continue
         sizes = (H * D, KV * D, KV * D)

@@ -24,8 +24,8 @@ class LayerSteps:
     """One block, step by step: attention head by head, then the FFN (H heads, T tokens, head size D, width C)."""
 
     q: torch.Tensor  # (H, T, D) queries; for rope, after the rotation
-    k: torch.Tensor  # (H, T, D) keys; for rope, after the rotation
-    v: torch.Tensor  # (H, T, D) values
+    k: torch.Tensor  # (H, T, D) keys; for rope, after the rotation; with n_kv_head, the query head's group's
+    v: torch.Tensor  # (H, T, D) values; with n_kv_head, the query head's group's
     scores: torch.Tensor  # (H, T, T) raw scores q @ k^T
     scaled: torch.Tensor  # (H, T, T) scores / sqrt(D)
     masked: torch.Tensor  # (H, T, T) scaled, with -inf where a query would see a later key

@@ -23,13 +23,20 @@ def padded_vocab(vocab_size: int) -> int:
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(cfg.n_embd, eps=1e-5)
-    return nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        return nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=cfg.bias)
 
 
 def swiglu_hidden(n_embd: int) -> int:
     """About 8/3 of the width, so SwiGLU's three matrices cost what GELU's two 4x ones do."""
     return max(64, 64 * round(8 * n_embd / 3 / 64))
+
+
+def ffn_hidden(cfg: ModelConfig) -> int:
+    """The feed-forward block's hidden width: model.ffn_hidden, else 4 x n_embd (swiglu: swiglu_hidden)."""
+    if cfg.ffn_hidden is not None:
+        return cfg.ffn_hidden
+    return swiglu_hidden(cfg.n_embd) if cfg.ffn == "swiglu" else 4 * cfg.n_embd
 
 
 class ReLU2(nn.Module):
@@ -45,7 +52,7 @@ class FeedForward(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.swiglu = cfg.ffn == "swiglu"
-        hidden = swiglu_hidden(cfg.n_embd) if self.swiglu else 4 * cfg.n_embd
+        hidden = ffn_hidden(cfg)
         # swiglu's gate and up projections are fused in one matrix, split after the matmul
         self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if self.swiglu else hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
@@ -71,6 +78,10 @@ class FeedForward(nn.Module):
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with a fused QKV projection.
 
+    With model.n_kv_head < n_head (grouped-query attention) there are fewer key/value heads than
+    query heads: query head h reads key/value head h // (n_head / n_kv_head), so the projection
+    has n_head + 2 n_kv_head head-sized column blocks and the KV cache shrinks by the same factor.
+
     `forward(x, rope, cache, layer)`: `rope` rotates q and k (rotary positions); `cache` is a
     KVCache whose keys and values this layer appends to (the model advances its position once
     all layers have run). `steps(x, rope)` computes the same output with every step kept, for
@@ -85,27 +96,37 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        self.groups = cfg.n_head // cfg.kv_heads  # query heads per key/value head
+        # q (n_head heads), then k and v (n_kv_head heads each): 3 * n_embd columns without grouping
+        self.c_attn = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.fused = cfg.attention == "sdpa"
         self.qk_norm = cfg.qk_norm
+        self.norm_eps = cfg.norm_eps
 
     def qkv(self, x: torch.Tensor, rope=None, offset=0):
-        """Queries, keys and values of every head, (B, H, T, D) each; q and k RMS-normalised per
-        head when model.qk_norm, then rotated by rope if given."""
+        """Queries (B, H, T, D), keys and values (B, KV, T, D) each (KV = n_kv_head); q and k
+        RMS-normalised per head when model.qk_norm, then rotated by rope if given."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 x (B, T, C)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        H, KV, D = self.n_head, self.n_kv_head, self.head_dim
+        q, k, v = self.c_attn(x).split((H * D, KV * D, KV * D), dim=2)  # (B, T, H*D), 2 x (B, T, KV*D)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, KV, D).transpose(1, 2)  # (B, KV, T, D)
+        v = v.view(B, T, KV, D).transpose(1, 2)  # (B, KV, T, D)
         if self.qk_norm:  # unit-RMS rows bound every score, so no logit can run away with one head
-            q, k = F.rms_norm(q, (self.head_dim,)), F.rms_norm(k, (self.head_dim,))
+            # model.norm_eps, as every other norm: Qwen3 uses one eps for all, so the export is exact
+            q, k = F.rms_norm(q, (D,), eps=self.norm_eps), F.rms_norm(k, (D,), eps=self.norm_eps)
         if rope is not None:
             q, k = rope(q, offset), rope(k, offset)
         return q, k, v
+
+    def expand(self, kv: torch.Tensor) -> torch.Tensor:
+        """Keys or values (B, KV, S, D) -> (B, H, S, D): each key/value head repeated for its group
+        of query heads (a no-op without grouping)."""
+        return kv if self.groups == 1 else kv.repeat_interleave(self.groups, dim=1)
 
     def project(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, H, T, D) head outputs -> (B, T, C): side by side, through the output projection."""
@@ -118,15 +139,16 @@ class CausalSelfAttention(nn.Module):
         mask = None  # None: query i sees keys 0 .. S - T + i, the plain causal rule
         if cache is not None:
             mask = cache.attn_mask(T)  # (T, S) bool, or None where the causal rule says the same
-            k, v = cache.update(layer, k, v)  # (B, H, S, D)
+            k, v = cache.update(layer, k, v)  # (B, KV, S, D)
 
         if self.fused and not (cache is not None and cache.static):
             p = self.dropout if self.training else 0.0
             # is_causal is top-left aligned, right only when S == T; one query (T == 1) sees every key
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p, is_causal=mask is None and T > 1
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=mask is None and T > 1, enable_gqa=self.groups > 1
             )  # (B, H, T, D)
         else:
+            k, v = self.expand(k), self.expand(v)  # (B, H, S, D)
             y, weights = attention(q, k, v, causal=mask is None, mask=mask)  # (B, H, T, D), (B, H, T, S)
             if self.training and self.dropout > 0:
                 y = F.dropout(weights, self.dropout) @ v
@@ -134,8 +156,10 @@ class CausalSelfAttention(nn.Module):
 
     def steps(self, x: torch.Tensor, rope=None) -> dict:
         """forward() for a whole sequence (no cache, no dropout), every step kept: q, k, v
-        (B, H, T, D), scores/scaled/masked/weights (B, H, T, T), heads (B, H, T, D), out (B, T, C)."""
+        (B, H, T, D), scores/scaled/masked/weights (B, H, T, T), heads (B, H, T, D), out (B, T, C).
+        With grouped heads, a query head's k and v are its group's key/value head."""
         q, k, v = self.qkv(x, rope)
+        k, v = self.expand(k), self.expand(v)  # (B, H, T, D)
         s = attention_steps(q, k, v, causal=True)
         return dict(
             q=q,

@@ -30,6 +30,7 @@ from . import hf, parallel, runtime
 from .config import Config, MinitfError, TrainConfig
 from .data import prepare_data
 from .evaluate import evaluate
+from .formats import FORMAT_NAMES, format_or_none
 from .metrics import Logger
 from .model import Transformer
 from .optim import lr_at, schedule_progress, set_lr
@@ -173,10 +174,19 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         f"{f' | sharded over {procs.world} procs (fsdp)' if run.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
         f" sequences of {cfg.model.block_size} = {run.meter.tokens_per_step:,} tokens"
+        f" | {_export_words(cfg.model)}"
     )
     run.model.train()
     run.meter.step_last, run.t0 = run.step, time.time()
     return run
+
+
+def _export_words(cfg) -> str:
+    """Where the trained model can go (minitf export / export-gguf), for the start-up line."""
+    fmt = format_or_none(cfg)
+    if fmt is None:
+        return "exports to no standard architecture (minitf export names the settings that block it)"
+    return f"exports as {FORMAT_NAMES[fmt]}"
 
 
 def _dtype_words(asked: str, dtype: torch.dtype, device: torch.device) -> str:
@@ -188,7 +198,7 @@ def _dtype_words(asked: str, dtype: torch.dtype, device: torch.device) -> str:
 
 
 def _model_and_data(cfg: Config, procs: runtime.Dist, resume_dir: Path | None, device, log):
-    """The model (new, or run.init_from's pretrained GPT-2) and the token data for its tokenizer:
+    """The model (new, or run.init_from's pretrained Hugging Face model) and the token data for its tokenizer:
     rank 0 builds the token cache, the others then find it ready. Sets cfg.model from what was built."""
     tokenizer = Tokenizer.load(resume_dir / ckpt.TOKENIZER) if resume_dir else None
     pretrained = None

@@ -34,6 +34,13 @@ def test_load_yaml_and_overrides(tmp_path):
         (["model.n_embd=100", "model.n_head=3"], r"model.n_embd \(100\) must be divisible by model.n_head \(3\)"),
         (["model.positions=rope", "model.n_embd=12", "model.n_head=4"], r"even head size"),
         (["model.dropout=1.0"], r"model.dropout must be in \[0, 1\)"),
+        (
+            ["model.n_head=4", "model.n_kv_head=3"],
+            r"model.n_head \(4\) must be divisible by model.n_kv_head \(3\): each key/value head serves",
+        ),
+        (["model.n_kv_head=0"], r"model.n_kv_head must be positive, got 0"),
+        (["model.norm_eps=0"], r"model.norm_eps must be positive, got 0.0"),
+        (["model.ffn_hidden=-5"], r"model.ffn_hidden must be positive, got -5"),
         (["model.norm=batchnorm"], r"model.norm must be one of layernorm\|rmsnorm"),
         (["model.bias=yes please"], r"model.bias must be bool"),
         (["train.dtype=fp8"], r"train.dtype must be one of"),

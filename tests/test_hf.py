@@ -116,22 +116,21 @@ def test_import_untied_head(tf):
 @pytest.mark.parametrize(
     "setting, message",
     [
-        ("positions=rope", "model.positions=rope has no GPT-2 equivalent"),
-        ("positions=sinusoidal", "model.positions=sinusoidal has no GPT-2 equivalent"),
-        ("norm=rmsnorm", "model.norm=rmsnorm has no GPT-2 equivalent"),
-        ("ffn=swiglu", "model.ffn=swiglu has no GPT-2 equivalent"),
-        ("bias=false", "model.bias=false has no GPT-2 equivalent; only models with model.bias=true"),
-        ("gelu=exact", "model.gelu=exact has no GPT-2 equivalent; only models with model.gelu=tanh"),
-        ("tie_embeddings=false", "model.tie_embeddings=false has no GPT-2 equivalent"),
-        ("ffn=relu2", "model.ffn=relu2 has no GPT-2 equivalent"),
-        ("qk_norm=true", "model.qk_norm=true has no GPT-2 equivalent; only models with model.qk_norm=false"),
         (
-            "logit_softcap=15",
-            "model.logit_softcap=15.0 has no GPT-2 equivalent; only models with model.logit_softcap=null",
+            "positions=rope",
+            r"\(model.positions=rope blocks it\); the nearest exportable setting is model.positions=learned",
         ),
+        ("norm=rmsnorm", r"\(model.norm=rmsnorm blocks it\)"),
+        ("ffn=swiglu", r"\(model.ffn=swiglu blocks it\)"),
+        ("gelu=exact", r"\(model.gelu=exact blocks it\); the nearest exportable setting is model.gelu=tanh \(GPT-2\)"),
+        ("ffn=relu2", r"\(model.ffn=relu2 blocks it\)"),
+        ("qk_norm=true", r"\(model.qk_norm=true blocks it\)"),
+        ("logit_softcap=15", r"\(model.logit_softcap=15.0 blocks it\)"),
+        ("n_kv_head=1", r"\(model.n_kv_head=1 blocks it\)"),
     ],
 )
 def test_export_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
+    """to_hf_gpt2 accepts exactly what minitf.formats calls GPT-2, and refuses the rest in its words."""
     cfg = minitf.load_config(
         None,
         [
@@ -161,7 +160,7 @@ def test_import_refuses_gpt2_variants_and_bad_paths(tf, tmp_path):
     odd.config.scale_attn_by_inverse_layer_idx, odd.config.activation_function = False, "relu"
     with pytest.raises(minitf.MinitfError, match="activation_function='relu' has no minitf equivalent"):
         from_hf_gpt2(odd)
-    with pytest.raises(minitf.MinitfError, match="could not load a GPT-2 model from .*nope"):
+    with pytest.raises(minitf.MinitfError, match="could not load a model from .*nope"):
         from_hf_gpt2(tmp_path / "nope")
     with pytest.raises(minitf.MinitfError, match="takes a GPT2LMHeadModel or its directory, got a Linear"):
         from_hf_gpt2(torch.nn.Linear(2, 2))
@@ -175,7 +174,7 @@ def test_without_transformers_the_error_says_how_to_install(monkeypatch, tmp_pat
     )
     with pytest.raises(minitf.MinitfError, match=r"transformers is not installed; pip install -e '\.\[hf\]'"):
         to_hf_gpt2(model, tok, tmp_path)
-    with pytest.raises(minitf.MinitfError, match="transformers is not installed"):
+    with pytest.raises(minitf.MinitfError, match="has no config.json"):  # import reads the files itself
         from_hf_gpt2(tmp_path)
     r = subprocess.run(
         [sys.executable, "-c", "import sys, minitf; print('transformers' in sys.modules)"],
@@ -186,6 +185,29 @@ def test_without_transformers_the_error_says_how_to_install(monkeypatch, tmp_pat
     assert r.stdout.strip() == "False"  # import minitf never loads it
 
 
+@pytest.mark.parametrize(
+    "setting",
+    ["positions=sinusoidal", "bias=false", "tie_embeddings=false", "norm_eps=1e-6"],
+)
+def test_gpt2_export_of_what_formats_calls_gpt2(tf, tmp_path, setting):
+    """Sinusoidal positions (written as the learned table), no biases (zeros) and an untied head are GPT-2 too."""
+    cfg = minitf.load_config(
+        None,
+        ["model.vocab_size=300", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.block_size=16"]
+        + [f"model.{setting}"],
+    ).model
+    torch.manual_seed(0)
+    model = minitf.Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    tok = minitf.Tokenizer.train(["some text"], vocab_size=300)
+    model.config.vocab_size = tok.vocab_size  # a tiny text trains fewer merges than asked
+    hf = tf.GPT2LMHeadModel.from_pretrained(to_hf_gpt2(model, tok, tmp_path / "hf")).eval()
+    ids = [1, 5, 263, 42, 7]
+    assert (mt_logits(model, ids) - hf_logits(hf, ids)).abs().max() < 1e-4
+
+
 def test_export_script(tf, tiny_run, tmp_path):
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "export_hf.py"), "--run", str(tiny_run), "--out", str(tmp_path / "hf")],
@@ -193,7 +215,7 @@ def test_export_script(tf, tiny_run, tmp_path):
         text=True,
         timeout=120,
     )
-    assert r.returncode == 0 and f"wrote {tmp_path / 'hf'}" in r.stdout, r.stderr
+    assert r.returncode == 0 and f"wrote {tmp_path / 'hf'} as GPT-2 (GPT2LMHeadModel)" in r.stdout, r.stderr
     hf = tf.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
     model, tok, _ = minitf.load_run(tiny_run)
     ids = tok.encode(TEXTS[0])

@@ -1,18 +1,21 @@
-"""Write a trained run as a Hugging Face GPT-2 directory (needs the hf extra: pip install -e '.[hf]').
+"""Write a trained run as a Hugging Face directory (needs the hf extra: pip install -e '.[hf]').
 
     minitf export --run runs/shakespeare --out hf/shakespeare
     python -c "from transformers import pipeline; print(pipeline('text-generation', 'hf/shakespeare')('Romeo.\\n'))"
 
-Only models GPT-2 can express export: positions=learned, norm=layernorm, ffn=gelu, gelu=tanh,
-bias=true, tie_embeddings=true, qk_norm=false, no logit_softcap. Anything else is refused with the
-setting named.
+The architecture is the standard one that computes the model exactly, and the command says which:
+GPT-2 (positions=learned|sinusoidal norm=layernorm ffn=gelu gelu=tanh), Llama (positions=rope
+norm=rmsnorm ffn=swiglu), Qwen3 (Llama with qk_norm=true bias=false) or GPT-NeoX (positions=rope
+norm=layernorm ffn=gelu gelu=tanh). A model none of them computes is refused in one line naming
+every setting that blocks it and the nearest exportable setting.
 """
 
 import argparse
 
 from minitf.checkpoint import load_run
 from minitf.cli import newest_run
-from minitf.hf import to_hf_gpt2
+from minitf.formats import FORMAT_NAMES
+from minitf.hf import HF_CLASSES, to_hf
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -22,4 +25,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--out", required=True, help="directory to write (config.json, model.safetensors, tokenizer)")
     args = p.parse_args(argv)
     model, tok, _ = load_run(args.run or newest_run(), best=args.best)
-    print(f"wrote {to_hf_gpt2(model, tok, args.out)}")
+    out, fmt = to_hf(model, tok, args.out)
+    print(f"wrote {out} as {FORMAT_NAMES[fmt]} ({HF_CLASSES[fmt][1]})")
