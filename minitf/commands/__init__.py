@@ -19,7 +19,10 @@ COMMANDS = {
     "explore": ("explore", "a local web page to watch tokens stream and open their attention"),
     "attention": ("attention", "draw or print a run's attention weights on a text"),
     "plot": ("plot", "draw loss curves from runs' metrics"),
-    "export": ("export", "write a run as a Hugging Face GPT-2 directory (needs the hf extra)"),
+    "export": (
+        "export",
+        "write a run as a Hugging Face directory: GPT-2, GPT-NeoX, Llama or Qwen3 (needs the hf extra)",
+    ),
     "export-gguf": ("export_gguf", "write a run as one GGUF file for llama.cpp and Ollama (needs the gguf extra)"),
     "serve": ("serve", "an OpenAI-compatible server for a trained run (/v1/completions)"),
     "bench": ("bench", "measure training, generation, data and memory speed on this machine"),
