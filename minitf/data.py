@@ -140,10 +140,11 @@ def _read_meta(path: Path) -> dict:
 def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None, log: Callable[[str], None] = print) -> TokenData:
     """Build, or reuse, the token cache of cfg.source under cache_dir()/tokens/<key>/.
 
-    The key covers the source's fingerprint, the tokenizer and the split settings. Without a
-    tokenizer one is trained on the train split (vocab cfg.vocab_size), and cached too.
+    The key covers the source's fingerprint (its files' names and content), the tokenizer and the
+    split settings. Without a tokenizer one is trained on the train split (vocab cfg.vocab_size),
+    and cached too. A file that changes while it is read is refused (corpus.read_blocks).
     """
-    source = Source(cfg)
+    source = Source(cfg, log)
     settings = {
         "format": FORMAT,
         "source": cfg.source,
