@@ -7,7 +7,9 @@ import hashlib
 import os
 
 import pytest
+import torch
 
+import minitf
 import minitf.build
 import minitf.corpus
 import minitf.data
@@ -15,7 +17,7 @@ from minitf.config import DataConfig, MinitfError
 from minitf.corpus import Source
 from minitf.data import prepare_data
 
-from .helpers import make_play
+from .helpers import make_play, tiny_config
 from .test_data import Log, write_docs
 
 
@@ -229,3 +231,34 @@ def test_a_single_file_changed_after_its_counting_pass_is_refused(tmp_path, monk
     monkeypatch.setattr(minitf.corpus, "_split_blocks", edit_then_split)
     with pytest.raises(MinitfError, match=f"^{f} changed while it was being read"):
         prepare_data(DataConfig(source=f"file:{f}", vocab_size=300), log=Log())
+
+
+# ------------------------------------------------------------------ --resume on a changed corpus
+
+
+def test_resume_on_a_changed_corpus_is_refused(tmp_path):
+    c = tmp_path / "c"
+    c.mkdir()
+    for i in range(3):
+        (c / f"play{i}.txt").write_text(make_play(i))
+    run = minitf.train(tiny_config(tmp_path / "run", c, "train.max_steps=4"), log=lambda *a: None)
+    state = (run / "state.pt").read_bytes()
+    original = (c / "play1.txt").read_bytes()
+
+    same_size_edit(c / "play1.txt")
+    with pytest.raises(MinitfError) as e:
+        minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
+    assert str(e.value) == (
+        f"--resume: the corpus data.source=file:{c} changed since this run was trained on it (its files' "
+        f"content differs); put the original text back, or start a new run.out_dir on the new text"
+    )
+    assert (run / "state.pt").read_bytes() == state
+
+    (c / "play3.txt").write_text(make_play(3))  # a new file is a change too
+    (c / "play1.txt").write_bytes(original)
+    with pytest.raises(MinitfError, match="^--resume: the corpus"):
+        minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
+
+    (c / "play3.txt").unlink()  # the text as trained on (new times, same content): it resumes
+    minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == 6
