@@ -203,7 +203,10 @@ def file_hashes(files: list[Path], source: str, log: Callable[[str], None]) -> d
     memo = memo if isinstance(memo, dict) else {}
     hashes, keep, todo = {}, {}, []
     for f in files:
-        real, st = os.path.realpath(f), os.stat(f)
+        try:
+            real, st = os.path.realpath(f), os.stat(f)
+        except OSError as e:  # gone since it was listed
+            raise MinitfError(f"could not read {f}: {e.strerror or e}; is something changing data.source?") from None
         sig = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         entry = memo.get(real)
         if isinstance(entry, list) and len(entry) == 6 and entry[:5] == sig:
@@ -214,9 +217,14 @@ def file_hashes(files: list[Path], source: str, log: Callable[[str], None]) -> d
         nbytes = sum(sig[2] for _, _, sig in todo)
         log(f"data: reading {len(todo):,} new or changed file(s) ({nbytes / 1e6:,.0f} MB) to fingerprint the corpus")
     for f, real, sig in todo:
-        with open(f, "rb") as fh:
-            hashes[f] = hashlib.file_digest(fh, "sha256").hexdigest()
-            st = os.fstat(fh.fileno())
+        try:
+            with open(f, "rb") as fh:
+                hashes[f] = hashlib.file_digest(fh, "sha256").hexdigest()
+                st = os.fstat(fh.fileno())
+        except OSError as e:
+            raise MinitfError(
+                f"could not read {f}: {e.strerror or e}; make it readable or leave it out of data.source"
+            ) from None
         after = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         if after == sig and time.time_ns() - st.st_ctime_ns >= RACY_NS:  # else: hashed again next time
             keep[real] = [*sig, hashes[f]]

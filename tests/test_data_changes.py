@@ -160,6 +160,19 @@ def test_a_copied_corpus_keeps_its_cache_and_an_unwritable_memo_only_costs_a_rea
     assert Source(cfg).fingerprint != first.meta["fingerprint"]
 
 
+def test_a_file_gone_or_unreadable_when_it_is_hashed_is_one_line(tmp_path, monkeypatch):
+    c = tmp_path / "c"
+    write_docs(c, 2)
+    listed = minitf.corpus._text_files(str(c))
+    monkeypatch.setattr(minitf.corpus, "_text_files", lambda spec: listed)
+    (c / "doc01.txt").unlink()  # between the listing and the hashing
+    with pytest.raises(MinitfError, match=f"^could not read {c / 'doc01.txt'}: No such file or directory; is"):
+        Source(DataConfig(source=f"file:{c}"))
+    (c / "doc01.txt").mkdir()  # (root reads any file; a directory cannot be read as one)
+    with pytest.raises(MinitfError, match=f"^could not read {c / 'doc01.txt'}: Is a directory; make it readable"):
+        Source(DataConfig(source=f"file:{c}"))
+
+
 # ------------------------------------------------------------------ a file that changes while it is read
 
 
