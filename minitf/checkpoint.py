@@ -251,17 +251,9 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
             f"{', '.join(f'{k}={changed[k][0]!r}' for k in fixed)}); resume with the run's own "
             f"config or start a new run.out_dir. A resume may change only {', '.join(RESUMABLE)}*"
         )
-    from .corpus import Source
+    from .data import check_corpus_unchanged
 
-    try:  # mmap: only the small entries are read, not the weights
-        trained_on = torch.load(run_dir / STATE, map_location="cpu", weights_only=True, mmap=True).get("data")
-    except Exception:  # an unreadable state.pt is reported when the checkpoint is loaded
-        trained_on = None  # (None too for checkpoints from before the corpus was recorded)
-    if trained_on is not None and trained_on != Source(cfg.data).fingerprint:
-        raise MinitfError(
-            f"--resume: the corpus data.source={cfg.data.source} changed since this run was trained on it "
-            f"(its files' content differs); put the original text back, or start a new run.out_dir on the new text"
-        )
+    check_corpus_unchanged(cfg.data, run_dir / STATE)  # before any data is prepared for the new text
     return run_dir, changed
 
 

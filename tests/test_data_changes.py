@@ -5,6 +5,7 @@ one line naming the file or the source."""
 
 import hashlib
 import os
+import shutil
 
 import pytest
 import torch
@@ -249,7 +250,7 @@ def test_a_single_file_changed_after_its_counting_pass_is_refused(tmp_path, monk
 # ------------------------------------------------------------------ --resume on a changed corpus
 
 
-def test_resume_on_a_changed_corpus_is_refused(tmp_path):
+def test_resume_on_a_changed_corpus_is_refused(tmp_path, cache):
     c = tmp_path / "c"
     c.mkdir()
     for i in range(3):
@@ -262,15 +263,24 @@ def test_resume_on_a_changed_corpus_is_refused(tmp_path):
     with pytest.raises(MinitfError) as e:
         minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
     assert str(e.value) == (
-        f"--resume: the corpus data.source=file:{c} changed since this run was trained on it (its files' "
-        f"content differs); put the original text back, or start a new run.out_dir on the new text"
+        f"--resume: the corpus data.source=file:{c} changed since this run was trained on it ({c / 'play1.txt'} "
+        f"edited); put the original text back, or start a new run.out_dir on the new text"
     )
     assert (run / "state.pt").read_bytes() == state
 
     (c / "play3.txt").write_text(make_play(3))  # a new file is a change too
     (c / "play1.txt").write_bytes(original)
-    with pytest.raises(MinitfError, match="^--resume: the corpus"):
+    (c / "play0.txt").rename(c / "play9.txt")
+    with pytest.raises(MinitfError) as e:
         minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
+    assert f"trained on it ({c / 'play3.txt'} added, {c / 'play9.txt'} added, {c / 'play0.txt'} removed);" in str(
+        e.value
+    )
+
+    shutil.rmtree(cache / "tokens")  # without the cache it was trained from, the change is not itemised
+    with pytest.raises(MinitfError, match=r"trained on it \(its files' content differs\); put the original"):
+        minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
+    (c / "play9.txt").rename(c / "play0.txt")
 
     (c / "play3.txt").unlink()  # the text as trained on (new times, same content): it resumes
     minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
