@@ -10,15 +10,29 @@ dataset, each as a stream of documents, plus the train/val split rule.
   f = val_fraction, so n*f rounded (half down) of n are; if that is none (n*f <= 1/2), the last is.
 - Invalid UTF-8 in a file is an error naming the file and byte offset, never a silent replacement.
   Empty files are skipped with a note.
+- A directory walk reads each real file once: a symlinked directory is entered once (a link loop,
+  or a second link to a directory already walked, is skipped) and a file reached by several
+  names (links, hard links) is one document, under its link-free name when it has one. Reading a
+  copy twice would put training text into val.
+- The fingerprint that keys the token cache covers the content: the sha256 of each file, so an
+  edit of the same size with the mtime put back still makes a new cache. Hashes are remembered
+  per file (device, inode, size, mtime, ctime: a write or utime always moves the ctime), so only
+  new or changed files are read again. Each pass that reads a file hashes what it reads and
+  refuses the file if that is not the content the cache was keyed with (it changed meanwhile).
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
+import fnmatch
 import glob
 import hashlib
+import io
+import json
 import math
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -30,6 +44,12 @@ from .config import ConfigError, DataConfig, MinitfError
 from .errors import first_line
 
 BLOCK_CHARS = 1 << 20  # text is read and handed on in blocks of at most this many characters
+READ_BYTES = 1 << 20  # and read from the file this many bytes at a time
+# a file's remembered hash is trusted only while its ctime is unchanged; one whose ctime is this
+# recent when hashed is not remembered, as a same-size write in the same clock tick (timestamps are
+# coarse, a few ms) would leave every stat field as it was
+RACY_NS = 2_000_000_000
+HASH_LOG_BYTES = 256 << 20  # hashing more than this says so in the log (about 0.25 s per 256 MB)
 _LOCAL = shakespeare.LOCAL
 # every kind of data.source, as the user writes it; a new kind is added here and in Source
 KINDS = {
@@ -55,9 +75,11 @@ class Documents:
 
 
 class Source:
-    """Where the documents come from. The fingerprint is cheap: names, sizes and mtimes of files."""
+    """Where the documents come from. The fingerprint covers the names and content of the files
+    (sha256, remembered between runs while a file's stat fields are unchanged), so it is cheap
+    to take again and changes with any edit."""
 
-    def __init__(self, cfg: DataConfig):
+    def __init__(self, cfg: DataConfig, log: Callable[[str], None] = lambda line: None):
         self.kind, _, self.spec = cfg.source.partition(":")
         if self.kind not in KINDS or (self.kind == "shakespeare") != (cfg.source == "shakespeare"):
             raise ConfigError(f"data.source must be {', '.join(repr(k) for k in KINDS.values())}; got {cfg.source!r}")
@@ -70,8 +92,9 @@ class Source:
         self.local = self.kind == "hf" and (root.exists() or self.spec.startswith(("/", ".", "~")))
         self.files: list[Path] = []
         self.empty: list[Path] = []
+        self.aliases: list[tuple[Path, Path]] = []  # (a name skipped, the name of the same file that is read)
         if self.kind == "file":
-            self.files, self.empty = _text_files(self.spec)
+            self.files, self.empty, self.aliases = _text_files(self.spec)
         elif self.local:  # hf:<local dataset directory>, read without the network
             if not root.is_dir():
                 raise MinitfError(
@@ -80,11 +103,11 @@ class Source:
                 )
             self.spec = str(root)
             self.files = sorted(p for p in root.rglob("*") if p.is_file() and ".cache" not in p.relative_to(root).parts)
+        self.hashes = file_hashes(self.files, cfg.source, log)  # {path: sha256 of its bytes}
         salt = shakespeare.SHAKESPEARE_SHA256 if self.kind == "shakespeare" else ""
         h = hashlib.sha256(f"{cfg.source}\0{salt}".encode())
-        for f in self.files:
-            st = f.stat()
-            h.update(f"\0{f.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        for f in self.files:  # names as listed, not resolved: a moved or copied corpus keeps its cache
+            h.update(f"\0{f}\0{self.hashes[f]}".encode())
         self.fingerprint = h.hexdigest()
 
     def load(self, cfg: DataConfig, log) -> Documents:
@@ -92,19 +115,29 @@ class Source:
             return _hf_documents(_load_hf(self.spec, cfg, self.local), cfg, log)
         if self.empty:
             log(f"data: skipping {len(self.empty)} empty file(s): {', '.join(map(str, self.empty[:3]))}")
+        if self.aliases:
+            link, kept = self.aliases[0]
+            log(
+                f"data: {len(self.aliases)} name(s) lead to a file already in the corpus, which is read "
+                f"once (e.g. {link} is {kept})"
+            )
         files = shakespeare.shakespeare_files(cache_dir(), log) if self.kind == "shakespeare" else self.files
         files, f = files[: cfg.max_documents], cfg.val_fraction
         nbytes = sum(p.stat().st_size for p in files)
+
+        def read(p: Path) -> Iterator[str]:
+            return read_blocks(p, sha=self.hashes.get(p))
+
         if len(files) == 1:
-            n = sum(map(len, read_blocks(files[0])))  # a first, cheap pass: the split needs the length
+            n = sum(map(len, read(files[0])))  # a first, cheap pass: the split needs the length
             cut = int(n * (1 - f))
             log(f"data: {cfg.source}: 1 document of {n:,} characters; val is its last {f:.0%}")
-            return Documents(lambda: iter(_split_blocks(read_blocks(files[0]), cut)), lambda i: i == 1, nbytes)
+            return Documents(lambda: iter(_split_blocks(read(files[0]), cut)), lambda i: i == 1, nbytes)
         log(
             f"data: {cfg.source}: {len(files):,} documents; "
             f"{'the last' if len(files) * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val"
         )
-        return Documents(lambda: (read_blocks(p) for p in files), val_rule(len(files), f), nbytes)
+        return Documents(lambda: (read(p) for p in files), val_rule(len(files), f), nbytes)
 
 
 def val_rule(n: int | None, f: float) -> Callable[[int], bool]:
@@ -114,16 +147,97 @@ def val_rule(n: int | None, f: float) -> Callable[[int], bool]:
     return lambda i: math.ceil((i + 1) * f - 0.5) > math.ceil(i * f - 0.5)
 
 
-def read_blocks(path: Path, size: int | None = None) -> Iterator[str]:
-    """The text of a UTF-8 file, in blocks of at most `size` characters."""
+def read_blocks(path: Path, size: int | None = None, sha: str | None = None) -> Iterator[str]:
+    """The text of a UTF-8 file, in blocks of at most `size` characters. With `sha` (the sha256
+    of the bytes the caller expects), the bytes read are hashed on the way and a file whose
+    content is not that is refused once it is read to its end."""
     size = size or BLOCK_CHARS
+    h = hashlib.sha256() if sha else None
     try:
-        with open(path, encoding="utf-8") as f:
+        raw = open(path, "rb", buffering=0)
+        stream = io.BufferedReader(_Hashing(raw, h) if h else raw, READ_BYTES)
+        with io.TextIOWrapper(stream, encoding="utf-8") as f:  # newline=None: \r\n and \r read as \n
+            f._CHUNK_SIZE = READ_BYTES  # the bytes it decodes at a time (8 KiB by default)
             while block := f.read(size):
                 yield block
     except UnicodeDecodeError:
         _explain_utf8(path)
         raise
+    if h is not None and h.hexdigest() != sha:
+        raise MinitfError(
+            f"{path} changed while it was being read for tokenizing (its content is not what it was "
+            f"when the token cache was keyed), so nothing was cached; run again once nothing writes to it"
+        )
+
+
+class _Hashing(io.RawIOBase):
+    """A raw binary file that feeds every byte read through it to a hash."""
+
+    def __init__(self, raw, h):
+        self.raw, self.h = raw, h
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self.raw.readinto(b)
+        if n:
+            self.h.update(memoryview(b)[:n])
+        return n
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def file_hashes(files: list[Path], source: str, log: Callable[[str], None]) -> dict[Path, str]:
+    """{file: sha256 of its bytes}. A file whose device, inode, size, mtime and ctime are those
+    remembered from an earlier call (cache_dir()/hashes/, one small JSON per data.source) keeps
+    its remembered hash; the others are read. Remembering is best-effort: an unwritable cache
+    only means hashing again next time."""
+    memo_file = cache_dir() / "hashes" / f"{hashlib.sha256(source.encode()).hexdigest()[:20]}.json"
+    try:
+        memo = json.loads(memo_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        memo = {}
+    memo = memo if isinstance(memo, dict) else {}
+    hashes, keep, todo = {}, {}, []
+    for f in files:
+        try:
+            real, st = os.path.realpath(f), os.stat(f)
+        except OSError as e:  # gone since it was listed
+            raise MinitfError(f"could not read {f}: {e.strerror or e}; is something changing data.source?") from None
+        sig = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        entry = memo.get(real)
+        if isinstance(entry, list) and len(entry) == 6 and entry[:5] == sig:
+            hashes[f], keep[real] = entry[5], entry
+        else:
+            todo.append((f, real, sig))
+    if sum(sig[2] for _, _, sig in todo) > HASH_LOG_BYTES:
+        nbytes = sum(sig[2] for _, _, sig in todo)
+        log(f"data: reading {len(todo):,} new or changed file(s) ({nbytes / 1e6:,.0f} MB) to fingerprint the corpus")
+    for f, real, sig in todo:
+        try:
+            with open(f, "rb") as fh:
+                hashes[f] = hashlib.file_digest(fh, "sha256").hexdigest()
+                st = os.fstat(fh.fileno())
+        except OSError as e:
+            raise MinitfError(
+                f"could not read {f}: {e.strerror or e}; make it readable or leave it out of data.source"
+            ) from None
+        after = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        if after == sig and time.time_ns() - st.st_ctime_ns >= RACY_NS:  # else: hashed again next time
+            keep[real] = [*sig, hashes[f]]
+    if keep != memo:
+        tmp = memo_file.with_name(f".{memo_file.name}.{os.getpid()}.tmp")
+        try:
+            memo_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(keep), encoding="utf-8")
+            os.replace(tmp, memo_file)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    return hashes
 
 
 def _split_blocks(blocks: Iterator[str], cut: int) -> list[Iterator[str]]:
@@ -154,11 +268,12 @@ def _split_blocks(blocks: Iterator[str], cut: int) -> list[Iterator[str]]:
     return [head(), tail()]
 
 
-def _text_files(spec: str) -> tuple[list[Path], list[Path]]:
-    """file:<path|dir|glob> -> (non-empty files, empty files), sorted; a directory means its *.txt."""
+def _text_files(spec: str) -> tuple[list[Path], list[Path], list[tuple[Path, Path]]]:
+    """file:<path|dir|glob> -> (non-empty files, empty files, (skipped name, kept name) of files
+    reached twice), sorted; a directory means its *.txt."""
     p = Path(spec).expanduser()
     pattern = str(p / "**" / "*.txt") if p.is_dir() else str(p)
-    files = sorted(Path(f) for f in glob.glob(pattern, recursive=True) if os.path.isfile(f))
+    files, aliases = _once(_glob(pattern))
     if not files:
         what = "is a directory with no *.txt files" if p.is_dir() else "matches no files"
         raise MinitfError(
@@ -168,7 +283,92 @@ def _text_files(spec: str) -> tuple[list[Path], list[Path]]:
     empty = [f for f in files if f.stat().st_size == 0]
     if len(empty) == len(files):
         raise MinitfError(f"data.source=file:{spec}: all {len(files)} file(s) are empty; add some text")
-    return [f for f in files if f not in empty], empty
+    return [f for f in files if f not in empty], empty, aliases
+
+
+def _glob(pattern: str) -> list[str]:
+    """glob.glob(pattern, recursive=True), except that `**` enters each directory once.
+
+    Python's glob follows symlinked directories under `**` without remembering where it has
+    been, so a link loop yields every file once per level until the path is too long (40 times).
+    Patterns without `**` cannot loop and go to glob itself."""
+    parts = pattern.split(os.sep)
+    if "**" not in parts:
+        return glob.glob(pattern)
+    first = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    root, segs = os.sep.join(parts[:first]) or ("" if first == 0 else os.sep), parts[first:]
+    hidden = any(s.startswith(".") for s in segs)  # as glob: wildcards skip dot-names unless written
+    found = []
+    for path in _walk(root or os.curdir, hidden):
+        rel = os.path.relpath(path, root or os.curdir)
+        if _match(rel.split(os.sep), segs):
+            found.append(os.path.join(root, rel) if root else rel)
+    return found
+
+
+def _walk(root: str, hidden: bool) -> Iterator[str]:
+    """Every path of a non-directory under root, entering each directory once: first the real
+    tree, then symlinked directories whose target has not been walked (a loop, or a second link
+    to one directory, is skipped), so files get their link-free names where they have them."""
+    seen, pending = set(), [root]
+    with contextlib.suppress(OSError):
+        seen.add(_identity(root))
+    while pending:
+        links: list[str] = []
+        for top in pending:
+            for dirpath, dirnames, filenames in os.walk(top):  # does not descend into links
+                keep = []
+                for d in sorted(dirnames):
+                    full = os.path.join(dirpath, d)
+                    if not hidden and d.startswith("."):
+                        continue
+                    if os.path.islink(full):
+                        links.append(full)
+                        continue
+                    with contextlib.suppress(OSError):
+                        if _identity(full) not in seen:  # (a bind mount can show a directory twice)
+                            seen.add(_identity(full))
+                            keep.append(d)
+                dirnames[:] = keep
+                yield from (os.path.join(dirpath, f) for f in sorted(filenames) if hidden or not f.startswith("."))
+        pending = []
+        for link in sorted(links):
+            with contextlib.suppress(OSError):  # a dangling link leads nowhere
+                if _identity(link) not in seen:
+                    seen.add(_identity(link))
+                    pending.append(link)
+
+
+def _match(names: list[str], segs: list[str]) -> bool:
+    """Whether a relative path (its names) matches glob segments, `**` being any number of names."""
+    if not segs:
+        return not names
+    if segs[0] == "**":  # as glob: it spans no dot-names
+        ends = range(next((i for i, n in enumerate(names) if n.startswith(".")), len(names)) + 1)
+        return any(_match(names[i:], segs[1:]) for i in ends)
+    if not names or (names[0].startswith(".") and not segs[0].startswith(".")):
+        return False
+    return fnmatch.fnmatch(names[0], segs[0]) and _match(names[1:], segs[1:])
+
+
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _once(paths: list[str]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """The files among paths, one name per real file (the link-free name if there is one, else the
+    first), sorted; and each skipped name with the name kept for it."""
+    names: dict[tuple[int, int], list[str]] = {}
+    for p in sorted(paths):
+        if os.path.isfile(p):
+            names.setdefault(_identity(p), []).append(p)
+    files, aliases = [], []
+    for group in names.values():
+        kept = min(group, key=lambda p: (os.path.realpath(p) != os.path.abspath(p), p))
+        files.append(Path(kept))
+        aliases += [(Path(p), Path(kept)) for p in group if p != kept]
+    return sorted(files), sorted(aliases)
 
 
 def _explain_utf8(path: Path) -> None:

@@ -35,6 +35,7 @@ from .corpus import Documents, Source, cache_dir
 from .tokenizer import Tokenizer
 
 FORMAT = 1  # bump when the cache layout or the split rule changes, so old caches rebuild
+FILES = "files.json"  # in a token cache: {file as listed: sha256} of the corpus it was built from
 # BPE merges settle long before this (on a generated corpus, 100M characters compress held-out text
 # as well as 200M, within 0.03 %); BPE memory grows with it (0.80 GB peak at 100M, 1.03 GB at 200M)
 TOKENIZER_TRAIN_CHARS = 100_000_000
@@ -140,18 +141,12 @@ def _read_meta(path: Path) -> dict:
 def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None, log: Callable[[str], None] = print) -> TokenData:
     """Build, or reuse, the token cache of cfg.source under cache_dir()/tokens/<key>/.
 
-    The key covers the source's fingerprint, the tokenizer and the split settings. Without a
-    tokenizer one is trained on the train split (vocab cfg.vocab_size), and cached too.
+    The key covers the source's fingerprint (its files' names and content), the tokenizer and the
+    split settings. Without a tokenizer one is trained on the train split (vocab cfg.vocab_size),
+    and cached too. A file that changes while it is read is refused (corpus.read_blocks).
     """
-    source = Source(cfg)
-    settings = {
-        "format": FORMAT,
-        "source": cfg.source,
-        "fingerprint": source.fingerprint,
-        "val_fraction": cfg.val_fraction,
-        "max_documents": cfg.max_documents,
-        "text_field": cfg.text_field,
-    }
+    source = Source(cfg, log)
+    settings = _settings(cfg, source.fingerprint)
     tok_file = cache_dir() / "tokenizers" / f"{_digest(settings, vocab_size=cfg.vocab_size)}.json"
     if tokenizer is None and tok_file.is_file():
         with contextlib.suppress(MinitfError):  # an unreadable one is trained again
@@ -171,8 +166,50 @@ def prepare_data(cfg: DataConfig, tokenizer: Tokenizer | None = None, log: Calla
             tokenizer = _train_tokenizer(docs, cfg.vocab_size, tok_file, log)
             out = _tokens_dir(settings, tokenizer)
         if not (out / "meta.json").is_file():  # (it can be, if only the tokenizer file was deleted)
-            _build(docs, tokenizer, out, settings, _num_proc(cfg.num_proc, docs.nbytes), log)
+            _build(docs, tokenizer, out, settings, _num_proc(cfg.num_proc, docs.nbytes), log, source.hashes)
     return TokenData(out, tokenizer)
+
+
+def check_corpus_unchanged(cfg: DataConfig, state_file: Path) -> None:
+    """For --resume: refuse a corpus whose fingerprint is not the one the run's checkpoint
+    recorded (state.pt's "data"), in one line naming the files that changed when the token cache
+    the run was trained on is still there to compare with. Checkpoints that record no corpus,
+    or cannot be read (loading the checkpoint reports that), are not checked."""
+    try:  # mmap: only the small entries are read, not the weights
+        state = torch.load(state_file, map_location="cpu", weights_only=True, mmap=True)
+        trained_on, tokenizer_hash = state.get("data"), state.get("tokenizer")
+    except Exception:
+        return
+    if trained_on is None:
+        return
+    source = Source(cfg)
+    if source.fingerprint == trained_on:
+        return
+    what = "its files' content differs"
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        old_dir = cache_dir() / "tokens" / _digest(_settings(cfg, trained_on), tokenizer=tokenizer_hash)
+        old = json.loads((old_dir / FILES).read_text(encoding="utf-8"))
+        new = {str(f): h for f, h in source.hashes.items()}
+        changes = [f"{f} edited" for f in new if f in old and old[f] != new[f]]
+        changes += [f"{f} added" for f in new if f not in old] + [f"{f} removed" for f in old if f not in new]
+        if changes:
+            what = ", ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
+    raise MinitfError(
+        f"--resume: the corpus data.source={cfg.source} changed since this run was trained on it ({what}); "
+        f"put the original text back, or start a new run.out_dir on the new text"
+    )
+
+
+def _settings(cfg: DataConfig, fingerprint: str) -> dict:
+    """What a token cache depends on besides the tokenizer."""
+    return {
+        "format": FORMAT,
+        "source": cfg.source,
+        "fingerprint": fingerprint,
+        "val_fraction": cfg.val_fraction,
+        "max_documents": cfg.max_documents,
+        "text_field": cfg.text_field,
+    }
 
 
 def _train_tokenizer(docs: Documents, vocab_size: int, tok_file: Path, log) -> Tokenizer:
@@ -230,8 +267,11 @@ def _num_proc(asked: int | None, nbytes: int | None) -> int:
     return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, tasks))
 
 
-def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc: int, log) -> None:
-    """Tokenize every document once and write the cache directory atomically (temp dir + rename)."""
+def _build(
+    docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc: int, log, hashes: dict[Path, str]
+) -> None:
+    """Tokenize every document once and write the cache directory atomically (temp dir + rename);
+    FILES in it lists the sha256 of each file read, so a refused resume can name what changed."""
     try:
         tmp = temp_dir(out.parent)
     except OSError as e:
@@ -250,6 +290,7 @@ def _build(docs: Documents, tok: Tokenizer, out: Path, settings: dict, num_proc:
             "tokenize_seconds": round(seconds, 2),
         }
         tok.save(tmp / "tokenizer.json")
+        (tmp / FILES).write_text(json.dumps({str(f): h for f, h in hashes.items()}, indent=0), encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
         try:
             os.replace(tmp, out)

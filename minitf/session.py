@@ -149,6 +149,7 @@ def save_checkpoint(run: Session) -> None:
         "elapsed": run.elapsed(),
         "best_val": run.best_val,
         "tokenizer": run.data.tokenizer.hash,
+        "data": run.data.meta["fingerprint"],  # what the corpus was, for the resume check (check_run_dir)
     }
     if fsdp:
         parallel.save_sharded(run.run_dir, run.raw_model, run.optimizer, state, run.step, run.dist.main)
