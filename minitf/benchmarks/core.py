@@ -142,7 +142,7 @@ def generation_speed(cfg: Config, device: torch.device, new_tokens: int = 500, r
     """New tokens per second (all rows counted) from one prompt token, sampled with top-k, for each
     (batch, KV cache, compiled) of GENERATION_RUNS.
 
-    The runs take turns, `rounds` times, and each reports its median: on a shared machine the speed
+    The runs take turns, `rounds` times, and each reports its median: a machine's speed
     drifts over minutes, and turns keep the cached and uncached runs side by side. Each run is
     warmed up first; for the compiled one that first call, mostly compilation, is reported too.
     """

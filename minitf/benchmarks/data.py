@@ -72,7 +72,7 @@ def data_scaling(
     mb: float, files: int = 1, procs=(None,), rounds: int = 1, vocab_size: int = 4096, parquet: bool = False
 ) -> list[dict]:
     """Write the corpus once, then prepare it cold in a child process for each num_proc in procs,
-    taking turns `rounds` times (so on a shared machine each is timed beside the others)."""
+    taking turns `rounds` times (so on a machine whose speed drifts each is timed beside the others)."""
     out = []
     with tempfile.TemporaryDirectory(prefix="minitf-bench-data-", dir="/tmp") as tmp:
         t0 = time.perf_counter()
