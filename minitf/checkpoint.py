@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -26,7 +27,7 @@ from safetensors.torch import load_model, save_model
 
 from .config import Config, ConfigError, MinitfError, load_config, read_config_file, save_config
 from .errors import first_line
-from .io import atomic_write, read_yaml
+from .io import atomic_write, open_nofollow, read_yaml, refuse_symlink
 from .model import Transformer
 from .runtime import resolve_device
 from .tokenizer import Tokenizer, check_vocab
@@ -228,6 +229,8 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
     run_dir = Path(cfg.run.out_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
+    for name in sorted(RUN_FILES):  # before any training time is spent: every write there would be refused
+        refuse_symlink(run_dir / name)
     if resume and not (run_dir / STATE).is_file():
         if any((run_dir / n).is_file() for n in (WEIGHTS, BEST)):
             raise MinitfError(
@@ -242,6 +245,7 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
                 f"{run_dir} already holds a run; pass --resume to continue it, or set run.out_dir to "
                 f"a new directory (it has {', '.join(held)})"
             )
+        check_fresh_dir(run_dir, cfg)
         return run_dir, {}
     changed = changed_keys(load_config(run_dir / CONFIG), cfg)
     fixed = [k for k in changed if not k.startswith(RESUMABLE)]
@@ -255,6 +259,54 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
 
     check_corpus_unchanged(cfg.data, run_dir / STATE)  # before any data is prepared for the new text
     return run_dir, changed
+
+
+# what a fresh run may find in its directory: what an earlier attempt at the same run left before
+# its first checkpoint (config.yaml, tokenizer.json, logs), the lock, and half-written temporary files
+OURS = {CONFIG, TOKENIZER, "metrics.jsonl", "steps.jsonl", "loss.png", "tensorboard", ".lock"}
+RUN_FILES = OURS | {STATE, WEIGHTS, BEST}
+STALE = ("metrics.jsonl", "steps.jsonl", "loss.png")  # rows of an attempt that never checkpointed
+
+
+def check_fresh_dir(run_dir: Path, cfg: Config) -> None:
+    """A fresh run writes only into an empty directory or one minitf created for this same run
+    (its config.yaml parses as a minitf config naming this run.out_dir, and every other entry is a
+    file minitf writes); anything else is the user's, and is refused rather than overwritten.
+    The logs of an earlier attempt that never reached a checkpoint are dropped, not mixed in."""
+    if not run_dir.is_dir():
+        return
+    entries = sorted(run_dir.iterdir())
+    foreign = [
+        f"{e.name} (a link)" if e.is_symlink() else e.name
+        for e in entries
+        if e.is_symlink() or not (e.name in OURS or re.fullmatch(r"\..*\.tmp|sharded-\d{8}", e.name))
+    ]
+    if not foreign and (run_dir / CONFIG).exists() and not _our_config(run_dir / CONFIG, cfg):
+        foreign = [f"{CONFIG} (not this run's)"]
+    if foreign:
+        raise MinitfError(
+            f"{run_dir} holds files minitf did not write ({', '.join(foreign[:4])}{', ...' * (len(foreign) > 4)}); "
+            f"a new run needs an empty directory or one minitf made for this run.out_dir: set run.out_dir to a "
+            f"new directory, or move those files away"
+        )
+    for name in STALE:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def _our_config(path: Path, cfg: Config) -> bool:
+    """path is a config.yaml minitf wrote for this run: a minitf config whose run.out_dir is cfg's."""
+    try:
+        theirs = load_config(path).run.out_dir
+    except (MinitfError, OSError):
+        return False
+    mine = cfg.run.out_dir
+    return theirs == mine or Path(theirs).resolve() == Path(mine).resolve()
+
+
+def is_run_dir(path: Path) -> bool:
+    """path holds a minitf run (a config.yaml beside weights or a training state): exports never write there."""
+    path = Path(path)
+    return (path / CONFIG).is_file() and any((path / n).is_file() for n in (WEIGHTS, BEST, STATE))
 
 
 @contextlib.contextmanager
@@ -277,7 +329,7 @@ def lock_run_dir(run_dir: Path, create: bool = True):
     except OSError as e:
         raise MinitfError(f"could not create {run_dir}: {e.strerror or e}") from None
     try:
-        fd = os.open(run_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_nofollow(run_dir / ".lock", os.O_RDWR | os.O_CREAT)  # a linked .lock is never truncated
     except OSError as e:
         raise MinitfError(f"could not create {run_dir / '.lock'}: {e.strerror or e}") from None
     try:

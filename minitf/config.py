@@ -16,6 +16,7 @@ import copy
 import dataclasses
 import difflib
 import math
+import re
 import typing
 from dataclasses import dataclass, field
 from importlib import resources
@@ -102,8 +103,31 @@ class RunConfig(_Section):
     )
 
     def validate(self) -> None:
+        if not str(self.name).strip():
+            raise ConfigError("run.name is empty; give the run a name, e.g. run.name=shakespeare")
         if self.out_dir is None:
             self.out_dir = f"runs/{self.name}"
+        if not str(self.out_dir).strip():
+            raise ConfigError("run.out_dir is empty; name the run directory, e.g. run.out_dir=runs/mine")
+        _check_not_project_dir(Path(self.out_dir))
+
+
+def _check_not_project_dir(out_dir: Path) -> None:
+    """The run directory cannot be the current directory or a repository's root: a run's files
+    (config.yaml, model.safetensors, ...) would be written among the user's own."""
+    try:
+        here, where = Path.cwd().resolve(), out_dir.expanduser().resolve()
+    except (OSError, RuntimeError):
+        return  # an unreadable path: the write itself will say so
+    pyproject = where / "pyproject.toml"
+    repo = (where / ".git").exists() or (
+        pyproject.is_file() and re.search(r'(?m)^name\s*=\s*"minitf"', pyproject.read_text(errors="replace"))
+    )
+    if where == here or repo:
+        raise ConfigError(
+            f"run.out_dir {str(out_dir)!r} is {'the current directory' if where == here else 'a repository root'}; "
+            f"runs write config.yaml and weights there: choose a directory of its own, e.g. run.out_dir=runs/mine"
+        )
 
 
 @dataclass

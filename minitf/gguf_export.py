@@ -271,7 +271,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
 
 def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = False) -> tuple[Path, str]:
     """Export a run directory's model to the GGUF file `out`; (the path, the architecture)."""
-    from .checkpoint import load_run
+    from .checkpoint import RUN_FILES, is_run_dir, load_run
     from .io import atomic_write
 
     out = Path(out)
@@ -281,6 +281,8 @@ def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = F
         raise MinitfError(f"--out {out} already exists; pass --force to replace it, or choose another name")
     if out.parent.exists() and not out.parent.is_dir():
         raise MinitfError(f"--out {out}: {out.parent} is a file, not a directory")
+    if out.name in RUN_FILES and is_run_dir(out.parent):
+        raise MinitfError(f"--out {out} is a file of the run in {out.parent}; name a new file, e.g. model.gguf")
     model, tokenizer, _ = load_run(run, best=best)
     export_format(model.config)  # refuse before creating any directory
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -247,6 +247,29 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
     return out_dir, fmt
 
 
+def check_export_dir(out_dir, force: bool = False) -> Path:
+    """`minitf export --out`: a new or empty directory (a non-empty one only with force), never a
+    file and never a run directory, whose weights the export would replace."""
+    from .checkpoint import is_run_dir
+
+    out = Path(out_dir)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise MinitfError(
+            f"--out {out} is {'a link' if out.is_symlink() else 'a file'}; --out names a directory to create"
+        )
+    if is_run_dir(out):
+        raise MinitfError(
+            f"--out {out} is a minitf run directory; exporting there would replace its weights: choose a new directory"
+        )
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if held and not force:
+        raise MinitfError(
+            f"--out {out} is not empty (it has {', '.join(held[:4])}{', ...' * (len(held) > 4)}); "
+            f"pass --force to write into it, or choose a new directory"
+        )
+    return out
+
+
 def to_hf_gpt2(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
     """to_hf restricted to GPT-2 (GPT2LMHeadModel); returns the directory."""
     return to_hf(model, tokenizer, out_dir, formats=("gpt2",))[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -22,17 +23,24 @@ def atomic_write(path: str | Path, write) -> None:
     A failed write (disk full, read-only or forbidden directory) raises MinitfError naming the
     path and the cause; the temporary file is removed whatever went wrong, Ctrl-C included. The
     file gets the permissions the user's umask gives (some writers create theirs 0600).
+    The temporary file is created fresh (O_EXCL) under a unique name, so a link planted at a
+    predictable name cannot redirect the bytes; a target that is itself a link is refused.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    refuse_symlink(path)
     existed = path.is_file()
+    tmp = None
     try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
         if not _is_write_failure(e):
             raise
         cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
@@ -40,6 +48,26 @@ def atomic_write(path: str | Path, write) -> None:
             f"could not write {path}: {cause}; "
             + ("the previous file there is intact" if existed else "nothing was written there")
         ) from None
+
+
+def refuse_symlink(path: Path) -> None:
+    """A symbolic link where minitf writes a file of its own is refused: writing would land on
+    whatever the link points at (a directory that is itself a link, e.g. runs/x -> /scratch/x, is fine)."""
+    if os.path.islink(path):
+        raise MinitfError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); minitf does not write through links: "
+            f"remove it (or move the real file there)"
+        )
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
+    """os.open with O_NOFOLLOW: a symbolic link at path is refused in one line, never followed."""
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), mode)
+    except OSError:
+        if os.path.islink(path):
+            refuse_symlink(path)
+        raise
 
 
 def _is_write_failure(e: BaseException) -> bool:

@@ -15,18 +15,20 @@ skip and a resume drops (`truncate`, with every row past the checkpoint's step).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
 from .config import MinitfError
-from .io import atomic_write
+from .io import atomic_write, open_nofollow, refuse_symlink
 
 METRICS, STEPS, TENSORBOARD = "metrics.jsonl", "steps.jsonl", "tensorboard"
 
 
 def append_row(path: Path, record: dict) -> None:
-    try:
-        with open(path, "a") as f:
+    try:  # O_NOFOLLOW: a linked metrics.jsonl is refused, never appended to
+        fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        with open(fd, "a") as f:
             f.write(json.dumps(record) + "\n")
     except OSError as e:
         raise MinitfError(f"could not write {path}: {e.strerror or e}") from None
@@ -60,6 +62,8 @@ class Logger:
 
     def __init__(self, run_dir: Path, kind: str = "jsonl", resume_step: int | None = None):
         self.run_dir, self.tb = Path(run_dir), None
+        for name in (METRICS, STEPS):  # now, not at the first row, so no training time is lost
+            refuse_symlink(self.run_dir / name)
         if kind == "tensorboard":
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -68,6 +72,7 @@ class Logger:
                     "train.logger=tensorboard needs the tensorboard package: "
                     "pip install -e '.[tensorboard]' (or pip install tensorboard)"
                 ) from None
+            refuse_symlink(self.run_dir / TENSORBOARD)  # its event files would land where the link points
             self.tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD), purge_step=resume_step)
 
     def log_step(self, row: dict) -> None:

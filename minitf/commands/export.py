@@ -15,7 +15,7 @@ import argparse
 from minitf.checkpoint import load_run
 from minitf.cli import newest_run
 from minitf.formats import FORMAT_NAMES
-from minitf.hf import HF_CLASSES, to_hf
+from minitf.hf import HF_CLASSES, check_export_dir, to_hf
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -23,7 +23,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--run", help="run directory (default: the newest under runs/)")
     p.add_argument("--best", action="store_true", help="export best.safetensors (lowest val loss)")
     p.add_argument("--out", required=True, help="directory to write (config.json, model.safetensors, tokenizer)")
+    p.add_argument("--force", action="store_true", help="write into --out even if it is not empty")
     args = p.parse_args(argv)
+    check_export_dir(args.out, args.force)  # before the model is loaded: a wrong --out fails fast
     model, tok, _ = load_run(args.run or newest_run(), best=args.best)
     out, fmt = to_hf(model, tok, args.out)
     print(f"wrote {out} as {FORMAT_NAMES[fmt]} ({HF_CLASSES[fmt][1]})")
