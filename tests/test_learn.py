@@ -49,8 +49,8 @@ def test_a_wrong_number_fails_the_notebook(tmp_path):
     """The asserts bite: the first chapter with one expected token changed fails in its cell."""
     nb = notebook()
     cells = [c for c in nb.cells if c.cell_type == "code"][:2]  # imports, then chapter 1
-    assert "' mat']" in cells[1].source
-    cells[1].source = cells[1].source.replace("' mat']", "' mats']")
+    assert '" mat"]' in cells[1].source
+    cells[1].source = cells[1].source.replace('" mat"]', '" mats"]')
     nb.cells = cells
     client = nbclient.NotebookClient(
         nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
