@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .config import MinitfError
+from .progress import progress_bar
 from .runtime import libc
 from .tokenizer import Tokenizer
 
@@ -201,19 +202,10 @@ def write_error(path: Path, e: OSError) -> MinitfError:
 
 
 def progress(total: int | None, desc: str):
-    """A progress bar in MB with MB/s (and an ETA when total is known), on a terminal only."""
-    from tqdm.auto import tqdm
-
-    return tqdm(
-        total=total,
-        desc=desc,
-        unit="B",
-        unit_scale=True,
-        unit_divisor=1000,
-        mininterval=1,
-        disable=None,
-        leave=False,
-        file=sys.stderr,
+    """Progress in MB with MB/s (and an ETA when total is known): a bar on a terminal, a line
+    every 5 s in a log."""
+    return progress_bar(
+        total, desc, unit="B", every=5.0, unit_scale=True, unit_divisor=1000, mininterval=1, leave=False
     )
 
 

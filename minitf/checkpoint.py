@@ -133,8 +133,7 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
     run_dir = Path(path)
     if not run_dir.is_dir():
         raise MinitfError(
-            f"run directory {str(run_dir)!r} does not exist; train one first "
-            f"(python scripts/train.py) or pass --run DIR"
+            f"run directory {str(run_dir)!r} does not exist; train one first (minitf train) or pass --run DIR"
         )
     for name in (CONFIG, TOKENIZER, BEST if best else WEIGHTS):
         if not (run_dir / name).is_file():

@@ -46,7 +46,7 @@ def newest_run(root: str | Path = "runs") -> Path:
     """The run directory under `root` whose weights were written last."""
     runs = sorted(Path(root).glob("*/model.safetensors"), key=lambda p: p.stat().st_mtime)
     if not runs:
-        raise MinitfError(f"no trained run under {root}/; train one with python scripts/train.py, or pass --run DIR")
+        raise MinitfError(f"no trained run under {root}/; train one with minitf train, or pass --run DIR")
     return runs[-1].parent
 
 

@@ -10,6 +10,9 @@ import torch.nn as nn
 from . import runtime
 from .config import TrainConfig
 
+# the wall-clock budget train.typical_steps is measured for: the default recipe's train.max_seconds
+TYPICAL_SECONDS: float = TrainConfig.__dataclass_fields__["max_seconds"].default
+
 
 def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):
     """AdamW (train.optimizer=adamw), or Muon for the blocks' matrices with AdamW for the rest
@@ -131,14 +134,42 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def lr_at(step: int, progress: float, tc: TrainConfig) -> float:
-    """Linear warmup over warmup_steps, times a cosine from lr to min_lr over progress 0 -> 1.
+    """Linear warmup, times a cosine from lr to min_lr over progress 0 -> 1.
 
     progress is the fraction of max_steps done, or of max_seconds when that is the nearer limit,
-    so a time-budgeted run still anneals to min_lr.
+    so a time-budgeted run still anneals to min_lr. The warmup ends after warmup_steps steps or,
+    under a time budget, once the share of the budget those steps take on a typical machine is spent,
+    whichever comes first: a slow machine then reaches the peak as early in its budget as a typical
+    one (the LR then peaks near lr and ends at min_lr), while a fast or typical one warms up over
+    its warmup_steps steps as before.
     """
-    warm = min(1.0, (step + 1) / tc.warmup_steps) if tc.warmup_steps else 1.0
+    if not tc.warmup_steps:
+        warm = 1.0
+    else:
+        warm = min(1.0, max((step + 1) / tc.warmup_steps, progress / warmup_share(tc)))
     cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
     return warm * (tc.min_lr + (tc.lr - tc.min_lr) * cosine)
+
+
+def warmup_share(tc: TrainConfig) -> float:
+    """The share of the budget the warmup may take: warmup_steps of the steps the budget buys, that
+    is max_steps or, under a time budget, the fewer steps it buys on a typical machine (budget_steps).
+    With max_steps alone the step count always ends the warmup first, as it always did. A time budget
+    with no typical_steps lets it take a tenth (or more, when max_steps is that near)."""
+    share = tc.warmup_steps / tc.max_steps
+    if tc.max_seconds is None:
+        return share
+    expected = budget_steps(tc)
+    return min(1.0, max(share, tc.warmup_steps / expected if expected else 0.1))
+
+
+def budget_steps(tc: TrainConfig) -> int | None:
+    """The steps this run's time budget buys on a typical 2-core CPU: train.typical_steps is
+    measured for the default recipe's budget (TYPICAL_SECONDS), so another max_seconds scales it.
+    None when the budget is not wall-clock or typical_steps is not known."""
+    if tc.max_seconds is None or not tc.typical_steps:
+        return None
+    return max(1, round(tc.typical_steps * tc.max_seconds / TYPICAL_SECONDS))
 
 
 def schedule_progress(step: int, elapsed: float, tc: TrainConfig) -> float:

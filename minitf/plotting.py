@@ -49,6 +49,8 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
     for run_dir in run_dirs:
         if not run_dir.is_dir():
             raise MinitfError(f"run directory {str(run_dir)!r} does not exist; pass --run DIR of a trained run")
+    from matplotlib.ticker import MaxNLocator
+
     fig = new_figure(figsize=(15, 4.2))
     ax_loss, ax_bpb, ax_lr = fig.subplots(1, 3)
     key = "step" if x == "step" else "elapsed_s"
@@ -58,14 +60,10 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
             raise MinitfError(f"{run_dir / METRICS} has no evaluations yet; train longer than train.eval_every")
         steps = [r for r in read_rows(run_dir / STEPS) if key in r] or [{**r, "loss": r["train_loss"]} for r in evals]
         label = run_dir.name if len(run_dirs) > 1 else ""
-        style = {"marker": "o"} if len(evals) == 1 else {}  # one point draws no line
+        style = _marks(evals)
         at = lambda rows: [r[key] for r in rows]  # noqa: E731
         (line,) = ax_loss.plot(
-            at(steps),
-            [r["loss"] for r in steps],
-            alpha=0.6,
-            label=f"{label} train".strip(),
-            **({"marker": "o"} if len(steps) == 1 else {}),
+            at(steps), [r["loss"] for r in steps], alpha=0.6, label=f"{label} train".strip(), **_marks(steps)
         )
         ax_loss.plot(
             at(evals),
@@ -76,13 +74,7 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
             **style,
         )
         ax_bpb.plot(at(evals), [r["val_bpb"] for r in evals], color=line.get_color(), label=label or "val", **style)
-        ax_lr.plot(
-            at(steps),
-            [r["lr"] for r in steps],
-            color=line.get_color(),
-            label=label or "lr",
-            **({"marker": "o"} if len(steps) == 1 else {}),
-        )
+        ax_lr.plot(at(steps), [r["lr"] for r in steps], color=line.get_color(), label=label or "lr", **_marks(steps))
     xlabel = "step" if x == "step" else "training seconds (wall clock)"
     ax_loss.set(xlabel=xlabel, ylabel="loss (nats/token)", title="loss")
     ax_bpb.set(xlabel=xlabel, ylabel="bits per byte", title="validation bits per byte")
@@ -90,8 +82,23 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
     for ax in (ax_loss, ax_bpb, ax_lr):
         ax.grid(alpha=0.3)
         ax.legend()
+        if x == "step":  # whole steps only: no step 1.2 between the evaluations of a short run
+            lo, hi = ax.get_xlim()
+            if hi - lo < 2:  # one step alone: a range around it that holds whole steps
+                ax.set_xlim((lo + hi) / 2 - 1, (lo + hi) / 2 + 1)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     return save_figure(fig, out_path, dpi=110)
+
+
+FEW_POINTS = 20  # a curve of at most this many points marks each one: one point alone draws no line
+
+
+def _marks(rows: list) -> dict:
+    """A dot on each measured point of a short curve, so one or two evaluations still show as points."""
+    if len(rows) > FEW_POINTS:
+        return {}
+    return {"marker": "o", "markersize": 6 if len(rows) == 1 else 3.5}
 
 
 def plot_loss(run_dir) -> Path:

@@ -4,6 +4,7 @@ to and comes back from the run directory (checkpoints, resume, what a resume cha
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import torch.nn as nn
 
 from . import checkpoint as ckpt
 from . import metrics, parallel, runtime
-from .config import Config, MinitfError, load_config
+from .config import Config, MinitfError, TrainConfig, load_config
 from .data import TokenData
 from .errors import first_line
 from .model import Transformer
@@ -113,10 +114,17 @@ def finished(run: Session) -> bool:
     run.stop_reason = "already finished"
     run.log(
         f"{run.run_dir} already finished (step {run.step} of train.max_steps={tc.max_steps}, "
-        f"{run.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer resume with a "
-        f"larger train.max_steps or train.max_seconds"
+        f"{run.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer: "
+        f"{train_longer(run.run_dir, tc, out_of_time=run.step < tc.max_steps)}"
     )
     return True
+
+
+def train_longer(run_dir: Path, tc: TrainConfig, out_of_time: bool) -> str:
+    """The command that resumes run_dir with twice the budget that ended it (the time budget, or
+    max_steps), as a user can paste it into a shell."""
+    budget = f"train.max_seconds={2 * tc.max_seconds:g}" if out_of_time else f"train.max_steps={2 * tc.max_steps}"
+    return f"minitf train --resume {shlex.quote(str(run_dir))} {budget}"
 
 
 def save_checkpoint(run: Session) -> None:

@@ -16,6 +16,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,18 +24,26 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-from tqdm import tqdm
 
 from . import checkpoint as ckpt
 from . import hf, parallel, runtime
-from .config import Config, MinitfError, TrainConfig
+from .config import Config, DataConfig, MinitfError, SampleConfig, TrainConfig, recipes
 from .data import prepare_data
 from .evaluate import evaluate
 from .formats import FORMAT_NAMES, format_or_none
 from .metrics import Logger
 from .model import Transformer
-from .optim import lr_at, schedule_progress, set_lr
-from .session import Session, explain_changes, finished, last_good, restore_checkpoint, save_checkpoint
+from .optim import budget_steps, lr_at, schedule_progress, set_lr
+from .progress import progress_bar
+from .session import (
+    Session,
+    explain_changes,
+    finished,
+    last_good,
+    restore_checkpoint,
+    save_checkpoint,
+    train_longer,
+)
 from .tokenizer import Tokenizer
 
 
@@ -66,7 +75,7 @@ def train(
         f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; best val loss {run.best_val:.4f}"
     )
     _warn_if_short(run)
-    run.log(f"run directory: {run.run_dir}\nsample from it: python scripts/generate.py --run {run.run_dir}")
+    run.log(f"run directory: {run.run_dir}\nsample from it: minitf generate --run {shlex.quote(str(run.run_dir))}")
     if run.dist.world > 1:
         dist.barrier()
         dist.destroy_process_group()
@@ -74,15 +83,15 @@ def train(
 
 
 def _warn_if_short(run: Session) -> None:
-    """A time budget that bought far fewer steps than the recipe gets on a typical machine trains a
-    weaker model than the recipe promises: say so, and how to give it more time."""
+    """A time budget that bought far fewer steps than it buys on a typical machine trains a weaker
+    model than the recipe promises: say so, and how to give it more time."""
     tc = run.cfg.train
-    if run.stop_reason == "time budget" and tc.typical_steps and run.step < tc.typical_steps / 2:
+    expected = budget_steps(tc)
+    if run.stop_reason == "time budget" and expected and run.step < expected / 2:
         run.log(
             f"note: this machine did {run.step} steps in train.max_seconds={tc.max_seconds:g}, under half the "
-            f"~{tc.typical_steps} this recipe gets on a typical 2-core CPU, so the model is weaker than "
-            f"the recipe's. To train longer: python scripts/train.py --resume {run.run_dir} "
-            f"train.max_seconds={2 * tc.max_seconds:g}"
+            f"~{expected} this recipe gets in that time on a typical 2-core CPU, so the model is weaker than "
+            f"the recipe's. To train longer: {train_longer(run.run_dir, tc, out_of_time=True)}"
         )
 
 
@@ -90,6 +99,8 @@ def _loop(run: Session, on_eval) -> None:
     """Steps until max_steps, the time budget, or a stop signal; evaluations and checkpoints between."""
     cfg = run.cfg
     bar = _progress_bar(run)
+    # the step a resume starts from was evaluated when it was an evaluation step
+    evaluated = run.step if run.step and run.step % cfg.train.eval_every == 0 else None
     with runtime.tf32_matmuls(run.device), runtime.StopFlag(run.log) as stop:
         while run.step < cfg.train.max_steps:
             lr = lr_at(run.step, schedule_progress(run.step, run.elapsed(), cfg.train), cfg.train)
@@ -113,9 +124,17 @@ def _loop(run: Session, on_eval) -> None:
 
             out_of_time = cfg.train.max_seconds is not None and elapsed >= cfg.train.max_seconds
             last = run.step == cfg.train.max_steps or out_of_time or stop_now
-            if (run.dist.main or run.sharded) and (run.step % cfg.train.eval_every == 0 or last):
+            # the last step evaluates too, unless the step before it just did (an evaluation that
+            # used up the time budget leaves one more step, and the same numbers again)
+            due = run.step % cfg.train.eval_every == 0 or (last and evaluated != run.step - 1)
+            if (run.dist.main or run.sharded) and due:
+                if last and run.dist.main:
+                    bar.write(f"final evaluation ({cfg.train.eval_batches} batches of train and val)...")
                 record_eval(run, lr, norm, elapsed, bar.write, on_eval)
+                evaluated = run.step
             if run.step % cfg.train.ckpt_every == 0 or last:
+                if last and run.dist.main:
+                    bar.write(f"saving the checkpoint of step {run.step} in {run.run_dir}...")
                 save_checkpoint(run)
             if last:
                 run.stop_reason = (
@@ -149,6 +168,8 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     dtype = runtime.resolve_dtype(cfg.train.dtype, device)
     if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
         parallel.shard(model, device, dtype)
+    if not resume:  # a new run's config.yaml states what it is: its name and a prompt for its own text
+        _name_and_prompt(cfg, data, log)
     run = Session.create(cfg, model, data, device, dtype=dtype, procs=procs, run_dir=run_dir, log=log)
     if resume:
         restore_checkpoint(run, log)
@@ -179,6 +200,50 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     run.model.train()
     run.meter.step_last, run.t0 = run.step, time.time()
     return run
+
+
+def _name_and_prompt(cfg: Config, data, log) -> None:
+    """run.name follows run.out_dir when only that was given (run.out_dir=runs/novel: "novel", not
+    the recipe's name), and a run on other text than Shakespeare's does not keep Shakespeare's
+    "Romeo." prompt: generate and the explorer start from the start of a validation document
+    instead (a line of it, or its first words). A run.name or sample.prompt the user set is kept."""
+    name, shakespeare = Path(cfg.run.out_dir).name, _default(SampleConfig, "prompt")
+    if name and cfg.run.name in recipes():  # a recipe's own name (each names itself), not the user's
+        cfg.run.name = name
+    if cfg.sample.prompt != shakespeare or cfg.data.source == _default(DataConfig, "source"):
+        return
+    prompt = fitting_prompt(data)
+    if prompt:
+        cfg.sample.prompt = prompt
+        log(
+            f"sample.prompt: {prompt!r}, the start of a validation document (Shakespeare's "
+            f"{shakespeare!r} does not fit {cfg.data.source}); set sample.prompt to choose another"
+        )
+
+
+def _default(section: type, key: str):
+    return next(f.default for f in dataclasses.fields(section) if f.name == key)
+
+
+PROMPT_CHARS = 20  # about how much of a long line a fitting prompt takes: a few words
+
+
+def fitting_prompt(data) -> str:
+    """A prompt in the corpus's own style: the first line of the validation text (past its first
+    line break when the split may cut a document mid-line), whole with its line break when short,
+    else its first words up to about PROMPT_CHARS characters. "" when val has no text."""
+    ids = data.tokens("val")[:512].tolist()
+    eot = data.tokenizer.eot_id
+    text = data.tokenizer.decode(ids[: ids.index(eot)] if eot in ids else ids)
+    splits = data.meta["splits"]
+    if splits["train"]["documents"] == 1 == splits["val"]["documents"] and "\n" in text:
+        text = text.split("\n", 1)[1]  # one document, cut by characters: begin at a line's start
+    text = text.lstrip("\n")
+    line, newline, _ = text.partition("\n")
+    if len(line) <= 2 * PROMPT_CHARS and line.strip():
+        return line + newline
+    words = line[: PROMPT_CHARS + 1].rsplit(" ", 1)[0] if " " in line[:PROMPT_CHARS] else line[:PROMPT_CHARS]
+    return words.strip() and words
 
 
 def _export_words(cfg) -> str:
@@ -320,16 +385,20 @@ def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_
         parallel.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash, run.dist.main)
 
 
-def _progress_bar(run: Session) -> tqdm:
-    """Steps, or under a time budget seconds, so the ETA is the budget's, not max_steps'."""
+def _progress_bar(run: Session):
+    """Steps, or under a time budget seconds, so the ETA is the budget's, not max_steps': a bar on
+    a terminal, a line every 10 s in a log file or a pipe."""
     tc = run.cfg.train
     if tc.max_seconds is None:
-        return tqdm(total=tc.max_steps, initial=run.step, disable=not run.dist.main, dynamic_ncols=True, unit="step")
-    return tqdm(
-        total=tc.max_seconds,
+        return progress_bar(
+            tc.max_steps, "training", unit="step", initial=run.step, disable=not run.dist.main, dynamic_ncols=True
+        )
+    return progress_bar(
+        tc.max_seconds,
+        "training",
+        unit="s",
         initial=run.elapsed_before,
         disable=not run.dist.main,
         dynamic_ncols=True,
-        unit="s",
         bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]",
     )

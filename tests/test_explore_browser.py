@@ -54,6 +54,8 @@ def test_generate_then_open_a_tokens_attention(browser, explore_server, tiny_run
     d.get(explore_server.url)
     wait.until(lambda _: find("#run-name").text == tiny_run.name)
     assert "step 30" in find("#run-info").text and find_all("#loss polyline")
+    assert "30 steps, lr" in find("#run-info").text  # the budget that ended the run
+    assert len(find_all("#loss circle")) == 4  # two evaluations of train and val loss, each a dot
     for css, value in (("#prompt", "ROMEO: O"), ("#max_new_tokens", "40"), ("#seed", "5"), ("#temperature", "1")):
         find(css).clear()
         find(css).send_keys(value)

@@ -17,10 +17,11 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import BEST, WEIGHTS, load_run, weights_step
-from ..config import MinitfError
+from ..config import MinitfError, TrainConfig
 from ..generate import prompt_ids, sample_settings, stream_tokens
 from ..inspection import Inspection, inspect, token_label
 from ..metrics import METRICS, read_rows
+from ..optim import budget_steps
 from ..sampling import SETTINGS
 
 MAX_PROMPT_CHARS = 4000
@@ -60,6 +61,7 @@ class Explorer:
             "checkpoint": self.checkpoint.name,
             "step": self.step,
             "params": self.model.num_params(),
+            "budget": budget_words(self.cfg.train),
             "config": self.cfg.to_dict(),
             "limits": {
                 "prompt_chars": MAX_PROMPT_CHARS,
@@ -149,6 +151,16 @@ class Explorer:
         start = max(0, query + 1 - block)
         ins = inspect(self.model, self.tok, ids[start : start + block])  # bad ids: a MinitfError
         return {"offset": start, **attention_view(ins, query - start, layer, head)}
+
+
+def budget_words(tc: TrainConfig) -> str:
+    """What ended or would end the training, for the page: a time budget (max_steps is then only a
+    cap, unless a typical machine reaches it first), or max_steps."""
+    if tc.max_seconds is None:
+        return f"{tc.max_steps} steps"
+    expected = budget_steps(tc)
+    cap = f" or {tc.max_steps} steps" if expected and tc.max_steps < expected else ""
+    return f"{tc.max_seconds:g} s{cap} budget"
 
 
 def attention_view(ins: Inspection, query: int, layer: int, head: int) -> dict:

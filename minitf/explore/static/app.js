@@ -5,6 +5,7 @@
 const $ = (id) => document.getElementById(id);
 const SETTINGS = ["temperature", "top_k", "top_p", "max_new_tokens", "seed"];
 const state = { ids: [], stream: null };  // every token shown so far (prompt then generated), the running request
+const FEW_POINTS = 20;  // a loss series this short gets a dot per evaluation (as plotting.py marks it)
 
 function el(tag, props = {}, text = "") {
   const e = Object.assign(document.createElement(tag), props);
@@ -36,7 +37,7 @@ async function loadRun() {
     ["model", `${m.n_layer} layers × ${m.n_head} heads, width ${m.n_embd}`],
     ["context", `${m.block_size} tokens, vocab ${m.vocab_size}`],
     ["blocks", `${m.positions} positions, ${m.norm}, ${m.ffn}, ${m.attention} attention`],
-    ["data", c.data.source], ["training", `${c.train.max_steps} steps max, lr ${c.train.lr}, batch ${c.train.batch_size}`],
+    ["data", c.data.source], ["training", `${run.budget}, lr ${c.train.lr}, batch ${c.train.batch_size}`],
   ];
   for (const [k, v] of rows) $("run-info").append(el("dt", {}, k), el("dd", {}, String(v)));
   $("config").textContent = JSON.stringify(c, null, 2);
@@ -53,14 +54,20 @@ function drawLoss(points) {
   const all = points.flatMap((p) => series.map(([k]) => p[k]).filter((v) => v !== undefined));
   if (!all.length) { svg.append(svgEl("text", { x: 10, y: 20 }, "no evaluations in metrics.jsonl yet")); return; }
   const steps = points.map((p) => p.step), s0 = Math.min(...steps), s1 = Math.max(...steps, s0 + 1);
+  const last = Math.max(...steps);
   const lo = Math.min(...all), hi = Math.max(...all, lo + 1e-6);
   const x = (s) => L + (W - L - 8) * (s - s0) / (s1 - s0), y = (v) => 8 + (H - B - 8) * (hi - v) / (hi - lo);
   svg.append(svgEl("path", { d: `M${L} 8V${H - B}H${W - 8}`, stroke: "#adb5bd", fill: "none" }));
   for (const v of [hi, lo]) svg.append(svgEl("text", { x: 2, y: y(v) + 3 }, v.toFixed(2)));
-  svg.append(svgEl("text", { x: L, y: H - 6 }, `step ${s0}`), svgEl("text", { x: W - 60, y: H - 6 }, `step ${s1}`));
+  svg.append(svgEl("text", { x: L, y: H - 6 }, `step ${s0}`));
+  if (last > s0) svg.append(svgEl("text", { x: W - 60, y: H - 6 }, `step ${last}`));
   series.forEach(([key, colour], i) => {
-    const pts = points.filter((p) => p[key] !== undefined).map((p) => `${x(p.step)},${y(p[key])}`);
-    svg.append(svgEl("polyline", { points: pts.join(" "), stroke: colour, fill: "none", "stroke-width": 1.5 }));
+    const have = points.filter((p) => p[key] !== undefined);
+    svg.append(svgEl("polyline", {
+      points: have.map((p) => `${x(p.step)},${y(p[key])}`).join(" "), stroke: colour, fill: "none", "stroke-width": 1.5,
+    }));
+    // a few evaluations are marked one by one: a single one draws no line at all
+    if (have.length <= FEW_POINTS) for (const p of have) svg.append(svgEl("circle", { cx: x(p.step), cy: y(p[key]), r: 2.5, fill: colour }));
     svg.append(svgEl("text", { x: W - 70, y: 18 + 12 * i, style: `fill:${colour}` }, key.replace("_", " ")));
   });
 }
