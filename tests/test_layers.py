@@ -12,7 +12,7 @@ from .helpers import ROOT
 PKG = ROOT / "minitf"
 # bottom to top; a module may import from its own layer or a lower one, never from a higher one
 LAYERS = [
-    {"errors", "config", "io", "runtime"},
+    {"errors", "config", "io", "runtime", "progress"},
     {"tokenizer", "shakespeare", "corpus", "build", "data"},
     {"positions", "attention", "cache", "sampling"},
     {"model", "formats"},
