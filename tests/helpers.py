@@ -26,17 +26,29 @@ def make_play(seed: int, lines: int = 400) -> str:
     return "\n".join(out) + "\n"
 
 
+def tiny_overrides(out_dir, corpus_dir) -> list[str]:
+    """The overrides that make configs/tiny.yaml smaller still, on the local corpus, in out_dir."""
+    return [
+        f"run.out_dir={out_dir}",
+        f"data.source=file:{corpus_dir}",
+        "data.vocab_size=300",
+        "model.n_embd=32",
+        "model.block_size=32",
+        "train.batch_size=4",
+    ]
+
+
+def tiny_train_args(out_dir, corpus_dir) -> list[str]:
+    """scripts/train.py's arguments for the same model: --config configs/tiny.yaml and tiny_overrides."""
+    return ["--config", "configs/tiny.yaml", *tiny_overrides(out_dir, corpus_dir)]
+
+
 def tiny_config(out_dir, corpus_dir, *overrides) -> minitf.Config:
     """configs/tiny.yaml on the local corpus, in out_dir, even smaller and quicker."""
     return minitf.load_config(
         ROOT / "configs" / "tiny.yaml",
         [
-            f"run.out_dir={out_dir}",
-            f"data.source=file:{corpus_dir}",
-            "data.vocab_size=300",
-            "model.n_embd=32",
-            "model.block_size=32",
-            "train.batch_size=4",
+            *tiny_overrides(out_dir, corpus_dir),
             "train.max_steps=8",
             "train.eval_every=4",
             "train.ckpt_every=4",

@@ -16,7 +16,7 @@ from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 
-from .helpers import ROOT, join_gloo, leave_gloo
+from .helpers import ROOT, join_gloo, leave_gloo, tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
@@ -77,14 +77,7 @@ def test_torchrun_two_processes(tmp_path, corpus):
         "--standalone",
         "--nproc_per_node=2",
         "scripts/train.py",
-        "--config",
-        "configs/tiny.yaml",
-        f"run.out_dir={run}",
-        f"data.source=file:{corpus}",
-        "data.vocab_size=300",
-        "model.n_embd=32",
-        "model.block_size=32",
-        "train.batch_size=4",
+        *tiny_train_args(run, corpus),
         "train.grad_accum=2",
         "train.max_steps=6",
         "train.eval_every=3",

