@@ -1,10 +1,23 @@
-"""What minitf's two local web servers (the explorer, the OpenAI-compatible server) write the same
-way: JSON bodies with their length, and headers that keep browsers from caching or sniffing them."""
+"""What minitf's two local web servers (the explorer, the OpenAI-compatible server) do the same
+way: JSON bodies with their length, headers that keep browsers from caching or sniffing them, and
+telling a loopback address (served to this machine only) from any other."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from http.server import BaseHTTPRequestHandler
+
+# the Host header a request to a loopback-bound server carries, unless a page on some other site
+# made the browser send it (DNS rebinding): such requests are refused
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any address
+        return False
 
 
 class JSONHandler(BaseHTTPRequestHandler):

@@ -19,7 +19,6 @@ A tab that closes its stream stops its generation: the next token's write fails.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import sys
 import threading
@@ -29,7 +28,7 @@ from importlib import resources
 from urllib.parse import urlsplit
 
 from ..config import MinitfError
-from ..httpjson import JSONHandler
+from ..httpjson import LOOPBACK_NAMES, JSONHandler, is_loopback
 from .api import BadRequest, Busy, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
@@ -67,13 +66,6 @@ class ExploreServer(ThreadingHTTPServer):
         self.stopping.set()
         self.shutdown()
         self.server_close()
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to any address
-        return False
 
 
 def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu") -> None:
@@ -128,11 +120,7 @@ class _Handler(JSONHandler):
 
     def _answer(self, respond) -> None:
         """Run respond(): a MinitfError becomes 400 (503 when busy), anything else 500; one line each."""
-        if self.server.loopback and urlsplit(f"//{self.headers.get('Host', '')}").hostname not in (
-            "127.0.0.1",
-            "localhost",
-            "::1",
-        ):
+        if self.server.loopback and urlsplit(f"//{self.headers.get('Host', '')}").hostname not in LOOPBACK_NAMES:
             return self._json(403, {"error": "this server answers requests for 127.0.0.1 or localhost only"})
         try:
             respond()

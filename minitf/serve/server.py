@@ -29,7 +29,6 @@ import contextlib
 import dataclasses
 import hmac
 import io
-import ipaddress
 import json
 import queue
 import re
@@ -45,7 +44,7 @@ from http.client import parse_headers
 from urllib.parse import urlsplit
 
 from ..config import MinitfError
-from ..httpjson import JSONHandler
+from ..httpjson import LOOPBACK_NAMES, JSONHandler, is_loopback
 from .completions import APIError, Cancelled, Completions
 
 HEAD_END = re.compile(rb"\r?\n\r?\n")
@@ -284,13 +283,6 @@ def listen(host: str, port: int) -> socket.socket:
         ) from None
 
 
-def is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to any address
-        return False
-
-
 def client_gone(conn: socket.socket) -> bool:
     """True when the client has closed its end (a read would give end of file) or reset it."""
     try:
@@ -379,7 +371,7 @@ class _Handler(JSONHandler):
             host = urlsplit(f"//{self.headers.get('Host', '')}").hostname
         except ValueError:  # e.g. an unclosed [
             return self._error(APIError("the Host header is not a host name or address", 400))
-        if self.server.loopback and host not in ("127.0.0.1", "localhost", "::1"):
+        if self.server.loopback and host not in LOOPBACK_NAMES:
             return self._error(APIError("this server answers requests for 127.0.0.1 or localhost only", 403))
         key = self.server.api_key
         if key and not hmac.compare_digest(self.headers.get("Authorization", "").encode(), f"Bearer {key}".encode()):
