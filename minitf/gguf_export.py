@@ -29,7 +29,7 @@ import torch
 from .errors import MinitfError
 from .formats import export_format, n_kv_head
 from .model import Transformer
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, check_vocab
 
 DTYPES = ("f32", "f16", "q8_0")
 # the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
@@ -208,11 +208,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     fmt = export_format(cfg)  # refuses, naming every blocking setting, before anything is written
     if dtype not in DTYPES:
         raise MinitfError(f"--dtype must be one of {'|'.join(DTYPES)}, got {dtype!r}")
-    if tokenizer.vocab_size != cfg.vocab_size:
-        raise MinitfError(
-            f"the tokenizer has {tokenizer.vocab_size} tokens but the model {cfg.vocab_size}; "
-            f"pass the tokenizer the model was trained with"
-        )
+    check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
     check_tokenizer(tokenizer)
     gguf = _gguf()
     arch = {
