@@ -364,7 +364,7 @@ def test_best_flags_of_attention_and_export(tmp_path, tiny_run):
 
     assert best.stdout.strip() == format_weights(minitf.inspect(model, tok, "ROMEO: O"), 0, 1).strip()
     assert best.stdout != latest.stdout
-    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
     r = script("scripts/export_hf.py", "--run", str(run), "--best", "--out", str(tmp_path / "hf"))
     assert r.returncode == 0, r.stderr[-1500:]
     exported = load_file(tmp_path / "hf" / "model.safetensors")

@@ -202,7 +202,7 @@ def test_export_refuses_a_file_and_a_non_empty_directory_without_force(tiny_run,
         f"--out {busy} is not empty (it has notes.txt); pass --force to write into it, or choose a new directory"
     )
     assert os.listdir(busy) == ["notes.txt"]
-    pytest.importorskip("transformers")
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
     export.main(["--run", str(tiny_run), "--out", str(busy), "--force"])
     assert (busy / "config.json").is_file() and (busy / "notes.txt").read_text() == "mine"
 
