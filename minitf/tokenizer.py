@@ -11,14 +11,21 @@ import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
+from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from .config import ConfigError, MinitfError
 from .errors import first_line
 
 EOT = "<|endoftext|>"
 MIN_VOCAB = 256 + 1  # every byte, plus <|endoftext|>
+# While merges are learned, a pre-tokenized piece (a word, a run of spaces or of punctuation) longer
+# than this many bytes is cut into pieces of at most this many. BPE training costs about
+# (piece length x merges that touch it), so one long run without whitespace (a DNA sequence, a
+# minified file) made it quadratic: 1 MB of letters took minutes, now seconds. Only training sees
+# the cut: the saved tokenizer splits text exactly as GPT-2 (and llama.cpp's "gpt-2") do, and a
+# token can never be longer than this, which no real word needs.
+MAX_PIECE_BYTES = 256
 
 
 class Tokenizer:
@@ -48,7 +55,10 @@ class Tokenizer:
             raise ConfigError(f"vocab_size must be at least {MIN_VOCAB} (256 bytes + {EOT}), got {vocab_size}")
         backend = HFTokenizer(models.BPE())
         # use_regex splits words GPT-2 style, so merges never cross word/space boundaries
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        gpt2_split = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        # each byte is one character after ByteLevel, so this cuts pieces at MAX_PIECE_BYTES bytes
+        bounded = pre_tokenizers.Split(Regex(f".{{1,{MAX_PIECE_BYTES}}}"), behavior="isolated")
+        backend.pre_tokenizer = pre_tokenizers.Sequence([gpt2_split, bounded])
         backend.decoder = decoders.ByteLevel()
         trainer = trainers.BpeTrainer(
             vocab_size=vocab_size,
@@ -57,6 +67,9 @@ class Tokenizer:
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes, seen or not
         )
         backend.train_from_iterator(texts, trainer)
+        # encoding needs no bound (it merges a piece in n log n), and a plain ByteLevel is what
+        # transformers, llama.cpp and every GPT-2 tokenizer.json expect
+        backend.pre_tokenizer = gpt2_split
         return cls(backend)
 
     @classmethod

@@ -48,6 +48,7 @@ STRINGS = [
     "ﬁne ligatures and combining é (e + U+0301)",
     "Tschüß, Straße; naïve café; œuvre",
     "O sorrow, O fair heaven; gentle death.\n\nNURSE:\nO name!",
+    "GATTACA" * 100,  # a piece longer than the tokenizer's training bound (MAX_PIECE_BYTES): split the same
 ]
 # the tokenizer learns merges on the plays plus a little of every script above, so tokens span
 # multi-byte characters and spaces as they do in a real vocabulary

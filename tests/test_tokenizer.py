@@ -1,6 +1,7 @@
 """Byte-level BPE: lossless round trips, determinism, the tokenizer.json format, bad input."""
 
 import hashlib
+import json
 import os
 import random
 import subprocess
@@ -12,7 +13,7 @@ import tokenizers
 import torch
 
 from minitf.config import ConfigError, DataConfig, MinitfError
-from minitf.tokenizer import EOT, Tokenizer
+from minitf.tokenizer import EOT, MAX_PIECE_BYTES, Tokenizer
 
 WORDS = (
     "the of and to a in that is was he for it with as his on be at by I this had not are but "
@@ -171,3 +172,45 @@ def test_load_missing_or_corrupt(tmp_path):
     plain.save(str(tmp_path / "tokenizer.json"))
     with pytest.raises(MinitfError, match="has no <\\|endoftext\\|> token"):
         Tokenizer.load(tmp_path)
+
+
+def _unbounded_train(texts: list[str], vocab_size: int) -> str:
+    """tokenizer.json as Tokenizer.train made it before pieces were bounded: the plain GPT-2 split."""
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    backend = tokenizers.Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    backend.train_from_iterator(texts, trainer)
+    return backend.to_str(pretty=True)
+
+
+def test_bounded_pieces_change_nothing_for_ordinary_text(tok):
+    # no word or run in corpus() is near MAX_PIECE_BYTES: the learned merges and the saved file are
+    # byte for byte what the unbounded GPT-2 split gives, so GGUF/HF exports tokenize as before
+    assert tok.to_json() == _unbounded_train(corpus(), 400)
+    assert json.loads(tok.to_json())["pre_tokenizer"] == {
+        "type": "ByteLevel",
+        "add_prefix_space": False,
+        "trim_offsets": True,
+        "use_regex": True,
+    }
+
+
+def test_a_megabyte_without_whitespace_trains_and_round_trips():
+    # one 1 MB "word" (a DNA-like or minified line): training was quadratic in its length (minutes)
+    rng = random.Random(0)
+    text = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=1 << 20))
+    tok = Tokenizer.train([text, "and some ordinary words after it"], vocab_size=1024)
+    assert tok.vocab_size == 1024
+    ids = tok.encode(text)
+    assert tok.decode(ids) == text
+    assert len(ids) < len(text) * 0.6  # merges were learned inside the long run
+    longest = max(len(tok.backend.decode([i])) for i in range(tok.vocab_size) if i != tok.eot_id)
+    assert 2 <= longest <= MAX_PIECE_BYTES

@@ -302,7 +302,8 @@ def run_bench(
         r = res["tokenizer"] = tokenizer_speed(cfg.data.vocab_size, log=log)
         log(
             f"tokenizer BPE {r['vocab']} trained on {r['corpus_mb']} MB in {r['train_s']} s; encode "
-            f"{r['encode_mb_per_s']} MB/s ({r['encode_s']} s)"
+            f"{r['encode_mb_per_s']} MB/s ({r['encode_s']} s); on 1 MB of letters without whitespace in "
+            f"{r['no_whitespace_1mb_train_s']} s"
         )
     if "data" in parts:
         r = res["data"] = data_prep_speed(cfg)

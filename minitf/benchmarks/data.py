@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -213,6 +214,13 @@ def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
     t0 = time.perf_counter()
     n = sum(len(ids) for ids in tok.encode_batch(texts))
     enc_s = time.perf_counter() - t0
+    # one 1 MB line without whitespace (a DNA sequence, a minified file): BPE sees a single 1 MB
+    # "word", which it learns from in pieces of MAX_PIECE_BYTES (quadratic, minutes, without them)
+    rng = random.Random(0)
+    letters = "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=1 << 20))
+    t0 = time.perf_counter()
+    Tokenizer.train([letters], vocab_size)
+    no_space_s = time.perf_counter() - t0
     return {
         "corpus_mb": round(mb, 2),
         "vocab": tok.vocab_size,
@@ -220,6 +228,7 @@ def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
         "encode_s": round(enc_s, 2),
         "encode_mb_per_s": round(mb / enc_s, 2),
         "tokens": n,
+        "no_whitespace_1mb_train_s": round(no_space_s, 2),
     }
 
 
