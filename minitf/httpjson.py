@@ -1,16 +1,92 @@
 """What minitf's two local web servers (the explorer, the OpenAI-compatible server) do the same
-way: JSON bodies with their length, headers that keep browsers from caching or sniffing them, and
-telling a loopback address (served to this machine only) from any other."""
+way with JSON and names: request bodies read strictly (a number JSON cannot hold, a string UTF-8
+cannot hold or nesting past Python's recursion limit is a bad request, not a crash later), answers
+that are always valid JSON (never NaN or Infinity), headers that keep browsers from caching or
+sniffing them, and telling a loopback address (served to this machine only) from any other."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import math
 from http.server import BaseHTTPRequestHandler
+from urllib.parse import urlsplit
 
 # the Host header a request to a loopback-bound server carries, unless a page on some other site
 # made the browser send it (DNS rebinding): such requests are refused
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def request_host(header: str) -> str | None:
+    """The host a Host header names (None when it is empty); ValueError for one that is not host[:port]."""
+    try:
+        parts = urlsplit(f"//{header}")
+        _ = parts.port  # a port that is not a number (or past 65535) raises here
+        return parts.hostname
+    except ValueError:  # e.g. an unclosed [
+        raise ValueError(f"the Host header {header[:100]!r} is not a host name or address with a port") from None
+
+
+def loads(raw: bytes):
+    """A request body's JSON value, read strictly; ValueError with one line saying what is wrong.
+
+    Python's json takes 1e400 (as inf), NaN and Infinity, and strings with lone surrogates, none of
+    which JSON allows (RFC 8259) and each of which fails somewhere later; deep nesting raises
+    RecursionError. Each is refused here, named."""
+
+    def number(text: str) -> float:
+        x = float(text)
+        if not math.isfinite(x):
+            raise _Refused(f"the request body holds a number too large for JSON ({text[:40]}); send a finite number")
+        return x
+
+    def whole(text: str) -> int:
+        if len(text) > 100:  # Python refuses to parse past 4300 digits anyway; no field needs 100
+            raise _Refused(f"the request body holds a number too large for JSON ({text[:40]}...); send a smaller one")
+        return int(text)
+
+    def constant(name: str):
+        raise _Refused(f"the request body holds {name}, which is not a number JSON allows; send a finite number")
+
+    try:
+        value = json.loads(raw, parse_float=number, parse_int=whole, parse_constant=constant)
+    except _Refused as e:
+        raise ValueError(str(e)) from None
+    except RecursionError:
+        raise ValueError("the request body's JSON is nested too deeply; send at most a few levels") from None
+    except ValueError:  # UnicodeDecodeError is one
+        raise ValueError("the request body is not valid JSON") from None
+    try:  # "\ud800" in JSON decodes to a lone surrogate, which no UTF-8 text (and no tokenizer) holds
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"the request body holds a lone surrogate {e.object[e.start]!r}, which is not text; send valid Unicode"
+        ) from None
+    return value
+
+
+class _Refused(Exception):
+    """A value loads() refuses while parsing (not a ValueError, which json would take as its own)."""
+
+
+def dumps(payload) -> bytes:
+    """JSON bytes of an answer. A float that is not finite (a diverged run's loss, a NaN from broken
+    weights) becomes null, as a browser's JSON.stringify writes it: Python would write NaN, which
+    no JSON parser (a browser's, an OpenAI client's) reads, so the whole answer would be lost."""
+    try:
+        return json.dumps(payload, allow_nan=False).encode()
+    except ValueError:
+        return json.dumps(_finite(payload), allow_nan=False).encode()
+
+
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def is_loopback(host: str) -> bool:
@@ -24,7 +100,7 @@ class JSONHandler(BaseHTTPRequestHandler):
     """A request handler that answers in JSON and logs through its server's `log`."""
 
     def _json(self, status: int, payload: dict) -> None:
-        data = json.dumps(payload).encode()
+        data = dumps(payload)
         self._head(status, "application/json", len(data))
         self.wfile.write(data)
 

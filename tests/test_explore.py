@@ -334,3 +334,85 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     assert path.startswith(str(target)) and int(size) == sum(
         (ROOT / "minitf" / "explore" / "static" / n).stat().st_size for n, _ in STATIC.values()
     )
+
+
+def raw_request(server, head: bytes, body: bytes = b"") -> tuple[int, dict]:
+    """(status, JSON) of a request sent byte for byte as given, with its body's Content-Length."""
+    with socket.create_connection(server.server_address[:2], timeout=30) as s:
+        s.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head_bytes, _, answer = data.partition(b"\r\n\r\n")
+    return int(head_bytes.split()[1]), json.loads(answer)
+
+
+POST_ATTENTION = b"POST /api/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+HOSTILE_JSON = [
+    (b'{"ids": [1, 2], "query": 1e400}', r"a number too large for JSON \(1e400\)"),
+    (b'{"prompt": "\\ud800"}', r"a lone surrogate '\\ud800', which is not text"),
+    (b'{"ids": ' + b"[" * 100_000 + b"]" * 100_000 + b', "query": 0}', "nested too deeply"),
+    (b'{"temperature": NaN}', "holds NaN, which is not a number JSON allows"),
+    (b'{"ids": [1, 2], "query": -Infinity}', "holds -Infinity, which is not a number JSON allows"),
+]
+
+
+@pytest.mark.parametrize("body, message", HOSTILE_JSON, ids=["1e400", "surrogate", "deep", "nan", "-inf"])
+def test_hostile_json_is_a_400_with_one_line(server, body, message):
+    path = b"/api/generate" if b"prompt" in body or b"temperature" in body else b"/api/attention"
+    status, answer = raw_request(server, POST_ATTENTION.replace(b"/api/attention", path), body)
+    assert status == 400 and re.search(message, answer["error"]), answer
+    assert "\n" not in answer["error"]
+
+
+@pytest.mark.parametrize("host", [b"[::1", b"127.0.0.1:notaport", b"\xff\xfe", b"[zz]"])
+def test_a_malformed_host_header_is_a_400(server, host):
+    status, answer = raw_request(server, b"GET /api/run HTTP/1.1\r\nHost: " + host + b"\r\n")
+    assert status in (400, 403) and "\n" not in answer["error"], answer
+    assert status == 400 or "127.0.0.1 or localhost only" in answer["error"]
+
+
+def test_slow_clients_neither_block_nor_stay(server):
+    """20 clients that send their headers a byte at a time (a slowloris): the page still answers
+    at once, the explorer holds no more threads than its fixed pool, and each slow client is
+    answered 408 and closed when its timeout has passed."""
+    from minitf.explore import ExploreServer
+    from minitf.httpcore import Limits
+
+    shared = f"minitf-explore:{server.server_address[1]}/"  # the session's explorer: its pool may still be starting
+    before = set(threading.enumerate())
+    limits = Limits(workers=3, timeout=2.0)
+    logs = []
+    slow_server = ExploreServer(server.explorer, "127.0.0.1", 0, log=logs.append, limits=limits)
+    thread = threading.Thread(target=slow_server.serve_forever, daemon=True)
+    thread.start()
+    slow = []
+    try:
+        t0 = time.monotonic()
+        for _ in range(20):
+            s = socket.create_connection(slow_server.server_address, timeout=10)
+            s.sendall(b"GET /api/run HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            slow.append(s)
+        for _ in range(3):  # a byte at a time keeps them sending, never finishing
+            for s in slow:
+                s.sendall(b"a")
+            time.sleep(0.1)
+        status, info = call(slow_server, "/api/run")
+        assert status == 200 and info["run"] == server.explorer.run_dir.name
+        assert time.monotonic() - t0 < limits.timeout  # answered while every slow client still hangs
+        mine = f"minitf-explore:{slow_server.server_address[1]}/"
+        assert sum(t.name.startswith(mine) for t in threading.enumerate()) == limits.workers
+        new = [t for t in threading.enumerate() if t not in before and not t.name.startswith(shared)]
+        assert len(new) == limits.workers + 1  # + the thread reading every request: none per connection
+        for s in slow:
+            answer = b""
+            while chunk := s.recv(65536):  # the 408, then end of file: the server closed it
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.0 408 ") and b"request timed out" in answer
+        assert limits.timeout - 0.5 < time.monotonic() - t0 < limits.timeout + 5
+        assert sum("no complete request within 2 s; closed" in line for line in logs) == 20
+    finally:
+        for s in slow:
+            s.close()
+        slow_server.close()
+        thread.join(5)

@@ -18,7 +18,7 @@ LAYERS = [
     {"model", "formats"},
     {"checkpoint", "optim", "metrics", "parallel"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf", "gguf_export"},
-    {"plotting", "cli", "httpjson", "explore", "serve"},
+    {"plotting", "cli", "httpjson", "httpcore", "explore", "serve"},
     {"commands", "benchmarks", "__main__"},  # the command line: minitf <command>, minitf bench's measurements
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}

@@ -402,8 +402,7 @@ def test_bench_serve_smoke(tmp_path, tiny_run):
 def test_a_head_is_found_however_it_arrives():
     """A request that arrives a byte at a time is complete exactly at its last byte (bare LF
     line ends too), and a head past the bound is refused with 431."""
-    from minitf.serve.completions import APIError
-    from minitf.serve.server import _Incoming
+    from minitf.httpcore import RequestError, _Incoming
 
     for request in (
         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
@@ -417,7 +416,7 @@ def test_a_head_is_found_however_it_arrives():
         assert done == [False] * (len(request) - 1) + [True] and inc.length == len(request)
     inc = _Incoming("test", deadline=0)
     inc.buf += b"GET / HTTP/1.1\r\nX: " + b"a" * 1000
-    with pytest.raises(APIError) as e:
+    with pytest.raises(RequestError) as e:
         inc.parse(Limits(max_head=512), conn=None)
     assert e.value.status == 431
 

@@ -1,11 +1,14 @@
 """The explorer: a local web page to type a prompt, watch tokens stream, and open any token's
 attention step by step (`python scripts/explore.py`). The requests themselves are api.py's.
 
-Why the standard library's `http.server`: the page needs a few JSON endpoints and one streamed
-response, on one machine, for one person. ThreadingHTTPServer gives every request its own thread,
-so a tab streaming tokens never blocks the page's other requests or another tab, and it adds no
-dependency. It is not a hardened public server, which is why it binds 127.0.0.1 unless told
-otherwise, and answers only requests that name it (a guard against DNS rebinding).
+Why the standard library's `http.server` handlers: the page needs a few JSON endpoints and one
+streamed response, on one machine, for one person, and they add no dependency. The connections
+are minitf/httpcore.py's (shared with `minitf serve`): one thread reads each request whole within
+a timeout (a client that sends nothing, or its headers a byte at a time, is answered 408 and
+closed), and a fixed pool of threads answers, more of them than generations may run at once, so a
+tab streaming tokens never blocks the page's other requests or another tab. It is not a hardened
+public server, which is why it binds 127.0.0.1 unless told otherwise, and answers only requests
+that name it (a guard against DNS rebinding).
 
     GET  /                  the page (and /static/app.js, /static/attention.js, /static/style.css)
     GET  /api/run           the run: name, config, parameters, checkpoint and its step, limits
@@ -13,23 +16,23 @@ otherwise, and answers only requests that name it (a guard against DNS rebinding
     POST /api/generate      {"prompt", "temperature", "top_k", ...} -> NDJSON, one event per line
     POST /api/attention     {"ids", "query", "layer", "head"} -> one token's attention, every step
 
-Errors are JSON {"error": "one line"}: 400 for bad input, 503 when too many tabs generate at once.
+Errors are JSON {"error": "one line"}: 400 for bad input (JSON that is not JSON's: 1e400, NaN, a lone
+surrogate, nesting too deep; a malformed Host header), 408 for a request not sent within the
+timeout, 503 when too many tabs generate at once. Answers never hold NaN (a diverged run's loss is null).
 A tab that closes its stream stops its generation: the next token's write fails.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
 import traceback
-from http.server import ThreadingHTTPServer
 from importlib import resources
 from urllib.parse import urlsplit
 
 from ..config import MinitfError
-from ..httpjson import LOOPBACK_NAMES, JSONHandler, is_loopback
-from .api import BadRequest, Busy, Explorer
+from ..httpcore import BoundedServer, Limits, MemoryHandler
+from ..httpjson import dumps, loads
+from .api import MAX_GENERATIONS, BadRequest, Busy, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
 STATIC = {
@@ -41,31 +44,22 @@ STATIC = {
 MAX_BODY = 256 * 1024
 
 
-class ExploreServer(ThreadingHTTPServer):
-    """An HTTP server over one Explorer; `url` is where it listens (port 0 picks a free port)."""
+class ExploreServer(BoundedServer):
+    """An HTTP server over one Explorer; `url` is where it listens (port 0 picks a free port).
+    serve_forever() runs it in the calling thread until close() (from another thread) or Ctrl-C."""
 
-    daemon_threads = True  # a tab left streaming never keeps the process from exiting
+    name = "minitf-explore"
 
-    def __init__(self, explorer: Explorer, host: str = "127.0.0.1", port: int = 8000, log=None):
-        self.explorer, self.log = explorer, log or (lambda msg: print(msg, file=sys.stderr))
-        self.stopping = threading.Event()  # set on shutdown: running generations end
-        try:
-            super().__init__((host, port), _Handler)
-        except OSError as e:
-            raise MinitfError(
-                f"cannot serve on {host}:{port} ({e.strerror or e}); pass another --port (0 picks a free one)"
-            ) from None
-        self.loopback = is_loopback(host)
+    def __init__(self, explorer: Explorer, host: str = "127.0.0.1", port: int = 8000, log=None, limits=None):
+        # every generation holds a worker while it streams: a few more answer the page meanwhile
+        limits = limits or Limits(workers=MAX_GENERATIONS + 4, max_body=MAX_BODY)
+        super().__init__(host, port, limits, log)
+        self.explorer, self.handler = explorer, _Handler
 
     @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}/"
-
-    def close(self) -> None:
-        self.stopping.set()
-        self.shutdown()
-        self.server_close()
+        host, port = self.server_address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
 def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu") -> None:
@@ -83,13 +77,11 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
     except KeyboardInterrupt:
         pass
     finally:
-        server.stopping.set()
-        server.server_close()
+        server.close()  # running generations end at their next token
 
 
-class _Handler(JSONHandler):
+class _Handler(MemoryHandler):
     server: ExploreServer
-    protocol_version = "HTTP/1.0"  # one request per connection: a stream ends when it closes
     disable_nagle_algorithm = True  # each token leaves as soon as it is written
 
     def do_GET(self) -> None:
@@ -120,16 +112,16 @@ class _Handler(JSONHandler):
 
     def _answer(self, respond) -> None:
         """Run respond(): a MinitfError becomes 400 (503 when busy), anything else 500; one line each."""
-        if self.server.loopback and urlsplit(f"//{self.headers.get('Host', '')}").hostname not in LOOPBACK_NAMES:
-            return self._json(403, {"error": "this server answers requests for 127.0.0.1 or localhost only"})
+        if refused := self._host_refusal():
+            return self._error(refused)
         try:
             respond()
         except Busy as e:
             self._json(503, {"error": str(e)})
         except MinitfError as e:
             self._json(400, {"error": str(e)})
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the page went away before its answer
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            pass  # the page went away before its answer, or stopped reading it
         except Exception as e:  # a bug: the whole story in the server's console, one line to the page
             self.server.log(traceback.format_exc())
             self._json(500, {"error": f"internal error ({type(e).__name__}: {e}); see the server's console"})
@@ -144,9 +136,9 @@ class _Handler(JSONHandler):
         if not 0 < n <= MAX_BODY:
             raise BadRequest(f"the request body is {n} bytes; send 1 to {MAX_BODY}")
         try:
-            body = json.loads(self.rfile.read(n))
-        except ValueError:  # UnicodeDecodeError is one
-            raise BadRequest("the request body is not valid JSON") from None
+            body = loads(self.rfile.read(n))
+        except ValueError as e:  # one line: not JSON, 1e400, NaN, a lone surrogate, nesting too deep
+            raise BadRequest(str(e)) from None
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         return body
@@ -159,13 +151,13 @@ class _Handler(JSONHandler):
                 for event in events:
                     if self.server.stopping.is_set():
                         break
-                    self.wfile.write(json.dumps(event).encode() + b"\n")
+                    self.wfile.write(dumps(event) + b"\n")
                     sent += "token" in event
-            except (BrokenPipeError, ConnectionResetError):
+            except OSError:  # BrokenPipe, ConnectionReset, and a write timeout: the page stopped reading
                 self.server.log(f"generate: the page closed the stream after {sent} tokens; stopped")
             except Exception as e:  # the reply has begun: the error goes in the stream, the story to the console
                 self.server.log(traceback.format_exc())
-                self.wfile.write(json.dumps({"error": f"generation failed ({type(e).__name__}: {e})"}).encode() + b"\n")
+                self.wfile.write(dumps({"error": f"generation failed ({type(e).__name__}: {e})"}) + b"\n")
 
     def _static(self, path: str) -> None:
         name, kind = STATIC[path]

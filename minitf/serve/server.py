@@ -6,13 +6,9 @@ What each route answers is completions.py's.
     POST /v1/completions            a completion, or a stream of server-sent events ending in [DONE]
     POST /v1/chat/completions       OpenAI's answer for a completions-only model (404)
 
-Why not ThreadingHTTPServer: it starts a thread per connection, and a thread then waits for the
-connection's request however slowly it comes, so a few hundred idle or slow clients (a slowloris)
-hold a few hundred threads and the memory behind them. Here one thread reads every connection's
-request without blocking (selectors), each within `timeout` seconds of connecting, and hands
-only complete requests to a fixed pool of `workers` threads. So the thread count is fixed
-(1 + workers), a slow or idle client costs a socket and a buffer until its deadline, and cannot
-delay anyone else's request. A full queue or too many connections is answered 503 at once.
+The connections, the deadline for a whole request and the fixed pool of threads that answer are
+minitf/httpcore.py's (shared with the explorer): slow or idle clients neither hold a thread nor
+delay anyone else's request.
 
 One request per connection (HTTP/1.0): a stream ends when its connection closes, and a client
 that closes its connection stops its completion: the next token's write fails, or the worker
@@ -26,301 +22,47 @@ carry it (Authorization: Bearer KEY, as OpenAI clients send their key), or is an
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hmac
-import io
-import json
-import queue
-import re
-import select
-import selectors
-import socket
-import sys
-import threading
-import time
 import traceback
-from http import HTTPStatus
-from http.client import parse_headers
 from urllib.parse import urlsplit
 
 from ..config import MinitfError
-from ..httpjson import LOOPBACK_NAMES, JSONHandler, is_loopback
+from ..httpcore import BoundedServer, Limits, MemoryHandler, client_gone
+from ..httpjson import dumps, loads
 from .completions import APIError, Cancelled, Completions
 
-HEAD_END = re.compile(rb"\r?\n\r?\n")
+__all__ = ["CompletionServer", "Limits"]
 
 
-@dataclasses.dataclass
-class Limits:
-    workers: int = 8  # threads that answer complete requests (completions.py bounds how many generate)
-    queue: int = 32  # complete requests waiting for a worker; past that, 503 at once
-    connections: int = 256  # connections still sending their request; past that, 503 at once
-    timeout: float = 10.0  # seconds to send a whole request, and for each write of the answer
-    max_body: int = 1 << 20  # bytes; a larger Content-Length is answered 413 before it is read
-    max_head: int = 32 << 10  # bytes of request line and headers
-
-
-class CompletionServer:
+class CompletionServer(BoundedServer):
     """An HTTP server over one Completions; `url` is where it listens (port 0 picks a free port).
     serve_forever() runs it in the calling thread until close() (from another thread)."""
+
+    name = "minitf-serve"
 
     def __init__(
         self, api: Completions, host: str = "127.0.0.1", port: int = 8000, limits=None, log=None, api_key=None
     ):
-        self.api, self.limits, self.api_key = api, limits or Limits(), api_key
-        self.log = log or (lambda msg: print(msg, file=sys.stderr))
-        self.sock = listen(host, port)
-        self.loopback = is_loopback(host)
-        self.stopping = threading.Event()
-        self._stopped = threading.Event()
-        self._wake_r, self._wake_w = socket.socketpair()  # close() wakes the reading thread with a byte
-        self._ready: queue.Queue = queue.Queue(self.limits.queue)
-        self._workers: list[threading.Thread] = []
-
-    @property
-    def server_address(self) -> tuple:
-        return self.sock.getsockname()[:2]
+        super().__init__(host, port, limits, log)
+        self.api, self.api_key, self.handler = api, api_key, _Handler
 
     @property
     def url(self) -> str:
         host, port = self.server_address
         return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
 
-    def serve_forever(self) -> None:
-        self._workers = [
-            threading.Thread(target=self._work, name=f"minitf-serve:{self.server_address[1]}/{i}", daemon=True)
-            for i in range(self.limits.workers)
-        ]
-        for t in self._workers:
-            t.start()
-        try:
-            self._read_requests()
-        finally:
-            self.stopping.set()  # running completions end at their next token; waiting requests get 503
-            for _ in self._workers:
-                self._ready.put(None)  # blocks only while the queue is full: workers are taking from it
-            self._stopped.set()
-
-    def close(self) -> None:
-        """Stop serving: running completions end at their next token; returns when all have."""
-        self.stopping.set()
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-        if self._workers:
-            self._stopped.wait()
-        for t in self._workers:
-            t.join(30)
-        for s in (self.sock, self._wake_r, self._wake_w):
-            s.close()
-
-    # ---- the reading thread: whole requests, without blocking, within the timeout
-
-    def _read_requests(self) -> None:
-        sel = selectors.DefaultSelector()
-        self.sock.setblocking(False)
-        sel.register(self.sock, selectors.EVENT_READ, "accept")
-        sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        incoming: dict[socket.socket, _Incoming] = {}
-        try:
-            while not self.stopping.is_set():
-                now = time.monotonic()
-                wait = min((c.deadline for c in incoming.values()), default=now + 1.0) - now
-                for key, _ in sel.select(max(0.0, wait)):
-                    if key.data == "accept":
-                        self._accept(sel, incoming)
-                    elif key.data != "wake":
-                        self._receive(key.fileobj, sel, incoming)
-                now = time.monotonic()
-                for conn in [c for c, inc in incoming.items() if inc.deadline <= now]:
-                    sel.unregister(conn)
-                    inc = incoming.pop(conn)
-                    if inc.draining:
-                        conn.close()
-                        continue
-                    self.log(f"{inc.addr}: no complete request within {self.limits.timeout:g} s; closed")
-                    reply(conn, APIError("request timed out: send the whole request at once", 408))
-                    conn.close()
-        finally:
-            for conn in incoming:
-                conn.close()
-            sel.close()
-
-    def _accept(self, sel, incoming: dict) -> None:
-        try:
-            conn, addr = self.sock.accept()
-        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-            return
-        conn.setblocking(False)
-        if len(incoming) >= self.limits.connections:
-            reply(conn, busy("too many open connections"))
-            return conn.close()
-        incoming[conn] = _Incoming(f"{addr[0]}:{addr[1]}", time.monotonic() + self.limits.timeout)
-        sel.register(conn, selectors.EVENT_READ)
-
-    def _receive(self, conn: socket.socket, sel, incoming: dict) -> None:
-        inc = incoming[conn]
-        try:
-            data = conn.recv(1 << 16)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:  # the client left before its request was complete, or has sent all it had to
-            sel.unregister(conn)
-            del incoming[conn]
-            conn.close()
-            return
-        if inc.draining:
-            return
-        inc.buf += data
-        try:
-            complete = inc.parse(self.limits, conn)
-        except APIError as e:
-            # answered at once; then the rest of what the client sends is read and dropped (until it
-            # has sent all, or the deadline), so that it gets to read the answer: closing a socket
-            # with unread bytes resets the connection, and many clients read only after sending
-            reply(conn, e)
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_WR)
-            inc.draining, inc.buf = True, bytearray()
-            return
-        if complete:
-            sel.unregister(conn)
-            del incoming[conn]
-            try:
-                self._ready.put_nowait((conn, bytes(inc.buf[: inc.length]), inc.addr))
-            except queue.Full:
-                reply(conn, busy("too many requests are waiting"))
-                conn.close()
-
-    # ---- the workers
-
-    def _work(self) -> None:
-        while (job := self._ready.get()) is not None:
-            conn, raw, addr = job
-            if self.stopping.is_set():
-                reply(conn, busy("shutting down"))
-                conn.close()
-                continue
-            try:
-                conn.setblocking(True)
-                conn.settimeout(self.limits.timeout)  # a client that stops reading fails the write
-                _Handler((conn, raw), addr, self)
-            except Exception:  # a bug: the story in the console; the connection closes below
-                self.log(traceback.format_exc())
-            finally:
-                with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
-                conn.close()
+    def error_body(self, error) -> dict:
+        """OpenAI's error shape, for the connection layer's errors (408, 413, 503...) as for the API's."""
+        if isinstance(error, APIError):
+            return error.body()
+        kind = "server_error" if error.status >= 500 else "invalid_request_error"
+        return APIError(str(error), error.status, kind, code=error.code).body()
 
 
-@dataclasses.dataclass
-class _Incoming:
-    """A connection whose request is still arriving."""
-
-    addr: str
-    deadline: float
-    buf: bytearray = dataclasses.field(default_factory=bytearray)
-    length: int | None = None  # the whole request's bytes, once its head has arrived
-    draining: bool = False  # answered already (an error); what still arrives is dropped
-    scanned: int = 0  # bytes of buf searched for the end of the head
-
-    def parse(self, limits: Limits, conn: socket.socket) -> bool:
-        """True when the whole request has arrived; APIError for one that cannot be taken."""
-        if self.length is None:
-            # only the new bytes (and the 3 before them) are searched: a client that sends its head a
-            # byte at a time must not make the server scan it again each time
-            end = HEAD_END.search(self.buf, max(0, self.scanned - 3), limits.max_head + 4)
-            if end is None:
-                if len(self.buf) > limits.max_head:
-                    raise APIError(f"the request line and headers exceed {limits.max_head} bytes", 431)
-                self.scanned = len(self.buf)
-                return False
-            lines = bytes(self.buf[: end.start()]).split(b"\n", 1)
-            headers = parse_headers(io.BytesIO(lines[1] + b"\r\n\r\n" if len(lines) > 1 else b"\r\n"))
-            if headers.get("Transfer-Encoding"):
-                raise APIError("send the body with a Content-Length, not chunked", 411)
-            sizes = headers.get_all("Content-Length") or ["0"]
-            if len(set(sizes)) != 1 or not sizes[0].strip().isdigit():
-                raise APIError(f"Content-Length {', '.join(sizes)!r} is not one number of bytes", 400)
-            size = int(sizes[0])
-            if size > limits.max_body:
-                raise APIError(f"the request body is {size} bytes; at most {limits.max_body}", 413)
-            self.length = end.end() + size
-            if headers.get("Expect", "").lower() == "100-continue" and len(self.buf) < self.length:
-                with contextlib.suppress(OSError):
-                    conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")  # a few bytes: never blocks
-        return len(self.buf) >= self.length
-
-
-def reply(conn: socket.socket, error: APIError) -> None:
-    """An error reply from the reading thread: a few hundred bytes, sent without blocking (the
-    socket's buffer takes them; if not, the client is not reading anyway)."""
-    body = json.dumps(error.body()).encode()
-    phrase = HTTPStatus(error.status).phrase
-    head = f"HTTP/1.0 {error.status} {phrase}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-    with contextlib.suppress(OSError):
-        conn.setblocking(False)
-        conn.send(head.encode() + b"Connection: close\r\n\r\n" + body)
-
-
-def busy(why: str) -> APIError:
-    return APIError(f"The server is overloaded ({why}); retry in a moment", 503, "server_error", code="busy")
-
-
-def listen(host: str, port: int) -> socket.socket:
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise MinitfError(f"port {port} is out of range; use 1..65535, or 0 for any free port")
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
-    except (socket.gaierror, UnicodeError) as e:
-        raise MinitfError(f"cannot listen on host {host!r} ({e}); pass an address such as 127.0.0.1") from None
-    try:
-        return socket.create_server((host, port), family=family, backlog=128)
-    except OSError as e:
-        raise MinitfError(
-            f"cannot serve on {host}:{port} ({e.strerror or e}); pass another --port (0 picks a free one)"
-        ) from None
-
-
-def client_gone(conn: socket.socket) -> bool:
-    """True when the client has closed its end (a read would give end of file) or reset it."""
-    try:
-        if not select.select([conn], [], [], 0)[0]:
-            return False
-        return conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False
-    except OSError:
-        return True
-
-
-class _Writer(io.RawIOBase):
-    """The answer's bytes, each write sent whole (socket.sendall), so nothing waits in a buffer."""
-
-    def __init__(self, conn: socket.socket):
-        self.conn = conn
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, b) -> int:
-        self.conn.sendall(b)
-        return len(b)
-
-
-class _Handler(JSONHandler):
-    """One complete request, already read: its bytes come from memory, the answer goes to the socket."""
+class _Handler(MemoryHandler):
+    """One complete request to the API."""
 
     server: CompletionServer
-    protocol_version = "HTTP/1.0"  # one request per connection: a stream ends when it closes
-
-    def setup(self) -> None:
-        self.connection, raw = self.request
-        self.rfile, self.wfile = io.BytesIO(raw), _Writer(self.connection)
-
-    def finish(self) -> None:
-        pass  # the worker closes the connection
 
     def do_GET(self) -> None:
         self._answer(self._get)
@@ -367,12 +109,8 @@ class _Handler(JSONHandler):
     def _answer(self, respond) -> None:
         """Run respond(): an APIError becomes its status and OpenAI's error shape, another
         MinitfError a 400, a bug a 500 (the story in the server's console); one line each."""
-        try:
-            host = urlsplit(f"//{self.headers.get('Host', '')}").hostname
-        except ValueError:  # e.g. an unclosed [
-            return self._error(APIError("the Host header is not a host name or address", 400))
-        if self.server.loopback and host not in LOOPBACK_NAMES:
-            return self._error(APIError("this server answers requests for 127.0.0.1 or localhost only", 403))
+        if refused := self._host_refusal():
+            return self._error(refused)
         key = self.server.api_key
         if key and not hmac.compare_digest(self.headers.get("Authorization", "").encode(), f"Bearer {key}".encode()):
             return self._error(
@@ -396,9 +134,10 @@ class _Handler(JSONHandler):
         if self.headers.get_content_type() != "application/json":
             raise APIError("send the request as JSON (Content-Type: application/json)", 400)
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            raise APIError("We could not parse the JSON body of your request: it is not valid JSON", 400) from None
+            body = loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        except ValueError as e:  # one line: not JSON, 1e400, NaN, a lone surrogate, nesting too deep
+            why = "it is not valid JSON" if str(e) == "the request body is not valid JSON" else str(e)
+            raise APIError(f"We could not parse the JSON body of your request: {why}", 400) from None
         if not isinstance(body, dict):
             raise APIError("the request body must be a JSON object", 400)
         return body
@@ -432,16 +171,6 @@ class _Handler(JSONHandler):
         finally:
             chunks.close()
 
-    def _error(self, e: APIError) -> None:
-        self._json(e.status, e.body())
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """http.server's own errors (a malformed request line or header, an unknown method), as JSON."""
-        self.close_connection = True
-        kind = "server_error" if code >= 500 else "invalid_request_error"
-        with contextlib.suppress(OSError):
-            self._json(code, APIError(message or HTTPStatus(code).phrase, code, kind).body())
-
 
 def sse(payload: dict) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
+    return b"data: " + dumps(payload) + b"\n\n"
