@@ -70,9 +70,11 @@ class _Refused(Exception):
 
 
 def dumps(payload) -> bytes:
-    """JSON bytes of an answer. A float that is not finite (a diverged run's loss, a NaN from broken
-    weights) becomes null, as a browser's JSON.stringify writes it: Python would write NaN, which
-    no JSON parser (a browser's, an OpenAI client's) reads, so the whole answer would be lost."""
+    """JSON bytes of an answer, never holding NaN or Infinity, which Python would write and no JSON
+    parser (a browser's, an OpenAI client's) reads, so the whole answer would be lost. A number that
+    is not finite (a diverged run's loss, a NaN from broken weights) is left out of its object, as
+    a value that is not there (the page's loss chart skips it), and is null in a list, where
+    positions count (as a browser's JSON.stringify writes it)."""
     try:
         return json.dumps(payload, allow_nan=False).encode()
     except ValueError:
@@ -83,7 +85,7 @@ def _finite(value):
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: _finite(v) for k, v in value.items() if not (isinstance(v, float) and not math.isfinite(v))}
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value

@@ -416,3 +416,31 @@ def test_slow_clients_neither_block_nor_stay(server):
             s.close()
         slow_server.close()
         thread.join(5)
+
+
+def test_a_diverged_runs_nan_loss_never_reaches_the_page_as_nan(tiny_run, tmp_path):
+    """metrics.jsonl of a run whose loss went NaN (Python's json writes NaN and Infinity): the page
+    gets JSON that a browser parses, the non-finite values left out of their points."""
+    from minitf.explore import Explorer, ExploreServer
+
+    run = tmp_path / "diverged"
+    shutil.copytree(tiny_run, run)
+    with open(run / METRICS, "a") as f:
+        f.write(json.dumps({"step": 45, "train_loss": float("nan"), "val_loss": float("inf"), "lr": 1e-3}) + "\n")
+    srv = ExploreServer(Explorer(run), "127.0.0.1", 0, log=lambda msg: None)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with urllib.request.urlopen(srv.url + "api/metrics", timeout=30) as r:
+            text = r.read().decode()
+    finally:
+        srv.close()
+        thread.join(5)
+
+    def refuse(name):
+        raise AssertionError(f"{name} in the answer: {text}")
+
+    points = json.loads(text, parse_constant=refuse)["points"]  # a browser's JSON.parse takes no NaN
+    assert [p["step"] for p in points] == [15, 30, 45]
+    assert points[-1] == {"step": 45, "lr": 1e-3}  # the chart skips a value that is not there
+    assert all(math.isfinite(p["train_loss"]) for p in points[:2])

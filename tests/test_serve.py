@@ -250,6 +250,23 @@ def test_errors_have_openais_shape(server):
         assert s.recv(100).startswith(b"HTTP/1.0 413 ")
 
 
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b'{"model": "tiny", "prompt": "O", "max_tokens": 1e400}', r"a number too large for JSON \(1e400\)"),
+        (b'{"model": "tiny", "prompt": "O", "temperature": NaN}', "holds NaN, which is not a number JSON allows"),
+        (b'{"model": "tiny", "prompt": "\\ud800"}', r"a lone surrogate '\\ud800', which is not text"),
+        (b'{"model": "tiny", "prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested too deeply"),
+        (b'{"model": "tiny", "prompt": "O"', "We could not parse the JSON body of your request: it is not valid JSON"),
+    ],
+    ids=["1e400", "nan", "surrogate", "deep", "cut"],
+)
+def test_json_that_is_not_jsons_is_a_400_naming_why(server, body, message):
+    status, payload = raw(server, "POST", "/v1/completions", body)
+    assert status == 400 and re.search(message, payload["error"]["message"]), payload
+    assert payload["error"]["type"] == "invalid_request_error" and "\n" not in payload["error"]["message"]
+
+
 def test_slow_clients_neither_block_nor_stay(tiny_run):
     """20 connections that send half a request each: a normal request is answered while they
     are open (they hold no worker: the pool is 2 threads), and each is closed at its deadline."""
