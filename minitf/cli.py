@@ -11,6 +11,11 @@ from pathlib import Path
 
 from .config import MinitfError
 
+# the most a prompt read from a file or a piped line may hold: 1 MB is hundreds of times the
+# context of any model minitf trains (a longer prompt keeps only its last block_size tokens), and
+# reading past it would let /dev/zero or an endless pipe fill the memory
+MAX_PROMPT_BYTES = 1 << 20
+
 
 def run_main(main) -> None:
     """Run main(); a MinitfError prints 'error: ...' and exits 2, Ctrl-C exits 130. No tracebacks."""
@@ -53,11 +58,19 @@ def newest_run(root: str | Path = "runs") -> Path:
 def stdin_prompts():
     """Prompts from standard input: on a terminal, typed at a '> ' prompt (a line ending in a
     backslash goes on to the next line); piped, one per line, where a line that is not UTF-8 is
-    reported and skipped, not fatal."""
+    reported and skipped, not fatal. A line longer than MAX_PROMPT_BYTES ends the command with
+    one line: it is never read whole (a pipe from /dev/zero is one endless line)."""
     if sys.stdin.isatty():
         yield from _typed_prompts()
         return
-    for n, raw in enumerate(sys.stdin.buffer, 1):
+    n = 0
+    while raw := sys.stdin.buffer.readline(MAX_PROMPT_BYTES + 1):
+        n += 1
+        if len(raw.rstrip(b"\r\n")) > MAX_PROMPT_BYTES:
+            raise MinitfError(
+                f"input line {n} is longer than {MAX_PROMPT_BYTES:,} bytes; the model reads only its last "
+                f"block_size tokens, so pass the end of the text (e.g. tail -c 100000)"
+            )
         try:
             yield raw.decode("utf-8").rstrip("\r\n")
         except UnicodeDecodeError as e:
@@ -81,7 +94,16 @@ def _typed_prompts():
 
 
 def read_prompt(path: str) -> str:
+    """The text of --prompt-file: at most MAX_PROMPT_BYTES are read, so a huge file or an endless
+    one (/dev/zero, a pipe that never ends) is refused in one line instead of filling the memory."""
     try:
-        return Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_PROMPT_BYTES + 1)
+        if len(data) > MAX_PROMPT_BYTES:
+            raise MinitfError(
+                f"--prompt-file {path} is larger than {MAX_PROMPT_BYTES:,} bytes; the model reads only its last "
+                f"block_size tokens, so pass the end of it (e.g. tail -c 100000 {path} > prompt.txt)"
+            )
+        return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise MinitfError(f"could not read --prompt-file {path}: {getattr(e, 'strerror', None) or e}") from None

@@ -271,6 +271,14 @@ def test_script_mistakes_are_one_line_and_exit_2(tmp_path, tiny_run):
     )
 
 
+@pytest.mark.parametrize("port", ["99999", "-1", "65536"])
+def test_a_port_out_of_range_is_one_line(tiny_run, port):
+    r = run_script("--run", str(tiny_run), "--port", port)
+    assert r.returncode == 2 and r.stderr == (
+        f"error: --port {port} is out of range; use 1..65535, or 0 for any free port\n"
+    )
+
+
 def test_script_serves_until_ctrl_c_and_warns_off_loopback(tiny_run):
     p = subprocess.Popen(
         [sys.executable, "scripts/explore.py", "--run", str(tiny_run), "--port", "0", "--host", "0.0.0.0"],

@@ -78,6 +78,33 @@ def test_script_defaults_to_newest_run(tiny_run, tmp_path):
     assert r.returncode == 0 and r.stdout.count("sample ") == 2
 
 
+def test_prompt_input_is_bounded(tiny_run, tmp_path):
+    """--prompt-file reads at most 1 MB (so /dev/zero no longer reads for ever) and a piped line
+    for --interactive too; a file within the bound is the prompt, as --prompt gives it."""
+    from minitf.cli import MAX_PROMPT_BYTES
+
+    prompt = tmp_path / "scene.txt"
+    prompt.write_text("ROMEO:\nO gentle", encoding="utf-8")
+    same = ["--run", str(tiny_run), "--temperature", "0", "--max-new-tokens", "10"]
+    r = gen(*same, "--prompt-file", str(prompt))
+    assert r.returncode == 0 and r.stdout == gen(*same, "--prompt", "ROMEO:\nO gentle").stdout
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"a" * (MAX_PROMPT_BYTES + 1))
+    for path in ("/dev/zero", str(big)):
+        r = gen("--run", str(tiny_run), "--prompt-file", path)
+        assert r.returncode == 2 and r.stderr == (
+            f"error: --prompt-file {path} is larger than 1,048,576 bytes; the model reads only its last "
+            f"block_size tokens, so pass the end of it (e.g. tail -c 100000 {path} > prompt.txt)\n"
+        )
+    r = gen(*same, "--interactive", stdin="ROMEO:\n" + "a" * (MAX_PROMPT_BYTES + 1) + "\nNURSE:\n")
+    assert r.returncode == 2 and "ROMEO:" in r.stdout and "NURSE:" not in r.stdout
+    assert r.stderr.splitlines()[-1] == (
+        "error: input line 2 is longer than 1,048,576 bytes; the model reads only its last block_size tokens, "
+        "so pass the end of the text (e.g. tail -c 100000)"
+    )
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.parametrize(
     "args, match",
     [

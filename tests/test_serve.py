@@ -367,7 +367,8 @@ def test_command_line_mistakes_are_one_line(tiny_run, tmp_path):
         port = taken.getsockname()[1]
         cases = [
             (["--run", str(tmp_path / "nope")], "does not exist"),
-            (["--run", str(tiny_run), "--port", "99999"], "out of range"),
+            (["--run", str(tiny_run), "--port", "99999"], "--port 99999 is out of range; use 1..65535"),
+            (["--run", str(tiny_run), "--port", "-1"], "--port -1 is out of range; use 1..65535"),
             (["--run", str(tiny_run), "--port", str(port)], f"cannot serve on 127.0.0.1:{port}"),
         ]
         for args, words in cases:

@@ -10,6 +10,7 @@ and one head's steps from q·k to the weighted sum. Serves until Ctrl-C.
 import argparse
 
 from minitf.cli import newest_run
+from minitf.config import ConfigError
 from minitf.explore import serve
 
 
@@ -21,4 +22,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
     a = p.parse_args(argv)
+    if not 0 <= a.port <= 65535:  # checked before loading the run, so the error is the only line
+        raise ConfigError(f"--port {a.port} is out of range; use 1..65535, or 0 for any free port")
     serve(a.run or newest_run(), best=a.best, host=a.host, port=a.port, device=a.device)
