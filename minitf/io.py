@@ -103,6 +103,34 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# bounds on a config file, checked before it is parsed or expanded: a config holds a few dozen
+# keys, so these refuse only what is not a config (a data file passed as --config, a YAML "billion
+# laughs" whose aliases expand to billions of values, which any later check or error would walk)
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_VALUES = 100_000
+
+
+def _check_expansion(root) -> None:
+    """Refuse YAML whose aliases (*name) would expand to more than MAX_CONFIG_VALUES values. Each
+    node is counted once (memoised), so the count itself costs the file's size, not the expansion."""
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:
+        if id(node) not in sizes:
+            sizes[id(node)] = 1  # a node that contains itself (a recursive alias) counts once
+            if isinstance(node, yaml.SequenceNode):
+                sizes[id(node)] += sum(size(child) for child in node.value)
+            elif isinstance(node, yaml.MappingNode):
+                sizes[id(node)] += sum(size(k) + size(v) for k, v in node.value)
+        return sizes[id(node)]
+
+    if root is not None and size(root) > MAX_CONFIG_VALUES:
+        raise ConfigError(
+            f"its aliases (*name) expand to more than {MAX_CONFIG_VALUES:,} values, which no config needs; "
+            f"write the values out"
+        )
+
+
 def read_yaml(path: Path) -> dict:
     """A YAML config file as a dict of sections, or a ConfigError naming the file and the problem."""
     if not path.is_file():
@@ -110,13 +138,25 @@ def read_yaml(path: Path) -> dict:
             f"config file {str(path)!r} not found; pass an existing YAML file, e.g. configs/shakespeare.yaml"
         )
     try:
-        d = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"larger than {MAX_CONFIG_BYTES:,} bytes, which no config is; is it a config file?")
+        loader = _UniqueKeyLoader(raw.decode("utf-8"))
+        try:
+            node = loader.get_single_node()  # the YAML's nodes, aliases not yet expanded
+            _check_expansion(node)
+            d = (loader.construct_document(node) if node is not None else None) or {}
+        finally:
+            loader.dispose()
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}); is it a config file?") from None
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path} is not valid YAML: {first_line(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply for a config (sections of keys and values)") from None
     if not isinstance(d, dict):
         raise ConfigError(
             f"{path} must hold a mapping of sections (run:, data:, model:, ...), got a {type(d).__name__}"
