@@ -72,6 +72,7 @@ class BoundedServer:
 
     handler: type[MemoryHandler]
     name = "minitf-http"  # the worker threads are named f"{name}:{port}/{i}"
+    root = "/"  # where its pages are under the address: url ends with it
 
     def __init__(self, host: str, port: int, limits: Limits | None = None, log=None):
         self.limits = limits or Limits()
@@ -90,6 +91,11 @@ class BoundedServer:
     @property
     def server_address(self) -> tuple:
         return self.sock.getsockname()[:2]
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}{self.root}"
 
     def serve_forever(self) -> None:
         self._workers = [

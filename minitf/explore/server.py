@@ -56,11 +56,6 @@ class ExploreServer(BoundedServer):
         super().__init__(host, port, limits, log)
         self.explorer, self.handler = explorer, _Handler
 
-    @property
-    def url(self) -> str:
-        host, port = self.server_address
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
-
 
 def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu") -> None:
     """Load the run, print the page's URL, and serve until Ctrl-C (then return quietly)."""

@@ -39,17 +39,13 @@ class CompletionServer(BoundedServer):
     serve_forever() runs it in the calling thread until close() (from another thread)."""
 
     name = "minitf-serve"
+    root = "/v1"  # an OpenAI client's base_url
 
     def __init__(
         self, api: Completions, host: str = "127.0.0.1", port: int = 8000, limits=None, log=None, api_key=None
     ):
         super().__init__(host, port, limits, log)
         self.api, self.api_key, self.handler = api, api_key, _Handler
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address
-        return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
 
     def error_body(self, error) -> dict:
         """OpenAI's error shape, for the connection layer's errors (408, 413, 503...) as for the API's."""
