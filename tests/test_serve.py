@@ -238,6 +238,7 @@ def test_errors_have_openais_shape(server):
         ("POST", "/v1/completions", b'{"model": "tiny", "max_tokens": 1e400}', None, 400),
         ("GET", "/v1/models", b"", {"Host": "attacker.example"}, 403),  # DNS rebinding
         ("GET", "/v1/models", b"", {"Host": "[::1"}, 400),
+        ("GET", "/v1/models", b"", {"Host": "127.0.0.1:notaport"}, 400),
     ]
     for method, path, body, headers, status in cases:
         got, payload = raw(server, method, path, body, headers)
