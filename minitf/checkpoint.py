@@ -98,6 +98,7 @@ def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = T
     path = run_dir / STATE
     state = read_state(run_dir)
     step, weights = state["step"], state["model"]
+    refuse_non_finite(weights.items(), path, DIVERGED_STATE)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
@@ -112,6 +113,8 @@ def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = T
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
+    """A weights file into model: refused in one line if it is missing, damaged, of another
+    config, or holds a NaN or infinite value (which would make every token's logits NaN)."""
     path = Path(path)
     if not path.is_file():
         raise MinitfError(f"{path} not found; is this a run directory written by minitf training?")
@@ -124,6 +127,29 @@ def load_weights(model: nn.Module, path: Path) -> None:
             f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?"
         )
+    with safe_open(str(path), "pt") as f:  # the file's own names (it stores a tied head once, as lm_head.weight)
+        names = list(f.keys())
+    weights = model.state_dict()
+    other = path.with_name(BEST if path.name == WEIGHTS else WEIGHTS)
+    way_out = (
+        f"use {other.name} ({'--best' if other.name == BEST else 'without --best'}) or " if other.is_file() else ""
+    )
+    refuse_non_finite(((name, weights[name]) for name in names), path, f"{way_out}train again with a lower train.lr")
+
+
+DIVERGED_STATE = "it cannot be resumed; start a new run.out_dir with a lower train.lr"
+
+
+def refuse_non_finite(tensors, where, fix: str) -> None:
+    """Weights holding NaN or infinity compute NaN for every token: refused in one line naming the
+    file and the first such tensor. tensors: (name, tensor) pairs; fix: what the user can do."""
+    for name, t in tensors:
+        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise MinitfError(
+                f"{where}: tensor {name} holds NaN/inf values ({bad} of {t.numel()}); the weights are unusable "
+                f"(training diverged, or the file was damaged): {fix}"
+            )
 
 
 def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):

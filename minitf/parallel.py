@@ -202,11 +202,30 @@ def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) ->
             f"{folder} does not load ({_dcp_first_line(e)}); the checkpoint is damaged or not this "
             f"run's, start a new run.out_dir"
         ) from None
+    _refuse_non_finite(model, folder)
     found = ckpt.weights_step(run_dir / ckpt.WEIGHTS)
     if rank0_value(float(found != state["step"]), _device(model)):
         log(f"repairing {run_dir / ckpt.WEIGHTS}: it holds step {found}, the committed checkpoint step {state['step']}")
         save_weights(model, run_dir / ckpt.WEIGHTS, state["step"], state.get("tokenizer"), main)
     return state
+
+
+def _refuse_non_finite(model: nn.Module, folder: Path) -> None:
+    """ckpt.refuse_non_finite over the loaded weights, on every process together: each checks its
+    own shards, and all raise if any found a NaN or infinity (one raising alone would leave the
+    others waiting in the next collective)."""
+    try:
+        ckpt.refuse_non_finite(((n, local(p)) for n, p in model.named_parameters()), folder, ckpt.DIVERGED_STATE)
+        error = None
+    except MinitfError as e:
+        error = e
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        flag = torch.tensor([float(error is not None)], device=_device(model))
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() and error is None:
+            error = MinitfError(f"{folder}: another process's shard holds NaN/inf values; {ckpt.DIVERGED_STATE}")
+    if error is not None:
+        raise error
 
 
 def _compact(t: torch.Tensor) -> bool:
