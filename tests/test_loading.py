@@ -4,6 +4,9 @@ checkpoint), a run.init_from directory that does not describe one complete model
 one line naming what is wrong (never random layers), and a resume without the run's tokenizer
 says what is missing."""
 
+import json
+import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +20,7 @@ import minitf
 from minitf import checkpoint as ckpt
 from minitf.config import MinitfError
 
-from .helpers import ROOT, tiny_config
+from .helpers import ROOT, tiny_config, tiny_train_args
 
 QUIET = dict(log=lambda *a: None)
 TENSOR = "blocks.0.attn.c_attn.weight"
@@ -132,3 +135,126 @@ def test_a_sharded_checkpoint_with_non_finite_weights_is_refused(tmp_path, corpu
         MinitfError, match=r"sharded-00000006: tensor ln_f.weight holds NaN/inf values \(1 of 32\); .*cannot be resumed"
     ):
         minitf.train(run, resume=True, overrides=["train.max_steps=8"], **QUIET)
+
+
+# ------------------------------------------------------------------ run.init_from: one complete model, or one line
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory, corpus):
+    """A small GPT-2 saved by transformers with its tokenizer.json: a valid run.init_from."""
+    tf = pytest.importorskip("transformers", reason="pip install -e '.[hf]'")
+    tok = minitf.Tokenizer.train([p.read_text() for p in sorted(corpus.glob("*.txt"))], vocab_size=300)
+    torch.manual_seed(0)
+    config = tf.GPT2Config(
+        vocab_size=tok.vocab_size,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=tok.eot_id,
+        eos_token_id=tok.eot_id,
+    )
+    out = tmp_path_factory.mktemp("init") / "gpt2"
+    tf.GPT2LMHeadModel(config).save_pretrained(out)
+    tok.save(out / "tokenizer.json")
+    return out
+
+
+def _edit_weights(d, edit):
+    tensors = load_file(str(d / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(d / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _edit_config(d, edit):
+    (d / "config.json").write_text(edit(json.loads((d / "config.json").read_text())))
+
+
+def _to_pickle(d):
+    torch.save(load_file(str(d / "model.safetensors")), d / "pytorch_model.bin")
+    (d / "model.safetensors").unlink()
+
+
+H = "transformer.h."
+INIT_FROM_MISTAKES = {
+    "missing tensors": (
+        lambda d: _edit_weights(d, lambda t: [t.pop(H + "1.mlp.c_fc.weight"), t.pop(H + "0.ln_2.bias")]),
+        r"does not hold one complete GPT-2 model of its config.json: missing transformer.h.0.ln_2.bias, "
+        r"transformer.h.1.mlp.c_fc.weight; minitf never fills a layer with random values",
+    ),
+    "an extra layer": (
+        lambda d: _edit_weights(d, lambda t: t.update({H + "2.ln_1.weight": torch.ones(32)})),
+        r"does not hold one complete GPT-2 model of its config.json: no place for transformer.h.2.ln_1.weight;",
+    ),
+    "both": (
+        lambda d: _edit_weights(d, lambda t: t.update({H + "2.ln_1.weight": t.pop(H + "1.ln_1.weight")})),
+        r"missing transformer.h.1.ln_1.weight; no place for transformer.h.2.ln_1.weight;",
+    ),
+    "a wrong shape": (
+        lambda d: _edit_weights(d, lambda t: t.update({H + "0.attn.c_attn.weight": torch.zeros(32, 64)})),
+        r": tensors of another shape than its config.json describes: transformer.h.0.attn.c_attn.weight "
+        r"\(32, 64\) where config.json needs \(32, 96\); the weights and config.json do not belong together",
+    ),
+    "a narrow embedding": (  # (300, 1) would broadcast into the (300, 32) table if it were copied unchecked
+        lambda d: _edit_weights(d, lambda t: t.update({"transformer.wte.weight": torch.zeros(300, 1)})),
+        r"transformer.wte.weight \(300, 1\) where config.json needs \(300 or more, 32\)",
+    ),
+    "a minimal config.json": (
+        lambda d: _edit_config(d, lambda c: json.dumps({"model_type": "gpt2", "vocab_size": 300})),
+        r": config.json lacks n_embd, n_layer, n_head, n_positions, which fix the model's shape; use the "
+        r"config.json that save_pretrained wrote",
+    ),
+    "a config.json that is not JSON": (
+        lambda d: _edit_config(d, lambda c: "{model_type: gpt2"),
+        r"config.json is not valid JSON \(.*\); is it a save_pretrained config.json\?",
+    ),
+    "a size that is not a number": (
+        lambda d: _edit_config(d, lambda c: json.dumps({**c, "n_layer": "2"})),
+        r": config.json has n_layer='2'; each must be a positive integer",
+    ),
+    "NaN weights": (
+        lambda d: _edit_weights(d, lambda t: t[H + "1.mlp.c_proj.weight"].view(-1).__setitem__(0, float("nan"))),
+        r": tensor transformer.h.1.mlp.c_proj.weight holds NaN/inf values \(1 of 4096\);",
+    ),
+    "a pickle (.bin)": (_to_pickle, r"holds its weights as a pickle \(pytorch_model.bin\), which minitf never loads"),
+    "a pickle (.pt)": (
+        lambda d: [_to_pickle(d), (d / "pytorch_model.bin").rename(d / "model.pt")],
+        r"holds its weights as a pickle \(model.pt\), which minitf never loads",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", INIT_FROM_MISTAKES)
+def test_init_from_that_is_not_one_complete_model_is_one_line(case, gpt2_dir, tmp_path, corpus):
+    edit, message = INIT_FROM_MISTAKES[case]
+    broken = tmp_path / "broken"
+    shutil.copytree(gpt2_dir, broken)
+    edit(broken)
+    with pytest.raises(MinitfError) as e:
+        minitf.train(tiny_config(tmp_path / "ft", corpus, f"run.init_from={broken}"), **QUIET)
+    assert re.search(message, str(e.value)) and "\n" not in str(e.value), str(e.value)
+    assert str(e.value).startswith(str(broken))
+    assert not (tmp_path / "ft").exists()  # refused before anything was written
+
+
+def test_init_from_a_pickle_through_the_script_is_one_line_and_never_unpickled(gpt2_dir, tmp_path, corpus):
+    broken = tmp_path / "pickled"
+    shutil.copytree(gpt2_dir, broken)
+    (broken / "model.safetensors").unlink()
+    (broken / "pytorch_model.bin").write_bytes(pickle.dumps(_Evil()))
+    r = subprocess.run(
+        [sys.executable, "scripts/train.py", *tiny_train_args(tmp_path / "ft", corpus), f"run.init_from={broken}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 2 and "unpickled" not in r.stdout + r.stderr
+    assert r.stderr.startswith(f"error: {broken} holds its weights as a pickle (pytorch_model.bin)")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+class _Evil:  # a pickle that would run code if it were loaded
+    def __reduce__(self):
+        return print, ("unpickled!",)
