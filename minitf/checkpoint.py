@@ -338,6 +338,8 @@ def is_run_dir(path: Path) -> bool:
 def lock_run_dir(run_dir: Path, create: bool = True):
     """Hold an exclusive OS lock on run_dir/.lock: a second trainer on the same directory is refused.
     The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one.
+    A run that is refused or fails removes the .lock it created, and the directories it created
+    if they are still empty: a refused run leaves the directory as it found it.
     create=False: a missing directory is not made (nor locked: there is nothing in it to protect)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
@@ -349,14 +351,17 @@ def lock_run_dir(run_dir: Path, create: bool = True):
     if not create and not run_dir.is_dir():
         yield
         return
+    made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # deepest first: what mkdir creates
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise MinitfError(f"could not create {run_dir}: {e.strerror or e}") from None
+    lock = run_dir / ".lock"
+    new_lock, locked = not os.path.lexists(lock), False
     try:
-        fd = open_nofollow(run_dir / ".lock", os.O_RDWR | os.O_CREAT)  # a linked .lock is never truncated
+        fd = open_nofollow(lock, os.O_RDWR | os.O_CREAT)  # a linked .lock is never truncated
     except OSError as e:
-        raise MinitfError(f"could not create {run_dir / '.lock'}: {e.strerror or e}") from None
+        raise MinitfError(f"could not create {lock}: {e.strerror or e}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -365,8 +370,21 @@ def lock_run_dir(run_dir: Path, create: bool = True):
             raise MinitfError(
                 f"{run_dir} is in use by pid {pid}; wait for that training to end or choose another run.out_dir"
             ) from None
+        locked = True
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
+    except BaseException:
+        # a run refused (or failed) leaves the directory as it found it: no .lock of ours among the
+        # user's files, and no directory it created if nothing else was written there
+        if locked and new_lock:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            for d in made:
+                try:
+                    d.rmdir()  # only if empty
+                except OSError:
+                    break
+        raise
     finally:
         os.close(fd)
