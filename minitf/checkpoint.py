@@ -272,6 +272,7 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
             )
         check_fresh_dir(run_dir, cfg)
         return run_dir, {}
+    check_resume_tokenizer(run_dir)
     changed = changed_keys(load_config(run_dir / CONFIG), cfg)
     fixed = [k for k in changed if not k.startswith(RESUMABLE)]
     if fixed:
@@ -284,6 +285,25 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
 
     check_corpus_unchanged(cfg.data, run_dir / STATE)  # before any data is prepared for the new text
     return run_dir, changed
+
+
+def check_resume_tokenizer(run_dir: Path) -> None:
+    """A resume needs the run's own tokenizer.json: the checkpoint's token ids mean nothing without it,
+    and another one (even of the same size) would go on training on other tokens. Checked before
+    any data is prepared; the weights' metadata holds the hash of the tokenizer they were trained with."""
+    path = run_dir / TOKENIZER
+    if not path.is_file():
+        raise MinitfError(
+            f"{run_dir} has a checkpoint but no {TOKENIZER}, which --resume needs (the model's token ids mean "
+            f"nothing without the tokenizer it was trained with); put the run's own {TOKENIZER} back from a copy "
+            f"of the run, or start a new run.out_dir"
+        )
+    trained_with = weights_metadata(run_dir / WEIGHTS).get("tokenizer")
+    if trained_with and trained_with != Tokenizer.load(path).hash:
+        raise MinitfError(
+            f"{path} is not the tokenizer this run was trained with (its hash differs from the one recorded "
+            f"in {WEIGHTS}); put the run's own {TOKENIZER} back, or start a new run.out_dir"
+        )
 
 
 # what a fresh run may find in its directory: what an earlier attempt at the same run left before

@@ -258,3 +258,33 @@ def test_init_from_a_pickle_through_the_script_is_one_line_and_never_unpickled(g
 class _Evil:  # a pickle that would run code if it were loaded
     def __reduce__(self):
         return print, ("unpickled!",)
+
+
+# ------------------------------------------------------------------ resume needs the run's own tokenizer
+
+
+def test_resume_without_the_runs_tokenizer_says_what_is_missing(tmp_path, corpus):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+    own = (run / ckpt.TOKENIZER).read_bytes()
+    (run / ckpt.TOKENIZER).unlink()
+    r = subprocess.run(
+        [sys.executable, "scripts/train.py", "--resume", str(run), "train.max_steps=8"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(
+        f"error: {run} has a checkpoint but no tokenizer.json, which --resume needs (the model's token ids mean "
+        f"nothing without the tokenizer it was trained with); put the run's own tokenizer.json back"
+    )
+    # another tokenizer is not this run's either
+    minitf.Tokenizer.train([(corpus / "play0.txt").read_text()[::-1]], vocab_size=300).save(run / ckpt.TOKENIZER)
+    with pytest.raises(
+        MinitfError, match=rf"^{run / ckpt.TOKENIZER} is not the tokenizer this run was trained with \(its hash"
+    ):
+        minitf.train(run, resume=True, overrides=["train.max_steps=8"], **QUIET)
+    (run / ckpt.TOKENIZER).write_bytes(own)  # the run's own: the resume goes on
+    minitf.train(run, resume=True, overrides=["train.max_steps=8"], **QUIET)
+    assert torch.load(run / ckpt.STATE, weights_only=True)["step"] == 8
