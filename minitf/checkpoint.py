@@ -256,6 +256,8 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
     for name in sorted(RUN_FILES):  # before any training time is spent: every write there would be refused
         refuse_symlink(run_dir / name)
+    for path in sorted(run_dir.glob("sharded-*")):  # fsdp's checkpoint folders (parallel.py)
+        refuse_symlink(path)
     if resume and not (run_dir / STATE).is_file():
         if any((run_dir / n).is_file() for n in (WEIGHTS, BEST)):
             raise MinitfError(

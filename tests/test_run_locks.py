@@ -6,6 +6,7 @@ import os
 import threading
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 import minitf
@@ -74,3 +75,48 @@ def test_a_second_train_while_one_runs_in_another_thread_is_refused_and_the_firs
     alone = minitf.train(tiny_config(tmp_path / "alone", corpus), **QUIET)  # afterwards a run may start again
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(alone / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)  # the threaded run is the run alone
+
+
+def test_sharded_checkpoints_are_written_into_a_fresh_folder_never_through_a_link(tmp_path, corpus, monkeypatch):
+    from minitf import trainer
+
+    """train.parallel=fsdp in one process writes the same sharded checkpoint as under torchrun."""
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4"), **QUIET)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    (run / ".sharded-00000008.tmp").symlink_to(victim)  # the name every save of step 8 used to write into
+    resume = lambda steps: minitf.train(run, resume=True, overrides=[f"train.max_steps={steps}"], **QUIET)  # noqa: E731
+    resume(8)
+    assert os.listdir(victim) == ["keep.txt"]  # no shard landed behind the link
+    folder = run / "sharded-00000008"
+    assert folder.is_dir() and not folder.is_symlink() and (folder / ".metadata").is_file()
+    assert [p.name for p in run.iterdir() if p.name.startswith(".sharded")] == [".sharded-00000008.tmp"]
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o777 & ~_umask())  # as the run's other folders
+
+    (run / "sharded-00000012").symlink_to(victim)  # a link where the folder of step 12 goes
+    with pytest.raises(MinitfError, match=r"sharded-00000012 is a symbolic link \(to .*victim\); minitf does not"):
+        resume(12)  # refused before any step
+    assert os.listdir(victim) == ["keep.txt"]
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == 8 and (folder / ".metadata").is_file()
+
+    # planted while the run trains (after the check above), the link is refused at the save itself
+    (run / "sharded-00000012").unlink()
+    real_step = trainer.train_step
+
+    def plant_then_step(run_, *a):
+        if run_.step == 10 and not (run / "sharded-00000012").is_symlink():
+            (run / "sharded-00000012").symlink_to(victim)
+        return real_step(run_, *a)
+
+    monkeypatch.setattr(trainer, "train_step", plant_then_step)
+    with pytest.raises(MinitfError, match=r"sharded-00000012 is a symbolic link"):
+        resume(12)
+    assert os.listdir(victim) == ["keep.txt"]
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == 8 and len(load_file(run / "model.safetensors"))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
