@@ -678,9 +678,10 @@ def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
     """
     where = Path(path)
     if not where.is_dir():
+        pickled = " (a pickle, which minitf never loads: it can run code)" if where.suffix in PICKLES else ""
         raise MinitfError(
-            f"run.init_from={str(path)!r} is not a directory; pass a local Hugging Face GPT-2, Llama or Qwen3 "
-            f"directory (config.json, model.safetensors, tokenizer files)"
+            f"run.init_from={str(path)!r} is not a directory{pickled}; pass a local Hugging Face GPT-2, Llama or "
+            f"Qwen3 directory (config.json, model.safetensors, tokenizer files)"
         )
     if (where / "tokenizer.json").is_file():
         tokenizer = Tokenizer.load(where / "tokenizer.json")

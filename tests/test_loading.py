@@ -253,6 +253,10 @@ def test_init_from_a_pickle_through_the_script_is_one_line_and_never_unpickled(g
     assert r.returncode == 2 and "unpickled" not in r.stdout + r.stderr
     assert r.stderr.startswith(f"error: {broken} holds its weights as a pickle (pytorch_model.bin)")
     assert len(r.stderr.strip().splitlines()) == 1
+    with pytest.raises(
+        MinitfError, match=r"pytorch_model.bin' is not a directory \(a pickle, which minitf never loads"
+    ):
+        minitf.train(tiny_config(tmp_path / "ft", corpus, f"run.init_from={broken / 'pytorch_model.bin'}"), **QUIET)
 
 
 class _Evil:  # a pickle that would run code if it were loaded
