@@ -98,6 +98,7 @@ def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = T
     path = run_dir / STATE
     state = read_state(run_dir)
     step, weights = state["step"], state["model"]
+    refuse_non_finite(weights.items(), path, DIVERGED_STATE)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:
@@ -112,6 +113,8 @@ def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = T
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
+    """A weights file into model: refused in one line if it is missing, damaged, of another
+    config, or holds a NaN or infinite value (which would make every token's logits NaN)."""
     path = Path(path)
     if not path.is_file():
         raise MinitfError(f"{path} not found; is this a run directory written by minitf training?")
@@ -124,6 +127,29 @@ def load_weights(model: nn.Module, path: Path) -> None:
             f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?"
         )
+    with safe_open(str(path), "pt") as f:  # the file's own names (it stores a tied head once, as lm_head.weight)
+        names = list(f.keys())
+    weights = model.state_dict()
+    other = path.with_name(BEST if path.name == WEIGHTS else WEIGHTS)
+    way_out = (
+        f"use {other.name} ({'--best' if other.name == BEST else 'without --best'}) or " if other.is_file() else ""
+    )
+    refuse_non_finite(((name, weights[name]) for name in names), path, f"{way_out}train again with a lower train.lr")
+
+
+DIVERGED_STATE = "it cannot be resumed; start a new run.out_dir with a lower train.lr"
+
+
+def refuse_non_finite(tensors, where, fix: str) -> None:
+    """Weights holding NaN or infinity compute NaN for every token: refused in one line naming the
+    file and the first such tensor. tensors: (name, tensor) pairs; fix: what the user can do."""
+    for name, t in tensors:
+        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise MinitfError(
+                f"{where}: tensor {name} holds NaN/inf values ({bad} of {t.numel()}); the weights are unusable "
+                f"(training diverged, or the file was damaged): {fix}"
+            )
 
 
 def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):
@@ -230,6 +256,8 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
     for name in sorted(RUN_FILES):  # before any training time is spent: every write there would be refused
         refuse_symlink(run_dir / name)
+    for path in sorted(run_dir.glob("sharded-*")):  # fsdp's checkpoint folders (parallel.py)
+        refuse_symlink(path)
     if resume and not (run_dir / STATE).is_file():
         if any((run_dir / n).is_file() for n in (WEIGHTS, BEST)):
             raise MinitfError(
@@ -246,6 +274,7 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
             )
         check_fresh_dir(run_dir, cfg)
         return run_dir, {}
+    check_resume_tokenizer(run_dir)
     changed = changed_keys(load_config(run_dir / CONFIG), cfg)
     fixed = [k for k in changed if not k.startswith(RESUMABLE)]
     if fixed:
@@ -258,6 +287,25 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
 
     check_corpus_unchanged(cfg.data, run_dir / STATE)  # before any data is prepared for the new text
     return run_dir, changed
+
+
+def check_resume_tokenizer(run_dir: Path) -> None:
+    """A resume needs the run's own tokenizer.json: the checkpoint's token ids mean nothing without it,
+    and another one (even of the same size) would go on training on other tokens. Checked before
+    any data is prepared; the weights' metadata holds the hash of the tokenizer they were trained with."""
+    path = run_dir / TOKENIZER
+    if not path.is_file():
+        raise MinitfError(
+            f"{run_dir} has a checkpoint but no {TOKENIZER}, which --resume needs (the model's token ids mean "
+            f"nothing without the tokenizer it was trained with); put the run's own {TOKENIZER} back from a copy "
+            f"of the run, or start a new run.out_dir"
+        )
+    trained_with = weights_metadata(run_dir / WEIGHTS).get("tokenizer")
+    if trained_with and trained_with != Tokenizer.load(path).hash:
+        raise MinitfError(
+            f"{path} is not the tokenizer this run was trained with (its hash differs from the one recorded "
+            f"in {WEIGHTS}); put the run's own {TOKENIZER} back, or start a new run.out_dir"
+        )
 
 
 # what a fresh run may find in its directory: what an earlier attempt at the same run left before
@@ -312,6 +360,8 @@ def is_run_dir(path: Path) -> bool:
 def lock_run_dir(run_dir: Path, create: bool = True):
     """Hold an exclusive OS lock on run_dir/.lock: a second trainer on the same directory is refused.
     The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one.
+    A run that is refused or fails removes the .lock it created, and the directories it created
+    if they are still empty: a refused run leaves the directory as it found it.
     create=False: a missing directory is not made (nor locked: there is nothing in it to protect)."""
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
@@ -323,14 +373,17 @@ def lock_run_dir(run_dir: Path, create: bool = True):
     if not create and not run_dir.is_dir():
         yield
         return
+    made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # deepest first: what mkdir creates
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise MinitfError(f"could not create {run_dir}: {e.strerror or e}") from None
+    lock = run_dir / ".lock"
+    new_lock, locked = not os.path.lexists(lock), False
     try:
-        fd = open_nofollow(run_dir / ".lock", os.O_RDWR | os.O_CREAT)  # a linked .lock is never truncated
+        fd = open_nofollow(lock, os.O_RDWR | os.O_CREAT)  # a linked .lock is never truncated
     except OSError as e:
-        raise MinitfError(f"could not create {run_dir / '.lock'}: {e.strerror or e}") from None
+        raise MinitfError(f"could not create {lock}: {e.strerror or e}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -339,8 +392,21 @@ def lock_run_dir(run_dir: Path, create: bool = True):
             raise MinitfError(
                 f"{run_dir} is in use by pid {pid}; wait for that training to end or choose another run.out_dir"
             ) from None
+        locked = True
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
+    except BaseException:
+        # a run refused (or failed) leaves the directory as it found it: no .lock of ours among the
+        # user's files, and no directory it created if nothing else was written there
+        if locked and new_lock:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            for d in made:
+                try:
+                    d.rmdir()  # only if empty
+                except OSError:
+                    break
+        raise
     finally:
         os.close(fd)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from . import checkpoint as ckpt
 from .config import MinitfError, ModelConfig
 from .errors import first_line
 from .formats import FORMAT_NAMES, FORMATS, export_format
@@ -49,6 +50,13 @@ PREFIX = {"gpt2": "transformer.", "llama": "model.", "qwen3": "model.", "gptneox
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # HF activation names -> model.gelu; gelu_new, gelu_fast and gelu_pytorch_tanh are one formula
 HF_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
+# what torch.save and pickle write: never loaded (unpickling can run code), but named when they are all there is
+PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+# the config.json keys that fix a model's shape: without them a default (GPT-2 small, say) would not fit the weights
+SHAPE_KEYS = {
+    "gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
+    "llama": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+}
 # buffers some checkpoints carry that hold no trained value
 IGNORED = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
@@ -128,11 +136,12 @@ def _from_neox_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
 
 
 def hf_state(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
-    """`fmt`'s *ForCausalLM state dict (float32, CPU) holding `model`'s weights."""
+    """`fmt`'s *ForCausalLM state dict (float32, CPU) holding `model`'s weights. A model on the
+    meta device gives meta tensors: the names and shapes a checkpoint of its config holds."""
     cfg = model.config
     V, C, H, KV, D = cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.kv_heads, cfg.head_dim
     F = ffn_hidden(cfg)
-    sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    sd = {k: v.detach().float().to(v.device if v.is_meta else "cpu") for k, v in model.state_dict().items()}
     zeros = {  # the bias each minitf weight would have: zeros where model.bias=false
         "ln_1": C,
         "ln_2": C,
@@ -288,15 +297,22 @@ def _read_dir(where: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         raise MinitfError(
             f"{where} has no config.json; pass a directory written by save_pretrained (config.json, model.safetensors)"
         )
-    config = json.loads((where / "config.json").read_text())
+    config = _json(where / "config.json", "a save_pretrained config.json")
+    if not isinstance(config, dict):
+        raise MinitfError(f"{where / 'config.json'} holds a JSON {type(config).__name__}, not a model config object")
     index = where / "model.safetensors.index.json"
+    pickles = sorted(p.name for p in where.iterdir() if p.suffix in PICKLES)
     if index.is_file():  # sharded: the index names each tensor's file
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        listing = _json(index, "a save_pretrained index")
+        weight_map = listing.get("weight_map") if isinstance(listing, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+            raise MinitfError(f"{index} has no weight_map of tensor names to files; is it a save_pretrained index?")
+        files = sorted(set(weight_map.values()))
     elif (where / "model.safetensors").is_file():
         files = ["model.safetensors"]
-    elif any(where.glob("*.bin")):
+    elif pickles:
         raise MinitfError(
-            f"{where} holds its weights as a pickle (pytorch_model.bin), which minitf never loads (it can run "
+            f"{where} holds its weights as a pickle ({', '.join(pickles[:3])}), which minitf never loads (it can run "
             f"code); convert it to safetensors first: AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir)"
         )
     else:
@@ -308,6 +324,13 @@ def _read_dir(where: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         except (SafetensorError, OSError) as e:
             raise MinitfError(f"{where / name} is unreadable ({first_line(e, 120)})") from None
     return config, state
+
+
+def _json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise MinitfError(f"{path} is not valid JSON ({first_line(e, 80)}); is it {what}?") from None
 
 
 def _read(path_or_model, what: str) -> tuple[dict, dict[str, torch.Tensor], str]:
@@ -423,9 +446,11 @@ def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
     ), problems
 
 
-def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, attention_bias: bool, mlp_bias: bool):
+def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, attention_bias: bool, mlp_bias: bool, missing=None):
     """minitf parameter name -> tensor, from `fmt`'s HF state dict (padding rows not included).
-    Pops what it uses from `state`, so what is left over is what minitf has no place for."""
+    Pops what it uses from `state`, so what is left over is what minitf has no place for.
+    missing: (a list, the expected HF shapes): a tensor the checkpoint lacks is added to the list and
+    stands in as zeros, so that every missing name can be reported at once; None: the first raises."""
     H, KV, D, C = cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.n_embd
     base = PREFIX[fmt]
     F = ffn_hidden(cfg)
@@ -436,6 +461,9 @@ def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, attention_bias: bool,
             return state.pop(name).float()
         if size is not None:
             return torch.zeros(size)
+        if missing is not None and name in missing[1]:
+            missing[0].append(name)
+            return torch.zeros(missing[1][name])
         raise MinitfError(f"the checkpoint has no {name}; is it a complete {FORMAT_NAMES[fmt]} model?")
 
     out = {}
@@ -488,6 +516,8 @@ def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, attention_bias: bool,
             if fmt == "qwen3":
                 for norm in ("q_norm", "k_norm"):
                     w = take(f"{h}self_attn.{norm}.weight")
+                    if missing is not None and f"{h}self_attn.{norm}.weight" in missing[0]:
+                        continue
                     if not torch.equal(w, torch.ones_like(w)):
                         raise MinitfError(
                             f"{h}self_attn.{norm}.weight is not all ones; minitf's q/k norm has no weight, "
@@ -504,11 +534,8 @@ def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, attention_bias: bool,
     else:
         out["wte.weight"] = take(base + "embed_tokens.weight")
         out["ln_f.weight"] = take(base + "norm.weight")
-    head = state.pop("lm_head.weight", None)
     if not cfg.tie_embeddings:
-        if head is None:
-            raise MinitfError("the checkpoint has tie_word_embeddings=false but no lm_head.weight")
-        out["lm_head.weight"] = head.float()
+        out["lm_head.weight"] = take("lm_head.weight")
     return out
 
 
@@ -518,7 +545,9 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
 
     vocab_size: keep only the first vocab_size rows of the embedding and head (a checkpoint may
     hold more rows than its tokenizer has tokens; the tokenizer never produces the others).
-    Settings minitf cannot compute are named together in one MinitfError.
+    Settings minitf cannot compute are named together in one MinitfError, and so are the tensors
+    that do not make one complete model of the config (missing, left over, of another shape, or
+    holding NaN/inf): no layer is ever left at its random initial value.
     """
     config, state, where = _read(path_or_model, "from_hf")
     model_type = config.get("model_type")
@@ -528,6 +557,7 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
             f"(GPT-2, Llama, Qwen3, GPT-NeoX)"
         )
     fmt = MODEL_TYPES[model_type]
+    _check_shape_keys(config, fmt, where)
     options, problems = _options(config, fmt)
     if problems:
         verb = "has" if len(problems) == 1 else "have"
@@ -535,7 +565,7 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
             f"{where}: {FORMAT_NAMES[fmt]} config {', '.join(problems)} {verb} no minitf equivalent; "
             f"minitf imports the plain architecture only"
         )
-    hf_vocab = config.get("vocab_size")
+    hf_vocab = config["vocab_size"]
     if vocab_size is not None and vocab_size > hf_vocab:
         raise MinitfError(f"{where}: the tokenizer has {vocab_size} tokens but the model only {hf_vocab} rows")
     cfg = ModelConfig(vocab_size=vocab_size or hf_vocab, dropout=0.0, **options)
@@ -547,17 +577,29 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
         state["lm_head.weight"] = state.pop("embed_out.weight")
     if cfg.tie_embeddings:
         state.pop("lm_head.weight", None)
+    with torch.device("meta"):  # the names and shapes this config's checkpoint holds, without any memory
+        expected = {k: tuple(v.shape) for k, v in hf_state(Transformer(cfg), fmt).items()}
+    _check_shapes(state, expected, cfg.vocab_size, fmt, where)
+    ckpt.refuse_non_finite(
+        sorted(state.items()), where, "it cannot be fine-tuned from; fetch or convert the model again"
+    )
+    missing: list[str] = []
     weights = _minitf_state(
         state,
         cfg,
         fmt,
         attention_bias=bool(config.get("attention_bias", False)),
         mlp_bias=bool(config.get("mlp_bias", False)),
+        missing=(missing, expected),
     )
     left = sorted(k for k in state if not k.endswith(IGNORED))
-    if left:
+    if missing or left:
         raise MinitfError(
-            f"{where} holds weights minitf has no place for ({', '.join(left[:3])}{', ...' if len(left) > 3 else ''})"
+            f"{where} does not hold one complete {FORMAT_NAMES[fmt]} model of its config.json: "
+            + "; ".join(
+                f"{what} {_some(names)}" for what, names in (("missing", missing), ("no place for", left)) if names
+            )
+            + "; minitf never fills a layer with random values: use the directory save_pretrained wrote"
         )
     model = Transformer(cfg)
     V = cfg.vocab_size
@@ -565,12 +607,53 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
         for name, p in model.named_parameters():  # a tied head is listed once, as wte.weight
             src = weights[name]
             if name in ("wte.weight", "lm_head.weight"):
-                p[:V].copy_(src[:V])  # the padding rows stay zero
-            elif p.shape != src.shape:
+                p, src = p[:V], src[:V]  # the padding rows stay zero
+            if p.shape != src.shape:  # _check_shapes has named the file's tensor; this is the last guard
                 raise MinitfError(f"{where}: {name} has shape {tuple(src.shape)}, its config says {tuple(p.shape)}")
-            else:
-                p.copy_(src)
+            p.copy_(src)
     return model.eval()
+
+
+def _some(names: list[str], n: int = 3) -> str:
+    """Up to n names, and how many more."""
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _check_shape_keys(config: dict, fmt: str, where) -> None:
+    """The config.json keys that fix the model's shape are there, as positive integers: a minimal
+    config.json would otherwise give transformers' defaults, which do not fit the weights."""
+    keys = SHAPE_KEYS["gpt2" if fmt == "gpt2" else "llama"]
+    absent = [k for k in keys if k not in config]
+    if absent:
+        raise MinitfError(
+            f"{where}: config.json lacks {', '.join(absent)}, which fix the model's shape; "
+            f"use the config.json that save_pretrained wrote beside the weights"
+        )
+    wrong = [f"{k}={config[k]!r}" for k in keys if type(config[k]) is not int or config[k] < 1]
+    if wrong:
+        raise MinitfError(f"{where}: config.json has {', '.join(wrong)}; each must be a positive integer")
+
+
+def _check_shapes(state: dict, expected: dict, vocab: int, fmt: str, where) -> None:
+    """Every tensor of the checkpoint that the config knows has the shape the config gives it (an
+    embedding or head may hold more rows than the tokenizer's vocab: the extra ones are dropped).
+    All that differ are named together, with the file's names and shapes."""
+    rows = {PREFIX[fmt] + e for e in ("wte.weight", "embed_in.weight", "embed_tokens.weight")} | {"lm_head.weight"}
+    wrong = []
+    for name in sorted(state.keys() & expected.keys()):
+        have, want = tuple(state[name].shape), expected[name]
+        if name in rows:
+            fits = len(have) == 2 and have[1] == want[1] and have[0] >= vocab
+            want_text = f"({vocab} or more, {want[1]})"
+        else:
+            fits, want_text = have == want, str(want)
+        if not fits:
+            wrong.append(f"{name} {have} where config.json needs {want_text}")
+    if wrong:
+        raise MinitfError(
+            f"{where}: tensors of another shape than its config.json describes: {_some(wrong)}; "
+            f"the weights and config.json do not belong together"
+        )
 
 
 def from_hf_gpt2(path_or_model) -> Transformer:
@@ -595,9 +678,10 @@ def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
     """
     where = Path(path)
     if not where.is_dir():
+        pickled = " (a pickle, which minitf never loads: it can run code)" if where.suffix in PICKLES else ""
         raise MinitfError(
-            f"run.init_from={str(path)!r} is not a directory; pass a local Hugging Face GPT-2, Llama or Qwen3 "
-            f"directory (config.json, model.safetensors, tokenizer files)"
+            f"run.init_from={str(path)!r} is not a directory{pickled}; pass a local Hugging Face GPT-2, Llama or "
+            f"Qwen3 directory (config.json, model.safetensors, tokenizer files)"
         )
     if (where / "tokenizer.json").is_file():
         tokenizer = Tokenizer.load(where / "tokenizer.json")

@@ -14,8 +14,9 @@ The checkpoint in the run directory:
                         name of the sharded folder that belongs to them
     model.safetensors   the full weights, gathered to rank 0 after the commit, for every reader
 
-Every process writes into .sharded-<step>.tmp/; once all have written, rank 0 renames it, commits
-state.pt naming it, writes model.safetensors, and deletes the older folders. A kill at any moment
+Every process writes into a fresh .sharded-<step>.<random>.tmp/ that rank 0 made (mkdtemp: no link
+planted at a predictable name can redirect the shards); once all have written, rank 0 renames it,
+commits state.pt naming it, writes model.safetensors, and deletes the older folders. A kill at any moment
 leaves the last state.pt and the folder it names; resume rewrites model.safetensors if it is of
 another step. DCP reshards on load, so a run resumes on any number of processes.
 
@@ -30,6 +31,7 @@ import os
 import pickle
 import re
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -52,6 +54,7 @@ from torch.distributed.tensor import DTensor
 from . import checkpoint as ckpt
 from .config import MinitfError
 from .errors import first_line
+from .io import _umask, refuse_symlink
 from .model import Transformer
 
 SHARDED = re.compile(r"sharded-\d{8}")
@@ -149,11 +152,9 @@ def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str, m
 def save_sharded(run_dir: Path, model: nn.Module, optimizer, state: dict, step: int, main: bool) -> None:
     """Commit a checkpoint at `step`; every process calls it (see the module docstring)."""
     name = f"sharded-{step:08d}"
-    tmp, final = run_dir / f".{name}.tmp", run_dir / name
-    if main:
-        shutil.rmtree(tmp, ignore_errors=True)  # left by a kill during an earlier write of this step
-    if dist.is_initialized():
-        dist.barrier()
+    final = run_dir / name
+    refuse_symlink(final)  # the rename below would fail on it, or the cleanup below follow it
+    tmp = _fresh_dir(run_dir, name, main)
     optim = get_optimizer_state_dict(model, optimizer)
     try:
         with _one_process_quietly():
@@ -175,6 +176,24 @@ def save_sharded(run_dir: Path, model: nn.Module, optimizer, state: dict, step: 
         for old in run_dir.glob("*sharded-*"):
             if old.name != name and (SHARDED.fullmatch(old.name) or old.name.endswith(".tmp")):
                 shutil.rmtree(old, ignore_errors=True)
+
+
+def _fresh_dir(run_dir: Path, name: str, main: bool) -> Path:
+    """A new, empty folder for one save, .<name>.<random>.tmp, made by rank 0 and named to every
+    process. mkdtemp creates it (it cannot exist before), so a link planted at a predictable name
+    never receives the shards; a folder left by a killed save is deleted by the next commit."""
+    made = [None]
+    if main:
+        try:
+            made[0] = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=run_dir)
+            os.chmod(made[0], 0o777 & ~_umask())  # mkdtemp's 0700, as any other folder of the run would be
+        except OSError as e:
+            raise MinitfError(
+                f"could not write {run_dir / name}: {e.strerror or e}; the last committed checkpoint is intact"
+            ) from None
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.broadcast_object_list(made, src=0)  # also the barrier: no process writes before it exists
+    return Path(made[0])
 
 
 def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) -> dict:
@@ -202,11 +221,30 @@ def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) ->
             f"{folder} does not load ({_dcp_first_line(e)}); the checkpoint is damaged or not this "
             f"run's, start a new run.out_dir"
         ) from None
+    _refuse_non_finite(model, folder)
     found = ckpt.weights_step(run_dir / ckpt.WEIGHTS)
     if rank0_value(float(found != state["step"]), _device(model)):
         log(f"repairing {run_dir / ckpt.WEIGHTS}: it holds step {found}, the committed checkpoint step {state['step']}")
         save_weights(model, run_dir / ckpt.WEIGHTS, state["step"], state.get("tokenizer"), main)
     return state
+
+
+def _refuse_non_finite(model: nn.Module, folder: Path) -> None:
+    """ckpt.refuse_non_finite over the loaded weights, on every process together: each checks its
+    own shards, and all raise if any found a NaN or infinity (one raising alone would leave the
+    others waiting in the next collective)."""
+    try:
+        ckpt.refuse_non_finite(((n, local(p)) for n, p in model.named_parameters()), folder, ckpt.DIVERGED_STATE)
+        error = None
+    except MinitfError as e:
+        error = e
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        flag = torch.tensor([float(error is not None)], device=_device(model))
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() and error is None:
+            error = MinitfError(f"{folder}: another process's shard holds NaN/inf values; {ckpt.DIVERGED_STATE}")
+    if error is not None:
+        raise error
 
 
 def _compact(t: torch.Tensor) -> bool:

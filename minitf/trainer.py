@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import math
 import shlex
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -60,7 +61,28 @@ def train(
     and `overrides` (dotted strings) on top. on_eval(run_dir) is called on rank 0 after each
     evaluation has been appended to metrics.jsonl (minitf.train and scripts/train.py draw loss.png
     there). cfg itself is left unchanged.
+
+    One run at a time per process: a run seeds torch's process-wide random generator and draws its
+    initial weights and dropout masks from it, so a second train() while one runs (from another
+    thread) is refused rather than making both irreproducible. Train one after the other, or in
+    separate processes.
     """
+    if not _ONE_RUN.acquire(blocking=False):
+        raise MinitfError(
+            "minitf.train is already running in this process (another thread); a run draws its weights and "
+            "dropout from torch's process-wide random generator, so two at once would make neither reproducible: "
+            "train one after the other, or in separate processes"
+        )
+    try:
+        return _train(cfg, resume, log, on_eval, overrides)
+    finally:
+        _ONE_RUN.release()
+
+
+_ONE_RUN = threading.Lock()  # held while a train() runs in this process
+
+
+def _train(cfg, resume: bool, log, on_eval, overrides) -> Path:
     if isinstance(cfg, (str, Path)):
         if not resume:
             raise MinitfError("train() takes a Config, or a run directory together with resume=True")
