@@ -318,8 +318,9 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
         stats /= run.dist.world
     loss, norm, elapsed, stop_flag = stats.tolist()
     if math.isfinite(loss) and math.isfinite(norm):
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
+        with phase("optimizer"):
+            run.scaler.step(run.optimizer)
+            run.scaler.update()
         run.bad_steps = 0
     elif run.scaler.is_enabled() and math.isfinite(loss):
         run.scaler.update()  # float16 gradients overflowed: the scaler halves its scale, the step is skipped
@@ -346,16 +347,25 @@ def forward_backward(
     """
     loss_sum = None
     for micro in range(tc.grad_accum):
-        x, y = next_batch()
+        with phase("data"):
+            x, y = next_batch()
         sync = not distributed or micro == tc.grad_accum - 1
-        with parallel.micro_batch(model, raw_model, sync), autocast:
+        with parallel.micro_batch(model, raw_model, sync), autocast, phase("forward"):
             _, loss = model(x, y)
             loss = loss / tc.grad_accum
-        scaler.scale(loss).backward()
+        with phase("backward"):
+            scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-    scaler.unscale_(optimizer)
-    norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
+    with phase("clip"):
+        scaler.unscale_(optimizer)
+        norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
     return loss_sum, parallel.plain(norm)
+
+
+def phase(name: str):
+    """A named span for torch.profiler (`minitf bench --only profile` sums time by phase); a few
+    microseconds when no profiler runs."""
+    return torch.profiler.record_function(f"phase: {name}")
 
 
 def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:

@@ -318,6 +318,8 @@ def run_bench(
                 f"explore   first token {r[name]['first_token_s']} s after the request (median of "
                 f"{len(r[name]['times'])}, max {r[name]['max_s']}), {r[name]['tokens']}-token prompt ({r['run']})"
             )
+    if not parts:  # only the separate parts were asked for: they report their own
+        return res
     res["peak_memory_mb"] = round(peak_memory_mb(device), 1)
     log(f"memory    peak {'RSS' if device.type == 'cpu' else 'CUDA allocated'} {res['peak_memory_mb']} MB")
     return res

@@ -11,6 +11,7 @@ writes the numbers with a description of the machine.
     minitf bench --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
     minitf bench --only memory                     # ~52M params, ddp vs fsdp, 2 CPU processes
     minitf bench --only serve --run runs/shakespeare --new-tokens 100   # 1 and 8 clients at once
+    minitf bench --only profile                    # the training step by phase and by operator
     minitf bench --only nanogpt-speed --nanogpt ~/nanoGPT --rounds 5    # its train.py against ours
     minitf bench --only nanogpt-quality --nanogpt ~/nanoGPT --corpus a.txt b.txt   # equal wall time
 """
@@ -27,11 +28,12 @@ PARTS = (
     "explore",
     "memory",
     "serve",
+    "profile",
     "nanogpt-speed",
     "nanogpt-quality",
 )
 # run only when asked for: minutes, a second server, or a nanoGPT clone
-SEPARATE = ("memory", "serve", "nanogpt-speed", "nanogpt-quality")
+SEPARATE = ("memory", "serve", "profile", "nanogpt-speed", "nanogpt-quality")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -115,6 +117,14 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
         results["serve"] = serve_speed(args.run or newest_run(), args.new_tokens, args.rounds)
         print("\n".join(describe_serve(results["serve"])))
+    if "profile" in args.only:
+        from minitf.benchmarks.profile import describe as describe_profile
+        from minitf.benchmarks.profile import profile_step
+        from minitf.config import load_config
+        from minitf.runtime import resolve_device
+
+        results["profile"] = profile_step(load_config(args.config, args.overrides), resolve_device(args.device))
+        print("\n".join(describe_profile(results["profile"])))
     nanogpt_parts = [w for w in args.only if w.startswith("nanogpt-")]
     if nanogpt_parts:
         results.update(_against_nanogpt(args, nanogpt_parts, p))
