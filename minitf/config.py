@@ -41,9 +41,9 @@ def _suggest(name: str, allowed) -> str:
 
 def _coerce(where: str, value: Any, typ: Any) -> Any:
     """Check `value` against a field's annotation (int, float, bool, str, or X | None)."""
-    if typing.get_origin(typ) is Literal:  # a choice: one of the listed strings
-        if value not in typing.get_args(typ):
-            raise ConfigError(f"{where} must be one of {'|'.join(typing.get_args(typ))}, got {value!r}")
+    if typing.get_origin(typ) is Literal:  # a choice: one of the listed strings (or true|false)
+        if not any(value == c and type(value) is type(c) for c in typing.get_args(typ)):
+            raise ConfigError(f"{where} must be one of {_choices(typ)}, got {value!r}")
         return value
     args = typing.get_args(typ)
     if args:  # X | None
@@ -65,6 +65,11 @@ def _coerce(where: str, value: Any, typ: Any) -> Any:
     if typ is float and not math.isfinite(value):  # nan slips through every < and > check below
         raise ConfigError(f"{where} must be a finite number, got {value!r}")
     return value
+
+
+def _choices(typ: Any) -> str:
+    """A Literal's choices as written in YAML: auto|true|false."""
+    return "|".join(str(c).lower() if isinstance(c, bool) else c for c in typing.get_args(typ))
 
 
 class _Section:
@@ -256,7 +261,11 @@ class TrainConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = key(
         "auto", "auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32"
     )
-    compile: bool = key(False, "torch.compile the model (seconds to compile, then faster steps)")
+    compile: Literal["auto", True, False] = key(
+        "auto",
+        "torch.compile the training step; auto: where it was measured to pay (CPU with bfloat16 autocast); "
+        "compiling takes seconds of the budget",
+    )
     max_bad_steps: int = key(10, "non-finite steps in a row before training stops")
     parallel: Literal["ddp", "fsdp"] = key(
         "ddp", "under torchrun: ddp copies the model to every process, fsdp shards it"
@@ -440,8 +449,8 @@ def describe_keys(cfg: Config | None = None) -> str:
         hints = typing.get_type_hints(type(section))
         rows.append((f"  {sec.name}:", ""))
         for f in dataclasses.fields(section):
-            choices = typing.get_args(hints[f.name]) if typing.get_origin(hints[f.name]) is Literal else ()
-            doc = f"[{'|'.join(choices)}] " * bool(choices) + f.metadata["doc"]
+            choice = typing.get_origin(hints[f.name]) is Literal
+            doc = (f"[{_choices(hints[f.name])}] " if choice else "") + f.metadata["doc"]
             rows.append((f"    {sec.name}.{f.name} = {getattr(section, f.name)!r}", doc))
     width = max(len(left) for left, _ in rows)
     return "\n".join(f"{left:<{width}}  {doc}".rstrip() for left, doc in rows)

@@ -310,8 +310,24 @@ class Transformer(nn.Module):
                 x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
+        return self.logits_and_loss(x, targets)
+
+    def logits_and_loss(
+        self, x: torch.Tensor, targets: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The last block's output (B, T, C) -> (logits (B, T, V), mean cross-entropy over the
+        targets that are not -100, or None without targets)."""
         logits = self.logits(x)  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
         return logits, loss
+
+    def compile_regions(self) -> None:
+        """torch.compile what a training step spends its time on, each block and the head with its
+        loss, and leave the token embedding eager: inductor's embedding backward adds gradient rows
+        with atomic adds from several threads, in an order that changes from run to run, which
+        would end bit-exact resume. The blocks share one compiled graph (their code is the same)."""
+        for block in self.blocks:
+            block.compile()
+        self.logits_and_loss = torch.compile(self.logits_and_loss)

@@ -204,8 +204,9 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         run.logger = Logger(run_dir, cfg.train.logger, resume_step=run.step if resume else None)
         held.callback(run.logger.close)
 
-    if cfg.train.compile:
-        run.model = torch.compile(run.model)
+    compiled, compile_words = runtime.resolve_compile(cfg.train.compile, device, dtype)
+    if compiled:  # in place, so evaluation (through raw_model) runs the compiled blocks too
+        model.compile_regions()
     if procs.world > 1 and not run.sharded:
         run.model = nn.parallel.DistributedDataParallel(
             run.model, device_ids=[device.index] if device.type == "cuda" else None
@@ -214,6 +215,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     log(
         f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
         f"learned position table) | device {device} | dtype {_dtype_words(cfg.train.dtype, dtype, device)}"
+        f" | compile {compile_words}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if run.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
         f" sequences of {cfg.model.block_size} = {run.meter.tokens_per_step:,} tokens"
@@ -338,8 +340,9 @@ def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float
         stats /= run.dist.world
     loss, norm, elapsed, stop_flag = stats.tolist()
     if math.isfinite(loss) and math.isfinite(norm):
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
+        with phase("optimizer"):
+            run.scaler.step(run.optimizer)
+            run.scaler.update()
         run.bad_steps = 0
     elif run.scaler.is_enabled() and math.isfinite(loss):
         run.scaler.update()  # float16 gradients overflowed: the scaler halves its scale, the step is skipped
@@ -366,16 +369,25 @@ def forward_backward(
     """
     loss_sum = None
     for micro in range(tc.grad_accum):
-        x, y = next_batch()
+        with phase("data"):
+            x, y = next_batch()
         sync = not distributed or micro == tc.grad_accum - 1
-        with parallel.micro_batch(model, raw_model, sync), autocast:
+        with parallel.micro_batch(model, raw_model, sync), autocast, phase("forward"):
             _, loss = model(x, y)
             loss = loss / tc.grad_accum
-        scaler.scale(loss).backward()
+        with phase("backward"):
+            scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-    scaler.unscale_(optimizer)
-    norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
+    with phase("clip"):
+        scaler.unscale_(optimizer)
+        norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
     return loss_sum, parallel.plain(norm)
+
+
+def phase(name: str):
+    """A named span for torch.profiler (`minitf bench --only profile` sums time by phase); a few
+    microseconds when no profiler runs."""
+    return torch.profiler.record_function(f"phase: {name}")
 
 
 def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:

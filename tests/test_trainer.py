@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 import minitf
 import minitf.io
-from minitf import optim
+from minitf import optim, runtime
 from minitf.config import MinitfError, TrainConfig
 from minitf.metrics import METRICS, read_rows
 
@@ -79,6 +79,41 @@ def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert [r["step"] for r in read_rows(resumed / METRICS)] == [4, 8]
+
+
+def test_a_compiled_run_resumes_bit_identically_in_float32(tmp_path, corpus, monkeypatch):
+    # torch.compile's kernels are the same code after a resume, so the resumed run repeats the straight one
+    over = ("train.compile=true", "train.dtype=float32")
+    snapshot = tmp_path / "at-step-4"
+    straight = train_with_snapshot(tiny_config(tmp_path / "straight", corpus, *over), snapshot, 4, monkeypatch)
+    resumed = minitf.train(tiny_config(snapshot, corpus, *over), resume=True, log=lambda *a: None)
+    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize(
+    "asked, device, dtype, compiled",
+    [
+        ("auto", "cpu", torch.bfloat16, True),
+        ("auto", "cpu", torch.float32, False),
+        ("auto", "cuda", torch.bfloat16, False),
+        (True, "cpu", torch.float32, True),
+        (False, "cpu", torch.bfloat16, False),
+    ],
+)
+def test_compile_auto_compiles_where_it_pays(asked, device, dtype, compiled, monkeypatch):
+    monkeypatch.setattr(runtime, "cpp_compiler", lambda: "/usr/bin/g++")
+    assert runtime.resolve_compile(asked, torch.device(device), dtype)[0] is compiled
+
+
+def test_compile_auto_without_a_cpp_compiler_stays_eager_and_says_so(monkeypatch):
+    monkeypatch.setattr(runtime, "cpp_compiler", lambda: None)
+    assert runtime.resolve_compile("auto", torch.device("cpu"), torch.bfloat16) == (
+        False,
+        "off (auto: no C++ compiler found for inductor; install g++ to compile)",
+    )
 
 
 def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):

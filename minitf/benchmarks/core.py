@@ -29,7 +29,7 @@ from minitf.benchmarks.data import data_prep_speed, tokenizer_speed
 from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
-from minitf.runtime import peak_flops
+from minitf.runtime import peak_flops, resolve_compile
 from minitf.session import Session
 from minitf.trainer import train_step
 
@@ -80,9 +80,10 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
     tc: TrainConfig = cfg.train
     B, T, V = tc.batch_size, cfg.model.block_size, cfg.model.vocab_size
     run = Session.create(cfg, model, OneBatch(torch.randint(0, V, (B, T + 1), device=device)), device)
-    if tc.compile:
-        run.model = torch.compile(model)
     dtype = run.dtype
+    compiled, _ = resolve_compile(tc.compile, device, dtype)
+    if compiled:
+        model.compile_regions()
 
     def step():
         train_step(run, tc.lr, interrupted=False)
@@ -106,7 +107,7 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
         "block": T,
         "vocab": V,
         "dtype": str(dtype).split(".")[-1],
-        "compile": tc.compile,
+        "compile": compiled,
         "warmup_s": round(warmup_s, 2),
         "tokens_per_s": round(tok_s),
         "ms_per_step": round(1000 * B * T * tc.grad_accum / tok_s, 2),
@@ -318,6 +319,8 @@ def run_bench(
                 f"explore   first token {r[name]['first_token_s']} s after the request (median of "
                 f"{len(r[name]['times'])}, max {r[name]['max_s']}), {r[name]['tokens']}-token prompt ({r['run']})"
             )
+    if not parts:  # only the separate parts were asked for: they report their own
+        return res
     res["peak_memory_mb"] = round(peak_memory_mb(device), 1)
     log(f"memory    peak {'RSS' if device.type == 'cpu' else 'CUDA allocated'} {res['peak_memory_mb']} MB")
     return res

@@ -11,13 +11,29 @@ writes the numbers with a description of the machine.
     minitf bench --only data --data-size 100 --data-procs 1 2 --data-rounds 3   # A/B in turns
     minitf bench --only memory                     # ~52M params, ddp vs fsdp, 2 CPU processes
     minitf bench --only serve --run runs/shakespeare --new-tokens 100   # 1 and 8 clients at once
+    minitf bench --only profile                    # the training step by phase and by operator
+    minitf bench --only nanogpt-speed --nanogpt ~/nanoGPT --rounds 5    # its train.py against ours
+    minitf bench --only nanogpt-quality --nanogpt ~/nanoGPT --corpus a.txt b.txt   # equal wall time
 """
 
 import argparse
 import json
 
-PARTS = ("train", "generate", "tokenizer", "data", "startup", "explore", "memory", "serve")
-SEPARATE = ("memory", "serve")  # run only when asked for: minutes, or a second server
+PARTS = (
+    "train",
+    "generate",
+    "tokenizer",
+    "data",
+    "startup",
+    "explore",
+    "memory",
+    "serve",
+    "profile",
+    "nanogpt-speed",
+    "nanogpt-quality",
+)
+# run only when asked for: minutes, a second server, or a nanoGPT clone
+SEPARATE = ("memory", "serve", "profile", "nanogpt-speed", "nanogpt-quality")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -55,6 +71,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     )
     p.add_argument("--data-rounds", type=int, default=1, help="turns of --data-procs")
     p.add_argument("--memory-procs", type=int, default=2, help="processes for the memory part (gloo, CPU)")
+    p.add_argument("--nanogpt", metavar="DIR", help="a clone of karpathy/nanoGPT, for the nanogpt-* parts")
+    p.add_argument("--corpus", nargs="+", default=[], metavar="FILE", help="text files for nanogpt-quality")
+    p.add_argument("--nanogpt-iters", type=int, default=200, help="train.py iterations per nanogpt-speed round")
     p.add_argument("--json", help="also write the results here")
     p.add_argument(
         "--system-malloc",
@@ -98,6 +117,42 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
 
         results["serve"] = serve_speed(args.run or newest_run(), args.new_tokens, args.rounds)
         print("\n".join(describe_serve(results["serve"])))
+    if "profile" in args.only:
+        from minitf.benchmarks.profile import describe as describe_profile
+        from minitf.benchmarks.profile import profile_step
+        from minitf.config import load_config
+        from minitf.runtime import resolve_device
+
+        results["profile"] = profile_step(load_config(args.config, args.overrides), resolve_device(args.device))
+        print("\n".join(describe_profile(results["profile"])))
+    nanogpt_parts = [w for w in args.only if w.startswith("nanogpt-")]
+    if nanogpt_parts:
+        results.update(_against_nanogpt(args, nanogpt_parts, p))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)
+
+
+def _against_nanogpt(args, parts: list[str], p: argparse.ArgumentParser) -> dict:
+    import tempfile
+    from pathlib import Path
+
+    from minitf.benchmarks import nanogpt
+
+    if not args.nanogpt:
+        p.error(f"--only {parts[0]} needs --nanogpt DIR, a clone of karpathy/nanoGPT")
+    root = nanogpt.check_clone(args.nanogpt)
+    corpora = [Path(c) for c in args.corpus]
+    if "nanogpt-quality" in parts:
+        if not corpora:
+            p.error("--only nanogpt-quality needs --corpus FILE [FILE ...]: the text files to train on")
+        missing = [str(c) for c in corpora if not c.is_file()]
+        if missing:
+            p.error(f"--corpus {missing[0]}: no such file")
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="minitf-nanogpt-") as work:
+        if "nanogpt-speed" in parts:
+            out["nanogpt_speed"] = nanogpt.speed(root, args.rounds, args.nanogpt_iters, Path(work))
+        if "nanogpt-quality" in parts:
+            out["nanogpt_quality"] = nanogpt.quality(root, corpora, args.rounds, Path(work), args.overrides)
+    return out
