@@ -12,6 +12,9 @@ otherwise, and answers only requests that name it (a guard against DNS rebinding
     GET  /api/metrics       the loss curve from metrics.jsonl
     POST /api/generate      {"prompt", "temperature", "top_k", ...} -> NDJSON, one event per line
     POST /api/attention     {"ids", "query", "layer", "head"} -> one token's attention, every step
+    POST /api/distribution  {"ids", "position", "temperature", "top_k", ...} -> the next token under the sampler
+    POST /api/lens          {"ids", "position"} -> the next token as each layer's residual stream predicts it
+    POST /api/positions     {"ids", "position"} -> the position signal the model adds (or rotary's angles)
 
 Errors are JSON {"error": "one line"}: 400 for bad input, 503 when too many tabs generate at once.
 A tab that closes its stream stops its generation: the next token's write fails.
@@ -36,6 +39,7 @@ STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/attention.js": ("attention.js", "text/javascript; charset=utf-8"),
+    "/static/views.js": ("views.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 MAX_BODY = 256 * 1024
@@ -115,6 +119,12 @@ class _Handler(JSONHandler):
             self._generate(self._body())
         elif path == "/api/attention":
             self._json(200, self.server.explorer.attention(self._body()))
+        elif path == "/api/distribution":
+            self._json(200, self.server.explorer.distribution(self._body()))
+        elif path == "/api/lens":
+            self._json(200, self.server.explorer.lens(self._body()))
+        elif path == "/api/positions":
+            self._json(200, self.server.explorer.positions(self._body()))
         else:
             self._json(404, {"error": f"no endpoint {path!r} here"})
 
