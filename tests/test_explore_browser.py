@@ -147,19 +147,18 @@ def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp
         (lambda css: d.find_element(By.CSS_SELECTOR, css)),
         (lambda css: d.find_elements(By.CSS_SELECTOR, css)),
     )
-    d.set_window_size(1400, 1100)
     d.get(views_server.url)
     wait.until(lambda _: find("#run-name").text == ex.run_dir.name)
     settings = (("#prompt", "ROMEO:\nBut soft, what light"), ("#max_new_tokens", "24"), ("#seed", "7"))
-    for css, value in (*settings, ("#temperature", "1"), ("#top_k", "5"), ("#top_p", "")):
+    for css, value in (*settings, ("#temperature", "0.8"), ("#top_k", "50"), ("#top_p", "")):
         find(css).clear()
         find(css).send_keys(value)
     find("#go").click()
     wait.until(lambda _: "tokens," in find("#status").text)
     ids = d.execute_script("return state.ids")
     generated = find_all("#tokens .tok.gen")
-    position = len(ids) - len(generated) + 2
-    find_all("#tokens .tok")[position].click()  # the third generated token
+    position = len(ids) - len(generated) - 1  # the prompt's last token: what follows it was sampled
+    find_all("#tokens .tok")[position].click()
     wait.until(lambda _: find_all("#grid canvas"))
     assert [t.get_attribute("data-index") for t in find_all("#tokens .tok.query")] == [str(position)]
 
@@ -195,17 +194,35 @@ def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp
 
     find('.tabs button[data-view="next"]').click()
     wait.until(lambda _: find("#next").is_displayed() and not find("#attention").is_displayed())
-    assert find("#n-temperature-v").text == "1" and find("#n-top_k-v").text == "5" and find("#n-top_p-v").text == "off"
-    first = shows({"temperature": 1.0, "top_k": 5, "top_p": None, "repetition_penalty": 1.0})
-    assert first["kept"] == 5 and len(find_all("#n-table tr.cut")) >= 15  # top-k cut all but five
-    for _ in range(6):  # the keyboard moves the temperature slider, as a person would: 1 -> 0.7
-        find("#n-temperature").send_keys(Keys.ARROW_LEFT)
-    sharper = shows({"temperature": 0.7, "top_k": 5, "top_p": None, "repetition_penalty": 1.0})
-    assert sharper["entropy"]["tempered"] < first["entropy"]["tempered"]  # a lower temperature sharpens
-    find("#n-top_k").send_keys(Keys.HOME)  # top-k 0: off
-    wait.until(lambda _: find("#n-top_k-v").text == "off")
-    wide = shows({"temperature": 0.7, "top_k": None, "top_p": None, "repetition_penalty": 1.0})
-    assert wide["kept"] == wide["vocab"] and not find_all("#n-table tr.cut")
+    # the sliders start at the settings the text was generated with
+    assert (
+        find("#n-temperature-v").text == "0.8" and find("#n-top_k-v").text == "50" and find("#n-top_p-v").text == "off"
+    )
+    rules = {"temperature": 0.8, "top_k": 50, "top_p": None, "repetition_penalty": 1.0}
+    start = shows(rules)
+    assert start["kept"] == min(50, start["vocab"])
+
+    def move(name: str, key, times: int = 1, **changed):
+        """Press a key on a slider, as a person would, and wait for the page to show the new distribution."""
+        for _ in range(times):
+            find(f"#n-{name}").send_keys(key)
+        rules.update(changed)
+        return shows(rules)
+
+    flatter = move("temperature", Keys.ARROW_RIGHT, 4, temperature=1.0)
+    sharper = move("temperature", Keys.ARROW_LEFT, 8, temperature=0.6)
+    assert sharper["entropy"]["tempered"] < start["entropy"]["tempered"] < flatter["entropy"]["tempered"]
+    wide = move("top_k", Keys.HOME, top_k=None)  # top-k 0: off
+    assert find("#n-top_k-v").text == "off" and wide["kept"] == wide["vocab"] and not find_all("#n-table tr.cut")
+    nucleus = move("top_p", Keys.ARROW_LEFT, 10, top_p=0.5)
+    assert find("#n-top_p-v").text == "0.5" and 0 < nucleus["kept"] < nucleus["vocab"]
+    assert all(r[4] == "cut: top-p" for r in next_rows() if r[4].startswith("cut"))
+    both = move("top_k", Keys.ARROW_RIGHT, 3, top_k=3)
+    assert both["kept"] <= 3 and [r[4] for r in next_rows()][3:] == ["cut: top-k"] * (len(both["tokens"]) - 3)
+    move("top_p", Keys.END, top_p=None)  # top-p 1: off
+    ten = move("top_k", Keys.ARROW_RIGHT, 7, top_k=10)
+    assert ten["kept"] == 10 and [r[4] for r in next_rows()][10:] == ["cut: top-k"] * (len(ten["tokens"]) - 10)
+    assert ten["next"]["id"] == ids[position + 1]  # the token generation drew here
     save(d, tmp_path, "explore-next.png")
 
     # logit lens: a row per point of the residual stream; the last is the model's own prediction
@@ -248,6 +265,9 @@ def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp
     find('.tabs button[data-view="attention"]').click()
     wait.until(lambda _: find("#attention").is_displayed() and find("#query-label").text)
     assert find_all("#tokens .tok.query")[0].get_attribute("data-index") == str(position)
+    find_all("#grid canvas")[-1].click()  # the last layer's last head
+    wait.until(lambda _: find("#head-title").text.startswith(f"Layer {L - 1}, head {ex.cfg.model.n_head - 1}"))
+    save(d, tmp_path, "explore.png")
     assert not find("#error").is_displayed()
     errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors

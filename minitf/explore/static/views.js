@@ -159,15 +159,15 @@ const Views = (() => {
       byId("p-summary").textContent = `Rotary positions add nothing to the embeddings: in every layer and head, each of the ` +
         `${C} pairs of query and key dimensions is turned by an angle that grows with the position, so q·k depends on how far ` +
         `apart two tokens are. “${d.token.label}” is at position ${d.position}.`;
-      byId("p-caption").textContent = `rows: positions 0…${R - 1} (the window on the page: 0…${n - 1}, brighter; outlined: ` +
-        `position ${d.position}); columns: dimension pairs 0…${C - 1}; colour: the angle, position × ${d.base}^(−2i/${d.head_dim}), ` +
+      byId("p-caption").textContent = `rows: positions 0…${R - 1} (the window on the page: 0…${n - 1}, above the dashed line; ` +
+        `outlined: position ${d.position}); columns: dimension pairs 0…${C - 1}; colour: the angle, position × ${d.base}^(−2i/${d.head_dim}), ` +
         "around the colour wheel once per full turn: the first pairs turn fast, the last ones slowly";
     } else {
       byId("p-summary").textContent = `The model adds a ${d.kind} vector to each token's embedding, one per position. ` +
         `“${d.token.label}” is at position ${d.position}: its position vector has norm ${d.norms.position.toFixed(3)}, ` +
         `its token embedding ${d.norms.token.toFixed(3)}.`;
-      byId("p-caption").textContent = `rows: positions 0…${R - 1} (the window on the page: 0…${n - 1}, brighter; outlined: ` +
-        `position ${d.position}); columns: dimensions 0…${C - 1}; red positive, blue negative` +
+      byId("p-caption").textContent = `rows: positions 0…${R - 1} (the window on the page: 0…${n - 1}, above the dashed line; ` +
+        `outlined: position ${d.position}); columns: dimensions 0…${C - 1}; red positive, blue negative` +
         (d.kind === "learned" ? " (trained values)" : ": sin and cos of position / 10000^(2i/d)");
     }
     drawMap(values, n, d.position, rope);
@@ -180,8 +180,7 @@ const Views = (() => {
     const sizes = values.flat().map(Math.abs).sort((a, b) => a - b), big = Math.max(sizes[Math.floor(0.99 * (sizes.length - 1))], 1e-9);
     const image = g.createImageData(C, R);
     values.forEach((r, i) => r.forEach((v, j) => {
-      const [red, green, blue] = rope ? wheel(v) : diverging(v / big), dim = i < n ? 1 : 0.45, k = 4 * (i * C + j);
-      image.data.set([255 - (255 - red) * dim, 255 - (255 - green) * dim, 255 - (255 - blue) * dim, 255], k);
+      image.data.set([...(rope ? wheel(v) : diverging(v / big)), 255], 4 * (i * C + j));
     }));
     const cells = document.createElement("canvas");
     Object.assign(cells, { width: C, height: R });
@@ -194,6 +193,15 @@ const Views = (() => {
     g.strokeStyle = "#111";
     g.lineWidth = 2;
     g.strokeRect(left - 1, top + position * rowH - 1, W + 2, Math.max(rowH, 1) + 2);
+    if (n < R) {  // where the window on the page ends: the rows below it are the rest of the table
+      g.setLineDash([4, 3]);
+      g.lineWidth = 1;
+      g.beginPath();
+      g.moveTo(left - 6, top + n * rowH);
+      g.lineTo(left + W, top + n * rowH);
+      g.stroke();
+      g.setLineDash([]);
+    }
     g.fillStyle = "#57606a";
     g.font = "10px system-ui, sans-serif";
     g.textAlign = "right";
@@ -214,7 +222,7 @@ const Views = (() => {
   }
 
   function small(p) {  // a probability, readable however small
-    return p >= 0.001 ? p.toFixed(3) : p.toExponential(1);
+    return p >= 0.001 ? p.toFixed(3) : p > 0 ? p.toExponential(1) : "< 1e-6";
   }
 
   function diverging(x) {  // -1: blue, 0: white, 1: red
