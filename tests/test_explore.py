@@ -23,7 +23,7 @@ from safetensors import safe_open
 
 import minitf
 from minitf.explore import STATIC
-from minitf.explore.api import MAX_GENERATIONS
+from minitf.explore.api import MAX_GENERATIONS, BadRequest
 from minitf.generate import generate_tokens, sample_settings, token_probs, window_start
 from minitf.inspection import logit_lens, token_label
 from minitf.metrics import METRICS, read_rows
@@ -485,3 +485,12 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     assert path.startswith(str(target)) and int(size) == sum(
         (ROOT / "minitf" / "explore" / "static" / n).stat().st_size for n, _ in STATIC.values()
     )
+
+
+def test_the_runs_own_max_new_tokens_is_not_a_bad_request(server):
+    """The 1000-token cap is on what a request asks for; a run whose config says more still generates."""
+    ex = copy.copy(server.explorer)
+    ex.cfg = dataclasses.replace(ex.cfg, sample=dataclasses.replace(ex.cfg.sample, max_new_tokens=2000))
+    assert ex._generation_request({"prompt": "ROMEO:"})[1].max_new_tokens == 2000
+    with pytest.raises(BadRequest, match="max_new_tokens is 2000; at most 1000 here"):
+        ex._generation_request({"prompt": "ROMEO:", "max_new_tokens": 2000})

@@ -112,7 +112,7 @@ class Explorer:
         if n > block:
             raise BadRequest(f"the prompt is {n} tokens but this model reads at most block_size={block}; shorten it")
         settings = self._settings(body)
-        if settings.max_new_tokens > MAX_NEW_TOKENS:
+        if "max_new_tokens" in body and settings.max_new_tokens > MAX_NEW_TOKENS:  # the run's own may be more
             raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
         return prompt, settings
 
