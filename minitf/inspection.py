@@ -5,6 +5,9 @@ each step made: per layer, the queries, keys and values of every head, the raw s
 scaled scores, the causally masked scores, the softmax weights and the heads' outputs, then what
 attention and the feed-forward network each add to the residual stream. Adding those pieces back
 up reproduces the model's logits (tests/test_inspect.py does exactly that).
+
+`logit_lens(model, ins)` reads the residual stream after every block as if it were the last one
+(final norm and LM head applied): what each layer would predict; the last layer's is the logits.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Inspection:
     embeddings: torch.Tensor  # (T, C) token embeddings plus learned or sinusoidal positions
     layers: list[LayerSteps]
     logits: torch.Tensor  # (T, vocab_size)
+    # (n_layer + 1, T, C): the residual stream as the model summed it, at the embeddings and after
+    # each block; the last is what the final norm and LM head read
+    residuals: torch.Tensor
 
     @property
     def n_layer(self) -> int:
@@ -79,13 +85,14 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
         x = model.wte(idx)  # (1, T, C)
         if model.wpe is not None:
             x = x + model.wpe(len(ids))  # (1, T, C) + (T, C)
-        embeddings, layers = x, []
+        embeddings, layers, residuals = x, [], [x]
         for blk in model.blocks:
             steps = blk.attn.steps(blk.ln_1(x), model.rope)  # the module's own math, every step kept
             steps["attn_out"] = steps.pop("out")  # (1, T, C)
             x = x + steps["attn_out"]
             steps["ffn_out"] = blk.mlp(blk.ln_2(x))  # (1, T, C)
             x = x + steps["ffn_out"]
+            residuals.append(x)
             layers.append(LayerSteps(**{name: _one(t) for name, t in steps.items()}))
         logits = model.logits(x)  # (1, T, V)
     return Inspection(
@@ -94,7 +101,18 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
         embeddings=_one(embeddings),
         layers=layers,
         logits=_one(logits),
+        residuals=torch.stack([_one(r) for r in residuals]),
     )
+
+
+@torch.no_grad()
+def logit_lens(model: Transformer, ins: Inspection) -> torch.Tensor:
+    """(n_layer + 1, T, vocab_size): the logits each point of the residual stream would give if the
+    model stopped there, at the embeddings and after every block, through the model's own final
+    norm and LM head (`model.logits`). The last row is the model's logits."""
+    w = model.lm_head.weight
+    with eval_mode(model):
+        return model.logits(ins.residuals.to(w.device, w.dtype)).float().cpu()  # (L + 1, T, V)
 
 
 def _one(t: torch.Tensor) -> torch.Tensor:

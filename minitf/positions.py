@@ -29,6 +29,13 @@ def sinusoidal_table(n_pos: int, dim: int) -> torch.Tensor:
     return pe.float()
 
 
+def rotary_angles(n_pos: int, head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """(P, D/2) float64: the angle, in radians, by which rotary positions turn pair i at position
+    pos: pos * base^(-2i/D). Low pairs turn fast (a full turn every few tokens), high ones slowly."""
+    inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
+    return torch.outer(torch.arange(n_pos, dtype=torch.float64), inv_freq)  # (P, D/2)
+
+
 class LearnedPositions(nn.Module):
     """One trained vector per position, up to block_size (GPT-2's `wpe`)."""
 
@@ -60,8 +67,7 @@ class Rotary(nn.Module):
 
     def __init__(self, block_size: int, head_dim: int, base: float = 10000.0):
         super().__init__()
-        inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
-        angle = torch.outer(torch.arange(block_size, dtype=torch.float64), inv_freq)  # (P, D/2)
+        angle = rotary_angles(block_size, head_dim, base)  # (P, D/2)
         self.register_buffer("cos", angle.cos().float(), persistent=False)
         self.register_buffer("sin", angle.sin().float(), persistent=False)
 

@@ -1,10 +1,12 @@
 """Choosing the next token: the sampling rules as pure functions over logits, the settings that
-drive them (a SampleConfig), and the context window past block_size."""
+drive them (a SampleConfig), and the context window past block_size. `sample_next_token` draws;
+`token_probs` and `sampler_distribution` say what it draws from, through the same rules."""
 
 from __future__ import annotations
 
 import dataclasses
 import typing
+from dataclasses import dataclass
 
 import torch
 
@@ -108,5 +110,37 @@ def token_probs(logits: torch.Tensor, settings: SampleConfig, history: torch.Ten
     logits = _penalize(logits.float(), history, s.repetition_penalty)
     if s.temperature == 0:
         return logits.softmax(dim=-1)
-    probs, ids = _kept_probs(logits, s.temperature, s.top_k, s.top_p)
+    return _drawn_probs(logits, s.temperature, s.top_k, s.top_p)
+
+
+def _drawn_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """_kept_probs over the whole vocabulary, (B, V): zero for the tokens top_k and top_p drop."""
+    probs, ids = _kept_probs(logits, temperature, top_k, top_p)
     return probs if ids is None else torch.zeros_like(logits).scatter(1, ids, probs)
+
+
+@dataclass
+class SamplerDistribution:
+    """What the sampler makes of one step's logits, each (B, V), stage by stage."""
+
+    model: torch.Tensor  # softmax of the logits (after the repetition penalty): the model's own distribution
+    tempered: torch.Tensor  # softmax of the logits / temperature, every token kept (greedy: all on the argmax)
+    probs: torch.Tensor  # what sample_next_token draws from: tempered, cut by top_k and top_p, renormalised
+    kept: torch.Tensor  # bool: the tokens that can be drawn (probs > 0); the others are cut
+
+
+def sampler_distribution(
+    logits: torch.Tensor, settings: SampleConfig, history: torch.Tensor | None = None
+) -> SamplerDistribution:
+    """The distribution sample_next_token draws from with these settings, and the two it comes
+    from, computed by the very functions it uses (the penalty, then temperature, top_k, top_p).
+    At temperature 0 the sampler is greedy: all the probability is on the likeliest token."""
+    s = settings
+    logits = _penalize(logits.float(), history, s.repetition_penalty)  # (B, V)
+    model = logits.softmax(dim=-1)
+    if s.temperature == 0:
+        probs = tempered = torch.zeros_like(logits).scatter(1, logits.argmax(dim=-1, keepdim=True), 1.0)
+    else:
+        tempered = _drawn_probs(logits, s.temperature, None, None)
+        probs = _drawn_probs(logits, s.temperature, s.top_k, s.top_p)
+    return SamplerDistribution(model=model, tempered=tempered, probs=probs, kept=probs > 0)

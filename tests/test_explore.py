@@ -1,6 +1,8 @@
 """The explorer's HTTP API against a trained run: the numbers are the library's own (generate,
 inspect), bad input is a 400 with one line, nothing outside the page is served, streams stop."""
 
+import copy
+import dataclasses
 import http.client
 import json
 import math
@@ -21,9 +23,12 @@ from safetensors import safe_open
 
 import minitf
 from minitf.explore import STATIC
-from minitf.explore.api import MAX_GENERATIONS
-from minitf.generate import generate_tokens, sample_settings
+from minitf.explore.api import MAX_GENERATIONS, BadRequest
+from minitf.generate import generate_tokens, sample_settings, token_probs, window_start
+from minitf.inspection import logit_lens, token_label
 from minitf.metrics import METRICS, read_rows
+from minitf.positions import rotary_angles, sinusoidal_table
+from minitf.sampling import sampler_distribution
 
 from .helpers import ROOT, default_sigint
 
@@ -201,6 +206,135 @@ def test_attention_past_block_size_inspects_the_window_ending_at_the_query(serve
     torch.testing.assert_close(torch.tensor(v["grid"][0][0]), ins.layers[0].weights[0, 31], atol=1e-6, rtol=0)
 
 
+PROMPT = "ROMEO: O love, sweet night"
+
+
+def window_logits(model, ids, position):
+    """The model's logits (V,) for the token after ids[position], over generation's window."""
+    start = window_start(position + 1, model.config.block_size)
+    with torch.no_grad():
+        return model(torch.tensor([ids[start : position + 1]]))[0][0, -1]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"temperature": 0.7, "top_k": 5, "top_p": 0.9},
+        {"temperature": 1.5, "top_k": None, "top_p": 0.5, "repetition_penalty": 1.3},
+        {"temperature": 0.5, "top_k": None, "top_p": 0.6},
+        {"temperature": 0, "top_k": None},
+        {},  # the run's own sample settings
+    ],
+)
+def test_distribution_is_softmax_of_the_logits_after_the_samplers_rules(server, settings):
+    model, tok, cfg = server.explorer.model, server.explorer.tok, server.explorer.cfg
+    ids = tok.encode(PROMPT)
+    position = len(ids) - 3
+    status, v = call(server, "/api/distribution", {"ids": ids, "position": position, "top": 30, **settings})
+    s = sample_settings(cfg.sample, **settings)
+    logits = window_logits(model, ids, position)
+    history = torch.tensor([ids[: position + 1]])
+    probs = token_probs(logits[None], s, history)[0]  # what generation reports, temperature > 0
+    penalized = sampler_distribution(logits[None], s, history).model[0]
+    assert status == 200 and v["position"] == position and v["offset"] == 0 and v["vocab"] == tok.vocab_size
+    assert v["settings"] == {k: getattr(s, k) for k in ("temperature", "top_k", "top_p", "repetition_penalty")}
+    assert v["next"] == {"id": ids[position + 1], "label": token_label(tok.decode([ids[position + 1]]))}
+    shown = [t["id"] for t in v["tokens"]]
+    assert shown[:30] == penalized.topk(30).indices.tolist() and len(shown) in (30, 31)
+    got = {k: torch.tensor([t[k] for t in v["tokens"]]) for k in ("logit", "model", "tempered", "prob")}
+    torch.testing.assert_close(got["logit"], logits[shown], atol=1e-6, rtol=0)
+    torch.testing.assert_close(got["model"], penalized[shown], atol=1e-6, rtol=0)
+    if s.temperature:
+        torch.testing.assert_close(got["prob"], probs[shown], atol=1e-6, rtol=0)
+        tempered = (torch.log(penalized) / s.temperature).softmax(-1)  # the penalized logits / T, softmaxed
+        torch.testing.assert_close(got["tempered"], tempered[shown], atol=1e-5, rtol=0)
+        assert v["kept"] == int((probs > 0).sum()) and [t["kept"] for t in v["tokens"]] == (probs[shown] > 0).tolist()
+    else:  # greedy: everything on the likeliest token
+        assert v["kept"] == 1 and got["prob"].tolist() == [1.0] + [0.0] * (len(shown) - 1)
+    if s.top_k:
+        assert v["kept"] <= s.top_k
+    if s.temperature and s.top_p and not s.top_k:  # top_p alone: the smallest set of the likeliest reaching p
+        kept, mass = torch.tensor([t["kept"] for t in v["tokens"]])[:30], got["tempered"][:30]
+        assert kept.tolist() == [True] * v["kept"] + [False] * (30 - v["kept"]) if v["kept"] < 30 else kept.all()
+        if v["kept"] < 30:
+            assert mass[kept].sum() >= s.top_p - 1e-6 and mass[kept][:-1].sum() < s.top_p
+    assert v["entropy"]["sampled"] <= v["entropy"]["tempered"] + 1e-6  # cutting tokens only sharpens
+
+
+def test_a_generated_tokens_distribution_gave_it_its_probability(server, tiny_run):
+    """Past block_size too: the page asks about the window generation read."""
+    body = {"prompt": "ROMEO: O", "max_new_tokens": 40, "seed": 4, "temperature": 1.2, "top_k": 20, "top_p": 0.95}
+    got = events(server, body)
+    ids = [t["id"] for t in got[0]["prompt"]]
+    n = len(ids)
+    tokens = [e["token"] for e in got[1:-1]]
+    ids += [t["id"] for t in tokens]
+    assert len(ids) > 32 + 2  # the window has moved
+    rules = {k: body[k] for k in ("temperature", "top_k", "top_p")}
+    for j in (n, n + 5, len(ids) - 1):  # the first, a middle and the last generated token
+        status, v = call(server, "/api/distribution", {"ids": ids, "position": j - 1, **rules})
+        [mine] = [t for t in v["tokens"] if t["id"] == ids[j]]
+        assert status == 200 and v["next"]["id"] == ids[j] and mine["kept"]
+        assert v["offset"] == window_start(j, 32) and abs(mine["prob"] - tokens[j - n]["prob"]) < 1e-4
+
+
+def test_logit_lens_ends_on_the_models_logits(server):
+    model, tok = server.explorer.model, server.explorer.tok
+    ids = tok.encode(PROMPT)
+    position = 6
+    status, v = call(server, "/api/lens", {"ids": ids, "position": position, "top": 8})
+    L = model.config.n_layer
+    assert status == 200 and [r["name"] for r in v["layers"]] == ["embeddings"] + [f"block {i}" for i in range(L)]
+    probs = window_logits(model, ids, position).softmax(-1)
+    last = v["layers"][-1]
+    best = probs.topk(8)
+    assert [t["id"] for t in last["top"]] == best.indices.tolist()  # the last layer's lens: the real prediction
+    torch.testing.assert_close(torch.tensor([t["prob"] for t in last["top"]]), best.values, atol=1e-6, rtol=0)
+    lens = logit_lens(model, minitf.inspect(model, tok, ids[: position + 1]))[:, -1].softmax(-1)  # (L + 1, V)
+    nxt = ids[position + 1]
+    for row, p in zip(v["layers"], lens):
+        assert [t["id"] for t in row["top"]] == p.topk(8).indices.tolist()
+        assert abs(row["next"]["prob"] - p[nxt].item()) < 1e-6 and row["next"]["rank"] == int((p > p[nxt]).sum()) + 1
+    assert v["layers"][0]["top"] != last["top"]  # the blocks change what the stream predicts
+    status, v = call(server, "/api/lens", {"ids": ids, "position": len(ids) - 1})
+    assert status == 200 and v["next"] is None and "next" not in v["layers"][0] and len(v["layers"][0]["top"]) == 5
+
+
+def explorer_with(explorer, positions: str):
+    """The tiny run's explorer with a fresh model of another position kind (the API reads what the model has)."""
+    cfg = dataclasses.replace(explorer.cfg, model=dataclasses.replace(explorer.cfg.model, positions=positions))
+    other = copy.copy(explorer)
+    other.cfg, other.model = cfg, minitf.Transformer(cfg.model).eval()
+    return other
+
+
+@pytest.mark.parametrize("kind", ["learned", "sinusoidal", "rope"])
+def test_positions_are_the_models_own(server, kind):
+    ex = server.explorer if kind == "learned" else explorer_with(server.explorer, kind)
+    m = ex.cfg.model
+    ids = ex.tok.encode(PROMPT * 3)[:45]  # past block_size: the window's positions
+    v = ex.positions({"ids": ids, "position": 40})
+    start = window_start(41, m.block_size)
+    assert v["kind"] == kind == m.positions and v["offset"] == start and v["position"] == 40 - start
+    assert v["n"] == len(v["tokens"]) == 41 - start and v["token"]["id"] == ids[40]
+    if kind == "rope":
+        angles = torch.tensor(v["angles"], dtype=torch.float64)
+        assert angles.shape == (m.block_size, m.head_dim // 2)  # a small table: every position
+        torch.testing.assert_close(angles, rotary_angles(m.block_size, m.head_dim, m.rope_base), atol=1e-6, rtol=0)
+        torch.testing.assert_close(angles.cos().float(), ex.model.rope.cos, atol=1e-5, rtol=0)  # what rope turns by
+        torch.testing.assert_close(angles.sin().float(), ex.model.rope.sin, atol=1e-5, rtol=0)
+        assert "table" not in v
+        return
+    table = torch.tensor(v["table"])
+    assert table.shape == (m.block_size, m.n_embd)
+    own = ex.model.wpe.wpe.weight if kind == "learned" else sinusoidal_table(m.block_size, m.n_embd)
+    torch.testing.assert_close(table, own.detach(), atol=1e-6, rtol=0)
+    assert abs(v["norms"]["position"] - own[40 - start].norm().item()) < 1e-5
+    assert abs(v["norms"]["token"] - ex.model.wte.weight[ids[40]].norm().item()) < 1e-5
+    status, over_http = call(server, "/api/positions", {"ids": ids, "position": 40})
+    assert status == 200 and (kind != "learned" or over_http == v)
+
+
 BAD = [
     ("/api/generate", {"prompt": 12}, "prompt must be text, got int"),
     ("/api/generate", {"prompt": "x" * 5000}, "the prompt is 5000 characters; at most 4000, shorten it"),
@@ -221,6 +355,23 @@ BAD = [
     ("/api/attention", {"ids": [1, True], "query": 1}, "token id True is not in the vocabulary"),
     ("/api/attention", {"ids": [1, 2], "query": 1, "layer": 2}, r"layer is 2; it must be 0..1"),
     ("/api/attention", [1, 2], "the request body must be a JSON object"),
+    ("/api/distribution", {"ids": [1, 2], "position": 2}, r"position is 2; it must be 0..1"),
+    ("/api/distribution", {"ids": [1, 2], "position": 1, "top_p": 0}, r"sample.top_p must be in \(0, 1\], got 0"),
+    (
+        "/api/distribution",
+        {"ids": [1, 2], "position": 1, "temperature": None},
+        "temperature must be a number, got None",
+    ),
+    ("/api/distribution", {"ids": [1, 2], "position": 1, "seed": 3}, "unknown field 'seed'; expected some of ids,"),
+    ("/api/distribution", {"ids": [1, 2], "position": 1, "top": 500}, r"top is 500; it must be 1..100"),
+    ("/api/lens", {"ids": [1, -4], "position": 0}, r"token id -4 is not in the vocabulary \(0..299\)"),
+    ("/api/lens", {"ids": [], "position": 0}, "ids must be a list of 1 to 1032 token ids"),
+    ("/api/positions", {"ids": [1, 2], "position": "1"}, "position must be a whole number, got '1'"),
+    (
+        "/api/positions",
+        {"ids": [1, 2], "position": 0, "layer": 0},
+        "unknown field 'layer'; expected some of ids, position",
+    ),
     ("/api/nowhere", {}, "no endpoint '/api/nowhere' here"),
 ]
 
@@ -452,3 +603,12 @@ def test_a_diverged_runs_nan_loss_never_reaches_the_page_as_nan(tiny_run, tmp_pa
     assert [p["step"] for p in points] == [15, 30, 45]
     assert points[-1] == {"step": 45, "lr": 1e-3}  # the chart skips a value that is not there
     assert all(math.isfinite(p["train_loss"]) for p in points[:2])
+
+
+def test_the_runs_own_max_new_tokens_is_not_a_bad_request(server):
+    """The 1000-token cap is on what a request asks for; a run whose config says more still generates."""
+    ex = copy.copy(server.explorer)
+    ex.cfg = dataclasses.replace(ex.cfg, sample=dataclasses.replace(ex.cfg.sample, max_new_tokens=2000))
+    assert ex._generation_request({"prompt": "ROMEO:"})[1].max_new_tokens == 2000
+    with pytest.raises(BadRequest, match="max_new_tokens is 2000; at most 1000 here"):
+        ex._generation_request({"prompt": "ROMEO:", "max_new_tokens": 2000})

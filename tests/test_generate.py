@@ -12,7 +12,8 @@ from minitf.cache import KVCache
 from minitf.config import SampleConfig
 from minitf.data import prepare_data
 from minitf.evaluate import evaluate, evaluate_text
-from minitf.generate import generate_tokens, sample_next_token, window_start
+from minitf.generate import generate_tokens, sample_next_token, token_probs, window_start
+from minitf.sampling import sampler_distribution
 
 COMBOS = list(itertools.product(["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"]))
 
@@ -204,3 +205,40 @@ def test_generate_evaluate_inspect_run_in_eval_mode_and_give_back_the_callers_mo
         call()
         assert seen and not any(seen), name  # no dropout while it ran
         assert model.training is training and model.blocks[0].mlp.training is training, name
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(temperature=1.0, top_k=None, top_p=None),
+        dict(temperature=0.5, top_k=3, top_p=None),
+        dict(temperature=2.0, top_k=None, top_p=0.6),
+        dict(temperature=1.3, top_k=4, top_p=0.9, repetition_penalty=1.5),
+        dict(temperature=0.0, top_k=2),
+    ],
+)
+def test_sampler_distribution_is_what_sample_next_token_draws_from(settings):
+    torch.manual_seed(0)
+    logits, history = torch.randn(1, 8) * 2, torch.tensor([[0, 3]])
+    s = SampleConfig(**settings)
+    d = sampler_distribution(logits, s, history)
+    penalized = logits.clone()  # CTRL's penalty on the seen tokens 0 and 3, written out
+    for i in (0, 3):
+        x = penalized[0, i]
+        penalized[0, i] = x / s.repetition_penalty if x > 0 else x * s.repetition_penalty
+    torch.testing.assert_close(d.model, penalized.softmax(-1))
+    if s.temperature:
+        torch.testing.assert_close(d.tempered, (penalized / s.temperature).softmax(-1))
+        torch.testing.assert_close(d.probs, token_probs(logits, s, history))  # the one filtered distribution
+    assert abs(d.probs.sum().item() - 1) < 1e-6 and torch.equal(d.kept, d.probs > 0)
+    if s.top_k:
+        assert d.kept.sum() <= s.top_k
+    # kept tokens: the tempered ones renormalised; cut tokens: never drawn
+    kept = d.tempered * d.kept
+    torch.testing.assert_close(d.probs, kept / kept.sum())
+    g = torch.Generator().manual_seed(1)
+    draws = sample_next_token(
+        logits.expand(4000, 8), s.temperature, s.top_k, s.top_p, g, history.expand(4000, 2), s.repetition_penalty
+    )
+    freq = torch.bincount(draws, minlength=8) / 4000
+    assert d.kept[0][draws].all() and (freq - d.probs[0]).abs().max() < 0.03

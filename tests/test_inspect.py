@@ -9,7 +9,7 @@ import torch
 
 import minitf
 from minitf.attention import attention
-from minitf.inspection import check_layer_head, format_weights, token_label
+from minitf.inspection import check_layer_head, format_weights, logit_lens, token_label
 from minitf.plotting import plot_attention
 
 TEXT = "ROMEO: O love, sweet night! The cat sat on the mat."
@@ -177,3 +177,23 @@ def test_ids_inspect_exactly_those_tokens(tok):
     torch.testing.assert_close(
         text.layers[1].weights, minitf.inspect(model, tok, tok.encode("ROMEO: O")).layers[1].weights
     )
+
+
+@pytest.mark.parametrize("options", [{}, {"positions": "rope", "norm": "rmsnorm"}, {"logit_softcap": 5.0}])
+def test_logit_lens_reads_the_residual_stream_and_ends_on_the_logits(tok, options):
+    model = random_model(tok, **options)
+    ins = minitf.inspect(model, tok, TEXT)
+    lens = logit_lens(model, ins)
+    assert lens.shape == (ins.n_layer + 1, len(ins.ids), tok.vocab_size) and ins.residuals.shape[0] == ins.n_layer + 1
+    with torch.no_grad():
+        logits = model(torch.tensor([ins.ids]))[0][0]  # (T, V)
+        x = ins.embeddings
+        torch.testing.assert_close(ins.residuals[0], x, atol=0, rtol=0)
+        for i, s in enumerate(ins.layers):  # each point of the stream is the pieces summed so far
+            x = x + s.attn_out + s.ffn_out
+            torch.testing.assert_close(ins.residuals[i + 1], x, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(lens[i + 1], model.logits(x[None])[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lens[0], model.logits(ins.embeddings[None])[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(lens[-1], ins.logits, atol=1e-5, rtol=1e-5)  # the last layer's lens: the logits
+    torch.testing.assert_close(lens[-1], logits, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(lens[0], lens[-1], atol=1e-2)  # the layers do change the prediction

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from minitf.positions import LearnedPositions, Rotary, SinusoidalPositions, sinusoidal_table
+from minitf.positions import LearnedPositions, Rotary, SinusoidalPositions, rotary_angles, sinusoidal_table
 
 
 def test_sinusoidal_table_matches_formula():
@@ -47,3 +47,16 @@ def test_rotary_dot_product_depends_only_on_distance():
     assert abs(dot(5, 0) - dot(0, 5)) > 1e-3  # and it does depend on the direction
     # position 0 is the identity rotation
     torch.testing.assert_close(rope(q.view(1, 1, 8), 0)[0, 0], q)
+
+
+def test_rotary_angles_are_the_rotations_rope_applies():
+    angles = rotary_angles(64, 8, base=100.0)  # (P, D/2)
+    assert angles.shape == (64, 4) and angles[5, 1].item() == 5 * 100.0 ** (-2 / 8)
+    rope = Rotary(64, 8, base=100.0)
+    torch.testing.assert_close(rope.cos, angles.cos().float(), atol=0, rtol=0)
+    torch.testing.assert_close(rope.sin, angles.sin().float(), atol=0, rtol=0)
+    # a vector whose pair i is (1, 0) comes out as (cos, sin) of its angle
+    x = torch.zeros(1, 1, 8)
+    x[..., :4] = 1.0
+    y = rope(x, offset=9)[0, 0]
+    torch.testing.assert_close(y, torch.cat([angles[9].cos(), angles[9].sin()]).float(), atol=1e-6, rtol=0)

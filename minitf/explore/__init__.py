@@ -1,5 +1,6 @@
-"""The explorer, a local web page over a trained run: type a prompt, watch tokens stream, open any
-token's attention step by step (`python scripts/explore.py`). The one self-contained app in minitf:
+"""The explorer, a local web page over a trained run: type a prompt, watch tokens stream, click any
+token for its attention step by step, the next token under the sampler's settings, the logit lens
+and its position signal (`python scripts/explore.py`). The one self-contained app in minitf:
 server.py speaks HTTP, api.py answers the page's requests from the library's own functions, and
 static/ holds the page."""
 

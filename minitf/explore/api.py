@@ -1,10 +1,14 @@
 """What the explorer's page asks of a run, as JSON-ready dicts: the run and its loss curve, a
-generation token by token, and one token's attention step by step. server.py carries them over
-HTTP; here each request is a plain call over the loaded run, its input checked and bounded first.
+generation token by token, one token's attention step by step, and for one position the next-token
+distribution under the sampler's settings, the logit lens and the position signal. server.py
+carries them over HTTP; here each request is a plain call over the loaded run, its input checked
+and bounded first.
 
 Every input comes from a browser, so each is checked: a wrong type, a value out of range, a
 prompt too long or an unknown key raise BadRequest (a MinitfError) with one line the page shows.
-The numbers are the library's own: generation is `stream_tokens`, attention is `inspect`.
+The numbers are the library's own: generation is `stream_tokens`, attention is `inspect`, the
+distribution is `sampler_distribution` (the rules `sample_next_token` draws by), the lens is
+`logit_lens`, positions are the model's own table or `rotary_angles`.
 """
 
 from __future__ import annotations
@@ -19,16 +23,21 @@ import torch
 from ..checkpoint import BEST, WEIGHTS, load_run, weights_step
 from ..config import MinitfError, TrainConfig
 from ..generate import prompt_ids, sample_settings, stream_tokens
-from ..inspection import Inspection, inspect, token_label
+from ..inspection import Inspection, inspect, logit_lens, token_label
 from ..metrics import METRICS, read_rows
 from ..optim import budget_steps
-from ..sampling import SETTINGS
+from ..positions import rotary_angles
+from ..runtime import eval_mode
+from ..sampling import SETTINGS, sampler_distribution, window_start
 
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 1000
 MAX_GENERATIONS = 4  # at once, all tabs together: each costs a KV cache and a share of the CPU
 DIGITS = 6  # decimals sent for every number: well below what a page can show, small JSON
 CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr")
+RULES = ("temperature", "top_k", "top_p", "repetition_penalty")  # the settings that shape one step's distribution
+MAX_SHOWN = 100  # tokens listed per distribution or lens layer at most
+MAX_TABLE = 65536  # position-table numbers sent beyond the window's own rows (a table of block_size x width)
 
 
 class BadRequest(MinitfError):
@@ -102,14 +111,19 @@ class Explorer:
         n, block = len(self.tok.encode(prompt)), self.cfg.model.block_size
         if n > block:
             raise BadRequest(f"the prompt is {n} tokens but this model reads at most block_size={block}; shorten it")
+        settings = self._settings(body)
+        if "max_new_tokens" in body and settings.max_new_tokens > MAX_NEW_TOKENS:  # the run's own may be more
+            raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
+        return prompt, settings
+
+    def _settings(self, body: dict):
+        """The run's sample settings with those the body gives (any of SETTINGS) in their place."""
         given = {}
         for name, (kind, nullable) in SETTINGS.items():  # null: top_k/top_p off, a random seed
             if name in body:
                 bounds = (0, 2**63 - 1) if name == "seed" else ()  # the others' ranges are SampleConfig's to check
                 given[name] = None if nullable and body[name] is None else number(body, name, kind, *bounds)
-        if given.get("max_new_tokens", 0) > MAX_NEW_TOKENS:
-            raise BadRequest(f"max_new_tokens is {given['max_new_tokens']}; at most {MAX_NEW_TOKENS} here")
-        return prompt, sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
+        return sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
 
     def _events(self, prompt: str, settings):
         """{"prompt": tokens}, then {"token": ...} per sampled token (text, label, probability, top-5), then
@@ -152,6 +166,137 @@ class Explorer:
         ins = inspect(self.model, self.tok, ids[start : start + block])  # bad ids: a MinitfError
         return {"offset": start, **attention_view(ins, query - start, layer, head)}
 
+    def _position(self, body: dict, known: set[str]) -> tuple[list[int], int, int]:
+        """(ids, position, start) of a request about what the model predicts after ids[position]:
+        it read ids[start : position + 1], the window generation gives it (window_start)."""
+        check_keys(body, {"ids", "position", *known})
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not 0 < len(ids) <= self.cfg.model.block_size + MAX_NEW_TOKENS:
+            raise BadRequest(f"ids must be a list of 1 to {self.cfg.model.block_size + MAX_NEW_TOKENS} token ids")
+        position = number(body, "position", int, 0, len(ids) - 1)
+        bad = [i for i in ids if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < self.tok.vocab_size)]
+        if bad:
+            raise BadRequest(f"token id {bad[0]!r} is not in the vocabulary (0..{self.tok.vocab_size - 1})")
+        return ids, position, window_start(position + 1, self.cfg.model.block_size)
+
+    def _next(self, ids: list[int], position: int) -> dict | None:
+        """The token that follows the position on the page, if one does."""
+        return None if position + 1 >= len(ids) else self.token(ids[position + 1])
+
+    def token(self, i: int) -> dict:
+        return {"id": i, "label": self.label(i)}
+
+    @torch.no_grad()
+    def distribution(self, body: dict) -> dict:
+        """The next token after ids[position] as the sampler sees it, for the settings in body
+        (temperature, top_k, top_p, repetition_penalty; the run's for those not given).
+
+        For the `top` likeliest tokens (and the one that follows on the page): the logit, the
+        model's probability, the probability after temperature, and the probability the sampler
+        draws it with after top_k and top_p (0: cut). With the tokens before it as the history
+        the repetition penalty counts, as in generation. Entropies in bits say how the settings
+        sharpen or flatten the distribution.
+        """
+        ids, position, start = self._position(body, {*RULES, "top"})
+        top = number(body, "top", int, 1, MAX_SHOWN, default=20)
+        settings = self._settings({k: body[k] for k in RULES if k in body})
+        w = self.model.wte.weight
+        with eval_mode(self.model):
+            logits = self.model(torch.tensor([ids[start : position + 1]], device=w.device))[0][:, -1]  # (1, V)
+        history = torch.tensor([ids[: position + 1]], device=w.device)  # (1, n): what the sampler saw
+        d = sampler_distribution(logits, settings, history)
+        logits, model, tempered, probs = (t[0].float().cpu() for t in (logits, d.model, d.tempered, d.probs))
+        kept = d.kept[0].cpu()  # (V,) bool
+        shown = model.topk(min(top, model.numel())).indices.tolist()
+        nxt = self._next(ids, position)
+        if nxt is not None and nxt["id"] not in shown:
+            shown.append(nxt["id"])
+        rank = (model > model[shown].unsqueeze(1)).sum(dim=1) + 1  # 1: the likeliest
+        return {
+            "offset": start,
+            "position": position,
+            "token": self.token(ids[position]),
+            "next": nxt,
+            "settings": {k: getattr(settings, k) for k in RULES},
+            "vocab": model.numel(),
+            "kept": int(kept.sum()),
+            "kept_mass": round(float(model[kept].sum()), DIGITS),
+            "entropy": {
+                k: round(entropy_bits(p), DIGITS)
+                for k, p in (("model", model), ("tempered", tempered), ("sampled", probs))
+            },
+            "tokens": [
+                {
+                    **self.token(i),
+                    "rank": int(r),
+                    "logit": round(float(logits[i]), DIGITS),
+                    "model": round(float(model[i]), DIGITS),
+                    "tempered": round(float(tempered[i]), DIGITS),
+                    "prob": round(float(probs[i]), DIGITS),
+                    "kept": bool(kept[i]),
+                }
+                for i, r in zip(shown, rank.tolist())
+            ],
+        }
+
+    def lens(self, body: dict) -> dict:
+        """The logit lens at ids[position]: what the residual stream would predict for the next
+        token at the embeddings and after every block (final norm and LM head applied,
+        `logit_lens`); the last row is the model's real prediction. Per row, the `top` likeliest
+        tokens (softmax at temperature 1) and the rank and probability of the token that follows."""
+        ids, position, start = self._position(body, {"top"})
+        top = number(body, "top", int, 1, MAX_SHOWN, default=5)
+        ins = inspect(self.model, self.tok, ids[start : position + 1])
+        probs = logit_lens(self.model, ins)[:, -1].softmax(dim=-1)  # (L + 1, V): the position's row
+        nxt = self._next(ids, position)
+        rows = []
+        for layer, p in enumerate(probs):
+            best = p.topk(min(top, p.numel()))
+            row = {
+                "name": "embeddings" if layer == 0 else f"block {layer - 1}",
+                "top": [
+                    {**self.token(i), "prob": round(float(q), DIGITS)}
+                    for q, i in zip(best.values, best.indices.tolist())
+                ],
+            }
+            if nxt is not None:
+                row["next"] = {"prob": round(float(p[nxt["id"]]), DIGITS), "rank": int((p > p[nxt["id"]]).sum()) + 1}
+            rows.append(row)
+        return {"offset": start, "position": position, "token": self.token(ids[position]), "next": nxt, "layers": rows}
+
+    @torch.no_grad()
+    def positions(self, body: dict) -> dict:
+        """The position signal of the model at ids[position], whose position in its window is
+        position - offset. Learned or sinusoidal: the vectors the model adds to the token
+        embeddings ("table", a row per position: the window's, and more up to block_size while
+        the table stays small), with the norms of the position's vector and its token's embedding.
+        Rotary: nothing is added; "angles" holds the rotation of each pair of query/key dimensions
+        per position, in radians (position x base^(-2i/head_dim))."""
+        ids, position, start = self._position(body, set())
+        m, n = self.cfg.model, position + 1 - start
+        view = {
+            "kind": m.positions,
+            "offset": start,
+            "position": position - start,  # where the token sits in the window the model read
+            "token": self.token(ids[position]),
+            "n": n,
+            "tokens": [self.label(i) for i in ids[start : position + 1]],
+        }
+        if m.positions == "rope":
+            width = m.head_dim // 2
+            rows = max(n, min(m.block_size, MAX_TABLE // width))
+            return {
+                **view,
+                "base": m.rope_base,
+                "head_dim": m.head_dim,
+                "angles": numbers(rotary_angles(rows, m.head_dim, m.rope_base)),
+            }
+        rows = max(n, min(m.block_size, MAX_TABLE // m.n_embd))
+        table = self.model.wpe(rows).float().cpu()  # (rows, C): the module's own forward, what it adds
+        token = self.model.wte.weight[ids[position]].float().cpu()  # (C,)
+        norms = {"position": float(table[position - start].norm()), "token": float(token.norm())}
+        return {**view, "table": numbers(table), "norms": {k: round(v, DIGITS) for k, v in norms.items()}}
+
 
 def budget_words(tc: TrainConfig) -> str:
     """What ended or would end the training, for the page: a time budget (max_steps is then only a
@@ -190,6 +335,12 @@ def attention_view(ins: Inspection, query: int, layer: int, head: int) -> dict:
             "out": numbers(s.heads[head, query]),
         },
     }
+
+
+def entropy_bits(p: torch.Tensor) -> float:
+    """-sum p log2 p over the tokens with p > 0: 0 when one token has it all, log2 V when all are equal."""
+    p = p[p > 0]
+    return float(-(p * p.log2()).sum())
 
 
 def numbers(t: torch.Tensor):

@@ -15,6 +15,9 @@ that name it (a guard against DNS rebinding).
     GET  /api/metrics       the loss curve from metrics.jsonl
     POST /api/generate      {"prompt", "temperature", "top_k", ...} -> NDJSON, one event per line
     POST /api/attention     {"ids", "query", "layer", "head"} -> one token's attention, every step
+    POST /api/distribution  {"ids", "position", "temperature", "top_k", ...} -> the next token under the sampler
+    POST /api/lens          {"ids", "position"} -> the next token as each layer's residual stream predicts it
+    POST /api/positions     {"ids", "position"} -> the position signal the model adds (or rotary's angles)
 
 Errors are JSON {"error": "one line"}: 400 for bad input (JSON that is not JSON's: 1e400, NaN, a lone
 surrogate, nesting too deep; a malformed Host header), 408 for a request not sent within the
@@ -39,6 +42,7 @@ STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/static/attention.js": ("attention.js", "text/javascript; charset=utf-8"),
+    "/static/views.js": ("views.js", "text/javascript; charset=utf-8"),
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 MAX_BODY = 256 * 1024
@@ -102,6 +106,12 @@ class _Handler(MemoryHandler):
             self._generate(self._body())
         elif path == "/api/attention":
             self._json(200, self.server.explorer.attention(self._body()))
+        elif path == "/api/distribution":
+            self._json(200, self.server.explorer.distribution(self._body()))
+        elif path == "/api/lens":
+            self._json(200, self.server.explorer.lens(self._body()))
+        elif path == "/api/positions":
+            self._json(200, self.server.explorer.positions(self._body()))
         else:
             self._json(404, {"error": f"no endpoint {path!r} here"})
 

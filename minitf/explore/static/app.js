@@ -1,5 +1,6 @@
 // The page: the run panel, generation as it streams, and the token tooltips. Clicking a token
-// hands it to attention.js. No framework and no build step: plain DOM calls, read top-down.
+// selects it for views.js (attention, next token, logit lens, positions). No framework and no
+// build step: plain DOM calls, read top-down.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -144,7 +145,7 @@ function addToken(t, kind) {
     span.addEventListener("mouseenter", () => showTip(span, t));
     span.addEventListener("mouseleave", () => { $("tip").hidden = true; });
   }
-  span.addEventListener("click", () => Attention.open(state.ids.slice(), index));
+  span.addEventListener("click", () => Views.select(state.ids.slice(), index));
   $("tokens").append(span);
 }
 

@@ -1,6 +1,7 @@
 // One token's attention: a layer × head grid of its weights, one head's full T × T matrix, and
 // that head's steps for the query (q·k, ÷√d, mask, softmax, weighted sum of the values). Every
-// number comes from /api/attention, which runs minitf.inspect: the model's own numbers.
+// number comes from /api/attention, which runs minitf.inspect: the model's own numbers. It is the
+// first of the selected token's views (views.js holds the tabs and the others).
 "use strict";
 
 const Attention = (() => {
@@ -25,11 +26,9 @@ const Attention = (() => {
   }
 
   function render(view) {
-    byId("attention").hidden = false;
     const q = view.query, tokens = view.tokens;
     byId("query-label").textContent = `“${tokens[q]}”`;
     byId("window").textContent = view.offset ? `(tokens ${view.offset}…${view.offset + tokens.length - 1}: the model's window)` : "";
-    document.querySelectorAll("#tokens .tok").forEach((t) => t.classList.toggle("query", +t.dataset.index === view.offset + q));
     drawGrid(view);
     byId("head-title").textContent = `Layer ${view.layer}, head ${view.head}: what “${tokens[q]}” attends to ` +
     "(colour scaled to the largest weight; hover a token for its weight)";
@@ -62,7 +61,7 @@ const Attention = (() => {
       s.style.setProperty("--a", j <= view.query ? (w[j] / top).toFixed(3) : 0);
       if (j === view.query) s.classList.add("query");
       if (j > view.query) s.classList.add("later");
-      s.addEventListener("click", () => open(at.ids, view.offset + j));
+      s.addEventListener("click", () => Views.select(at.ids, view.offset + j));
       return s;
     }));
   }
