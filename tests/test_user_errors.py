@@ -5,13 +5,18 @@ import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
 
 import minitf
-from minitf.config import ConfigError, load_config, load_run_config
+from minitf.config import ConfigError, DataConfig, MinitfError, load_config, load_run_config
+from minitf.corpus import _text_files, cache_dir
+from minitf.data import prepare_data
 from minitf.errors import shown
+from minitf.evaluate import evaluate_text
+from minitf.runtime import resolve_device
 
-from .helpers import ROOT
+from .helpers import ROOT, tiny_config
 
 
 def script(*args, **kw):
@@ -202,3 +207,106 @@ def test_a_run_with_an_unknown_model_key_is_refused(tiny_run, tmp_path):
     assert str(e.value).endswith(
         "; this minitf cannot build that model: upgrade minitf to the version that wrote the run"
     )
+
+
+# ------------------------------------------------------------------ the commands' options
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: cuda:0 is fine")
+def test_a_device_this_machine_lacks_is_one_line_in_every_command(tiny_run):
+    without = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+    for command in ("generate.py", "evaluate.py", "explore.py", "serve.py"):
+        line = one_line(script(f"scripts/{command}", "--run", str(tiny_run), "--device", "cuda:0"))
+        assert line == f"error: --device cuda:0 but {without}; use --device cpu (or auto)"
+        line = one_line(script(f"scripts/{command}", "--run", str(tiny_run), "--device", "vulkan:0"))
+        assert line == "error: --device 'vulkan:0' is not one of auto, cpu, cuda, cuda:N, mps"
+    with pytest.raises(ConfigError, match="^run.device=cuda but "):
+        resolve_device("cuda")
+
+
+@pytest.mark.parametrize("size", ["0", "-1"])
+def test_evaluate_batch_size_below_one(tiny_run, size):
+    line = one_line(script("scripts/evaluate.py", "--run", str(tiny_run), "--batch-size", size))
+    assert line == f"error: --batch-size must be a whole number of at least 1 (windows per forward pass), got {size}"
+    model, tok, cfg = minitf.load_run(tiny_run)
+    with pytest.raises(ConfigError, match=f"^batch_size must be a whole number of at least 1 .*, got {size}$"):
+        evaluate_text(model, tok, cfg.data, batch_size=int(size))
+
+
+def test_plot_draws_rows_without_val_bpb(tmp_path, tiny_run):
+    import json
+
+    run = tmp_path / "old"
+    run.mkdir()
+    rows = [json.loads(line) for line in (tiny_run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "val_bpb"}) + "\n" for r in rows)
+    )
+    r = script("scripts/plot.py", "--run", str(run), "--out", str(tmp_path / "loss.png"))
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------ data
+
+
+def test_a_cache_directory_that_is_a_file(tmp_path, monkeypatch, corpus):
+    (tmp_path / "cache").write_text("not a directory")
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(MinitfError) as e:
+        prepare_data(DataConfig(source=f"file:{corpus}", vocab_size=300), log=lambda *a: None)
+    assert str(e.value) == (
+        f"MINITF_CACHE={tmp_path / 'cache'} is a file, not a directory; point MINITF_CACHE at a directory "
+        f"(made if missing), or unset it"
+    )
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache" / "sub"))
+    with pytest.raises(MinitfError, match="lies under .*cache, which is a file, not a directory"):
+        cache_dir()
+
+
+def test_an_hf_text_column_of_integers(tmp_path):
+    datasets = pytest.importorskip("datasets", reason="needs the hf extra: pip install -e '.[hf]'")
+    rows = {"text": list(range(40)), "story": ["once upon a time"] * 40}
+    datasets.Dataset.from_dict(rows).to_parquet(str(tmp_path / "ds" / "data.parquet"))
+    for streaming in (False, True):
+        with pytest.raises(MinitfError) as e:
+            prepare_data(DataConfig(source=f"hf:{tmp_path / 'ds'}", vocab_size=300, streaming=streaming), log=print)
+        assert str(e.value) == (
+            f"dataset '{tmp_path / 'ds'}' column 'text' holds int64 values, not text; set data.text_field to the "
+            f"column with the text (its text columns: story)"
+        )
+
+
+def test_file_names_with_glob_characters(tmp_path):
+    (tmp_path / "notes[1].txt").write_text("the first note\n")
+    (tmp_path / "notes1.txt").write_text("a file the pattern notes[1].txt would match instead\n")
+    (tmp_path / "dir[x]").mkdir()
+    (tmp_path / "dir[x]" / "a.txt").write_text("inside a directory with brackets\n")
+    assert _text_files(str(tmp_path / "notes[1].txt"))[0] == [tmp_path / "notes[1].txt"]
+    assert _text_files(str(tmp_path / "dir[x]"))[0] == [tmp_path / "dir[x]" / "a.txt"]
+    # a path that is not there is still a pattern
+    assert _text_files(str(tmp_path / "notes[0-9].txt"))[0] == [tmp_path / "notes1.txt"]
+
+
+def test_a_val_split_too_small_is_refused_before_training(tmp_path, corpus):
+    cfg = tiny_config(tmp_path / "run", corpus / "play0.txt", "data.val_fraction=0.0001")
+    with pytest.raises(MinitfError) as e:
+        minitf.train(cfg, log=lambda *a: None)
+    assert str(e.value) == (
+        "the val split has only 2 tokens, fewer than block_size+1=33; use a bigger corpus, a smaller "
+        "model.block_size or a larger data.val_fraction"
+    )
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".lock"]  # no step, no run files
+
+
+def test_a_file_named_tensorboard_in_the_run_directory(tmp_path, corpus):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "tensorboard").write_text("my notes")
+    with pytest.raises(MinitfError) as e:
+        minitf.train(tiny_config(tmp_path / "run", corpus, "train.logger=tensorboard"), log=lambda *a: None)
+    assert str(e.value) == (
+        f"{tmp_path / 'run' / 'tensorboard'} is a file; train.logger=tensorboard writes its event files in a "
+        f"directory of that name: move the file away, or use train.logger=jsonl"
+    )
+    assert (tmp_path / "run" / "tensorboard").read_text() == "my notes"
+    assert not (tmp_path / "run" / "config.yaml").exists()  # refused before the data was prepared
