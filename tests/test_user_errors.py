@@ -14,6 +14,7 @@ from minitf.corpus import _text_files, cache_dir
 from minitf.data import prepare_data
 from minitf.errors import shown
 from minitf.evaluate import evaluate_text
+from minitf.model import model_floats, physical_memory
 from minitf.runtime import resolve_device
 
 from .helpers import ROOT, tiny_config
@@ -310,3 +311,93 @@ def test_a_file_named_tensorboard_in_the_run_directory(tmp_path, corpus):
     )
     assert (tmp_path / "run" / "tensorboard").read_text() == "my notes"
     assert not (tmp_path / "run" / "config.yaml").exists()  # refused before the data was prepared
+
+
+# ------------------------------------------------------------------ models too big to build
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(positions="learned"),
+        dict(positions="sinusoidal", tie_embeddings=False, ffn="swiglu", norm="rmsnorm"),
+        dict(positions="rope", bias=False, n_kv_head=2, ffn="relu2", ffn_hidden=48),
+    ],
+)
+def test_the_size_counted_from_the_config_is_the_models(overrides):
+    cfg = minitf.ModelConfig(vocab_size=300, n_layer=2, n_embd=32, n_head=4, block_size=16, **overrides)
+    model = minitf.Transformer(cfg)
+    held = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    assert model_floats(cfg) == held
+
+
+@pytest.mark.parametrize(
+    "overrides, size",
+    [(dict(block_size=10**15), "512.0 PB"), (dict(n_layer=10**7), "7.9 TB")],
+)
+def test_a_model_too_big_for_memory_is_refused_before_allocating(overrides, size):
+    cfg = minitf.ModelConfig(vocab_size=4096, **overrides)  # the default shape otherwise
+    assert physical_memory() is not None
+    with pytest.raises(ConfigError) as e:
+        minitf.Transformer(cfg)  # at once: neither 10**15 rows nor 10**7 layers are built
+    assert str(e.value).startswith(
+        f"this model (n_layer={cfg.n_layer}, n_embd=128, block_size={cfg.block_size}, vocabulary 4096) needs "
+        f"{size} for its float32 weights alone, more than this machine's "
+    )
+    assert str(e.value).endswith(" of memory; choose smaller model.* values")
+
+
+# ------------------------------------------------------------------ the library called with the wrong types
+
+
+def test_generate_called_with_the_wrong_types(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    usage = "(model, tokenizer, prompt, settings=None, **settings)"
+    cases = [
+        (
+            lambda: minitf.generate(model, tok, 123),
+            f"generate(): prompt must be text (a str), got int 123; generate{usage}",
+        ),
+        (
+            lambda: minitf.generate(model, tok, b"Romeo"),
+            f"generate(): prompt must be text (a str), got bytes b'Romeo' (decode bytes first); generate{usage}",
+        ),
+        (
+            lambda: minitf.generate(tok, model, "Romeo"),
+            f"generate(): model must be a minitf Transformer (from minitf.load_run), got Tokenizer; generate{usage}",
+        ),
+        (
+            lambda: minitf.generate(model, "Romeo", tok),
+            "generate(): tokenizer must be a minitf Tokenizer (from minitf.load_run), got str 'Romeo'; "
+            f"generate{usage}",
+        ),
+        (
+            lambda: minitf.generate(model, tok, "Romeo", {"temperature": 0}),
+            "settings must be a minitf SampleConfig or None, got dict (SampleConfig(**d), or the settings as "
+            "keyword arguments)",
+        ),
+        (
+            lambda: minitf.generate(model, tok, "Romeo", stop=5),
+            "generate(): stop must be a str or a list of str, got int 5",
+        ),
+        (
+            lambda: minitf.generate(model, tok, "Romeo", num_samples="2"),
+            "generate(): num_samples must be an int, got str '2'",
+        ),
+        (
+            lambda: list(minitf.stream(model, tok, 123)),
+            f"stream(): prompt must be text (a str), got int 123; stream{usage}",
+        ),
+        (
+            lambda: list(minitf.stream_tokens(tok, model, "Romeo")),
+            "stream_tokens(): model must be a minitf Transformer (from minitf.load_run), got Tokenizer; "
+            f"stream_tokens{usage}",
+        ),
+    ]
+    for call, message in cases:
+        with pytest.raises(TypeError) as e:
+            call()
+        assert str(e.value) == message
+    assert minitf.generate(model, tok, "Romeo", minitf.SampleConfig(max_new_tokens=3, seed=0)) == minitf.generate(
+        model, tok, "Romeo", max_new_tokens=3, seed=0
+    )
