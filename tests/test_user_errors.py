@@ -401,3 +401,14 @@ def test_generate_called_with_the_wrong_types(tiny_run):
     assert minitf.generate(model, tok, "Romeo", minitf.SampleConfig(max_new_tokens=3, seed=0)) == minitf.generate(
         model, tok, "Romeo", max_new_tokens=3, seed=0
     )
+
+
+def test_script_mistakes_after_training(tiny_run, tmp_path):
+    line = one_line(script("scripts/generate.py", "--run", str(tiny_run), "--seed", str(2**64)))
+    assert line == f"error: sample.seed must be an integer in [0, 2**63 - 1], got {2**64}"
+    line = one_line(script("scripts/generate.py", "--run", str(tiny_run), "--seed", "-1"))
+    assert line == "error: sample.seed must be an integer in [0, 2**63 - 1], got -1"
+    (tmp_path / "notes.txt").write_text("mine")
+    line = one_line(script("scripts/export_hf.py", "--run", str(tiny_run), "--out", str(tmp_path / "notes.txt")))
+    assert line == f"error: --out {tmp_path / 'notes.txt'} is a file; --out names a directory to create"
+    assert (tmp_path / "notes.txt").read_text() == "mine"
