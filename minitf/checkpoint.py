@@ -25,7 +25,7 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model, save_model
 
-from .config import Config, ConfigError, MinitfError, load_config, read_config_file, save_config
+from .config import Config, ConfigError, MinitfError, load_config, load_run_config, read_config_file, save_config
 from .errors import first_line
 from .io import atomic_write, open_nofollow, read_yaml, refuse_symlink
 from .model import Transformer
@@ -164,7 +164,7 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
     for name in (CONFIG, TOKENIZER, BEST if best else WEIGHTS):
         if not (run_dir / name).is_file():
             raise MinitfError(f"{run_dir} has no {name}; it is not a complete minitf run directory")
-    cfg = load_config(run_dir / CONFIG)
+    cfg = load_run_config(run_dir / CONFIG)
     tok = Tokenizer.load(run_dir / TOKENIZER)
     check_vocab(tok, cfg.model.vocab_size, "the tokenizer does not belong to this run", what=str(run_dir / TOKENIZER))
     weights = run_dir / (BEST if best else WEIGHTS)

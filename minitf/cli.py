@@ -47,6 +47,20 @@ def _quiet_late_ctrl_c() -> None:
         signal.signal(signal.SIGINT, abort)
 
 
+def device_option(name: str) -> str:
+    """argparse's type for --device: the name as given (auto, cpu, cuda, cuda:N, mps), once it names
+    a device this machine has. Checked while the arguments are parsed, before a run is loaded;
+    the error is a MinitfError that is not a ValueError, so argparse lets it through to run_main
+    as one line instead of printing its usage."""
+    from .runtime import resolve_device  # imported on use: `--help` never waits for torch
+
+    try:
+        resolve_device(name, what="--device")
+    except MinitfError as e:
+        raise MinitfError(str(e)) from None
+    return name
+
+
 def newest_run(root: str | Path = "runs") -> Path:
     """The run directory under `root` whose weights were written last."""
     runs = sorted(Path(root).glob("*/model.safetensors"), key=lambda p: p.stat().st_mtime)

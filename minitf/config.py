@@ -16,8 +16,10 @@ import copy
 import dataclasses
 import difflib
 import math
+import os
 import re
 import typing
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -25,25 +27,39 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from .errors import ConfigError, MinitfError  # noqa: F401  (MinitfError: re-exported)
+from .errors import ConfigError, MinitfError, shown  # noqa: F401  (MinitfError: re-exported)
 from .io import read_yaml
 
+# every integer key fits a signed 64-bit integer, what torch and numpy take (and a number of
+# thousands of digits is never carried along to fail later, or formatted into a message)
+INT_RANGE = (-(2**63), 2**63 - 1)
+# a seed: what torch.manual_seed takes, less the offsets added to it (per rank, per step, for
+# evaluation), which must not carry it past 2**64 - 1
+SEED_RANGE = (0, 2**63 - 1)
 
-def key(default: Any, doc: str) -> Any:
-    """A config key: its default and its one-line meaning (for --help and describe_keys)."""
-    return field(default=default, metadata={"doc": doc})
+
+def key(default: Any, doc: str, int_range: tuple[int, int] = INT_RANGE) -> Any:
+    """A config key: its default and its one-line meaning (for --help and describe_keys); an
+    integer key's allowed range when it is narrower than INT_RANGE."""
+    return field(default=default, metadata={"doc": doc, "int_range": int_range})
 
 
 def _suggest(name: str, allowed) -> str:
-    close = difflib.get_close_matches(name, list(allowed), n=1)
+    close = difflib.get_close_matches(name, list(allowed), n=1) if len(name) <= 100 else []
     return f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(sorted(allowed))})"
 
 
-def _coerce(where: str, value: Any, typ: Any) -> Any:
-    """Check `value` against a field's annotation (int, float, bool, str, or X | None)."""
+def _range_words(low: int, high: int) -> str:
+    words = {2**63 - 1: "2**63 - 1", -(2**63): "-2**63"}
+    return f"[{words.get(low, low)}, {words.get(high, high)}]"
+
+
+def _coerce(where: str, value: Any, typ: Any, int_range: tuple[int, int] = INT_RANGE) -> Any:
+    """Check `value` against a field's annotation (int, float, bool, str, or X | None); an int
+    must lie in int_range."""
     if typing.get_origin(typ) is Literal:  # a choice: one of the listed strings (or true|false)
         if not any(value == c and type(value) is type(c) for c in typing.get_args(typ)):
-            raise ConfigError(f"{where} must be one of {_choices(typ)}, got {value!r}")
+            raise ConfigError(f"{where} must be one of {_choices(typ)}, got {shown(value)}")
         return value
     args = typing.get_args(typ)
     if args:  # X | None
@@ -58,12 +74,14 @@ def _coerce(where: str, value: Any, typ: Any) -> Any:
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if typ is int and isinstance(value, float) and value.is_integer():
-        return int(value)
+        value = int(value)
     ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
     if not ok:
-        raise ConfigError(f"{where} must be {typ.__name__}{' or null' if args else ''}, got {value!r}")
+        raise ConfigError(f"{where} must be {typ.__name__}{' or null' if args else ''}, got {shown(value)}")
     if typ is float and not math.isfinite(value):  # nan slips through every < and > check below
         raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    if typ is int and not int_range[0] <= value <= int_range[1]:
+        raise ConfigError(f"{where} must be an integer in {_range_words(*int_range)}, got {shown(value)}")
     return value
 
 
@@ -81,7 +99,7 @@ class _Section:
         hints = typing.get_type_hints(type(self))
         for f in dataclasses.fields(self):
             where = f"{self._section}.{f.name}"
-            setattr(self, f.name, _coerce(where, getattr(self, f.name), hints[f.name]))
+            setattr(self, f.name, _coerce(where, getattr(self, f.name), hints[f.name], f.metadata["int_range"]))
         self.validate()
 
     def validate(self) -> None:
@@ -101,7 +119,7 @@ class RunConfig(_Section):
     _section = "run"
     name: str = key("shakespeare", "the run's name; its directory is runs/<name> unless run.out_dir is set")
     out_dir: str | None = key(None, "the run directory (null: runs/<name>)")
-    seed: int = key(1337, "seed for the weights' initialisation and the batches' order")
+    seed: int = key(1337, "seed for the weights' initialisation and the batches' order", SEED_RANGE)
     device: Literal["auto", "cpu", "cuda", "mps"] = key("auto", "where to train; auto: cuda, else mps, else cpu")
     init_from: str | None = key(
         None, "a local Hugging Face GPT-2, Llama, Qwen3 or GPT-NeoX directory to fine-tune (model.* from it)"
@@ -110,11 +128,50 @@ class RunConfig(_Section):
     def validate(self) -> None:
         if not str(self.name).strip():
             raise ConfigError("run.name is empty; give the run a name, e.g. run.name=shakespeare")
+        named = "run.name" if self.out_dir is None else "run.out_dir"
         if self.out_dir is None:
             self.out_dir = f"runs/{self.name}"
         if not str(self.out_dir).strip():
             raise ConfigError("run.out_dir is empty; name the run directory, e.g. run.out_dir=runs/mine")
+        _check_path_length(Path(self.out_dir), named)
         _check_not_project_dir(Path(self.out_dir))
+
+
+# room left under the path limit for the names a run writes inside its directory (the longest:
+# a temporary file beside state.pt, a sharded checkpoint's files)
+RUN_FILE_ROOM = 64
+
+
+def _check_path_length(out_dir: Path, named: str) -> None:
+    """A run directory the file system cannot name (ENAMETOOLONG) is refused here, before any
+    work: a name in the path longer than the file system allows (255 bytes on most), or a path
+    so long that the run's own files would pass the path limit (4096 bytes on Linux)."""
+    full = Path(os.path.abspath(out_dir.expanduser()))
+    name_max, path_max = _name_limits(full)
+    for part in full.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(
+                f"{named} gives the run directory a name of {len(os.fsencode(part)):,} bytes ({shown(part, 40)}), "
+                f"longer than the {name_max} this file system allows; choose a shorter {named}"
+            )
+    if len(os.fsencode(str(full))) + RUN_FILE_ROOM > path_max:
+        raise ConfigError(
+            f"{named} makes the run directory's path {len(os.fsencode(str(full))):,} bytes long; with the "
+            f"run's file names it would pass this system's path limit of {path_max}: choose a shorter {named}"
+        )
+
+
+def _name_limits(path: Path) -> tuple[int, int]:
+    """(longest name, longest path) in bytes on the file system that would hold path, asked of its
+    nearest existing directory (POSIX pathconf); 255 and 4096 where the system cannot say."""
+    if hasattr(os, "pathconf"):  # not on Windows
+        for there in (path, *path.parents):
+            try:
+                if there.is_dir():
+                    return os.pathconf(there, "PC_NAME_MAX"), os.pathconf(there, "PC_PATH_MAX")
+            except (OSError, ValueError):  # a name too long to look up, or no answer: try the parent
+                continue
+    return 255, 4096
 
 
 def _check_not_project_dir(out_dir: Path) -> None:
@@ -316,7 +373,7 @@ class SampleConfig(_Section):
     repetition_penalty: float = key(
         1.0, "penalise tokens already in the text (CTRL: positive logits / it, negative * it; 1: off)"
     )
-    seed: int | None = key(None, "a seed makes the text repeatable (null: random)")
+    seed: int | None = key(None, "a seed makes the text repeatable (null: random)", SEED_RANGE)
 
     def validate(self) -> None:
         """Checked here once, for the config file, the command line and generate() alike."""
@@ -342,26 +399,70 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict) -> Config:
-        if not isinstance(d, dict):
-            raise ConfigError(f"a config must be a mapping of sections, got {type(d).__name__}")
-        sections = {f.name: f.type for f in dataclasses.fields(cls)}
+        check_names(d)
         hints = typing.get_type_hints(cls)
-        built = {}
-        for name, body in d.items():
-            if name not in sections:
-                raise ConfigError(f"unknown config section '{name}'{_suggest(name, sections)}")
-            body = body or {}
-            if not isinstance(body, dict):
-                raise ConfigError(f"config section '{name}' must be a mapping, got {body!r}")
-            keys = {f.name for f in dataclasses.fields(hints[name])}
-            for key in body:
-                if key not in keys:
-                    raise ConfigError(f"unknown config key '{name}.{key}'{_suggest(key, keys)}")
-            built[name] = hints[name](**body)
-        return cls(**built)
+        return cls(**{name: hints[name](**(body or {})) for name, body in d.items()})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _sections() -> dict[str, set[str]]:
+    """{section: its keys}, from the dataclasses."""
+    hints = typing.get_type_hints(Config)
+    return {f.name: {k.name for k in dataclasses.fields(hints[f.name])} for f in dataclasses.fields(Config)}
+
+
+def _unknown_names(d: dict) -> list[tuple[str, str | None]]:
+    """(section, key) for every section (key None) and key of d that this version has no field
+    for, in file order. A section or key that is not a word (YAML reads `1:` as a number and
+    `~:` as null), or a section that is not a mapping, is a ConfigError at once."""
+    if not isinstance(d, dict):
+        raise ConfigError(f"a config must be a mapping of sections, got {type(d).__name__}")
+    known, found = _sections(), []
+    for name, body in d.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"a config section is named {_not_a_word(name)}; the sections are {', '.join(known)}")
+        if name not in known:
+            found.append((name, None))
+            continue
+        if body is not None and not isinstance(body, dict):
+            raise ConfigError(f"config section '{name}' must be a mapping, got {shown(body)}")
+        for key in body or {}:
+            if not isinstance(key, str):
+                raise ConfigError(
+                    f"a key of section '{name}' is {_not_a_word(key)}; keys are words, e.g. {name}.{min(known[name])}"
+                )
+            if key not in known[name]:
+                found.append((name, key))
+    return found
+
+
+def _not_a_word(name) -> str:
+    """How a section or key YAML read as something else than text is named: `1:` is a number, `~:` null."""
+    if name is None:
+        return "null (~, or nothing before the colon), not a word"
+    kind = "true/false" if isinstance(name, bool) else "a number" if isinstance(name, (int, float)) else "not text"
+    return f"{shown(name)}, {kind}, not a word"
+
+
+def _unknown_message(section: str, key: str | None) -> str:
+    known = _sections()
+    if key is None:
+        return f"unknown config section {shown(section)}{_suggest(section, known)}"
+    return f"unknown config key {shown(f'{section}.{key}')}{_suggest(key, known[section])}"
+
+
+def check_names(d: dict, origin: str | Path | None = None) -> None:
+    """Every section and key of d is one this version has, or a ConfigError naming the first
+    that is not (after origin, the file it came from, when given)."""
+    prefix = f"{origin}: " if origin is not None else ""
+    try:
+        unknown = _unknown_names(d)
+    except ConfigError as e:
+        raise ConfigError(f"{prefix}{e}") from None
+    if unknown:
+        raise ConfigError(f"{prefix}{_unknown_message(*unknown[0])}")
 
 
 def apply_overrides(d: dict, overrides) -> dict:
@@ -375,6 +476,11 @@ def apply_overrides(d: dict, overrides) -> dict:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
+        except ValueError:  # an integer of more digits than Python turns into a number (4300)
+            raise ConfigError(
+                f"override {dotted.strip()}= holds a number of {len(raw.strip()):,} digits, too long to be "
+                f"any setting; give a smaller value"
+            ) from None
         if isinstance(value, (dict, list)):  # every key holds a scalar: 'sample.prompt=ROMEO:' means the text
             value = raw
         d.setdefault(section, {})
@@ -402,7 +508,7 @@ def recipes() -> list[str]:
 def recipe_path(name_or_path: str | Path) -> Path:
     """A recipe's file: an existing path as given, else a recipe name (with or without .yaml)."""
     path = Path(name_or_path)
-    if path.is_file() or len(path.parts) != 1:  # a path with a directory in it is always a path
+    if path.exists() or len(path.parts) != 1:  # a path with a directory in it is always a path
         return path
     name = path.name[: -len(RECIPE_SUFFIX)] if path.name.endswith(RECIPE_SUFFIX) else path.name
     if name not in recipes():
@@ -414,14 +520,54 @@ def recipe_path(name_or_path: str | Path) -> Path:
 
 
 def read_config_file(name_or_path: str | Path) -> dict:
-    """A recipe (by name) or YAML file (by path) as a dict of sections."""
-    return read_yaml(recipe_path(name_or_path))
+    """A recipe (by name) or YAML file (by path) as a dict of sections, each section and key one
+    this version knows (else a ConfigError naming the file)."""
+    path = recipe_path(name_or_path)
+    d = read_yaml(path)
+    check_names(d, path)
+    return d
+
+
+def load_run_config(path: str | Path) -> Config:
+    """A trained run's config.yaml as a reader of the run needs it (generate, evaluate, export).
+
+    A key this version does not know (the run was written by a newer minitf, or edited) is an
+    error when it is a model key: the weights mean what the model keys say, so a model built
+    without one would be another model. Elsewhere (how the run was trained, sampled, where it
+    ran) it is left out with a warning naming the file and the keys: reading the weights does
+    not need it. Resuming the run reads it strictly (read_config_file): training does."""
+    path = Path(path)
+    d = read_yaml(path)
+    try:
+        unknown = _unknown_names(d)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    model = [(s, k) for s, k in unknown if s == "model"]
+    if model:
+        raise ConfigError(
+            f"{path}: {_unknown_message(*model[0])}; this minitf cannot build that model: "
+            f"upgrade minitf to the version that wrote the run"
+        )
+    if unknown:
+        names = [s if k is None else f"{s}.{k}" for s, k in unknown]
+        warnings.warn(
+            f"{path}: leaving out {', '.join(shown(n, 40) for n in names[:5])}{' ...' if len(names) > 5 else ''}, "
+            f"unknown to this minitf (not needed to read the model)",
+            stacklevel=2,
+        )
+        for section, key in unknown:
+            if key is None:
+                d.pop(section)
+            else:
+                d[section].pop(key)
+    return Config.from_dict(d)
 
 
 def load_config(path: str | Path | dict | None = None, overrides=()) -> Config:
     """A Config from a recipe name ("tiny"), a YAML file or a dict of sections (None: the defaults,
     which are the default recipe), with dotted overrides like 'model.n_layer=2' applied on top."""
     if isinstance(path, dict):
+        check_names(path)  # before the copy: a mapping that is not a config is never copied whole
         d = copy.deepcopy(path)
     elif path is None:
         d = {}

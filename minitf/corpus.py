@@ -32,6 +32,7 @@ import io
 import json
 import math
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -60,7 +61,22 @@ KINDS = {
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("MINITF_CACHE") or Path.home() / ".cache" / "minitf").expanduser()
+    """$MINITF_CACHE, else ~/.cache/minitf: the token caches, tokenizers and file hashes. A path
+    that is (or lies under) a file is refused in one line naming the variable; a missing
+    directory is made when something is first cached."""
+    env = os.environ.get("MINITF_CACHE")
+    path = Path(env or Path.home() / ".cache" / "minitf").expanduser()
+    for there in (path, *path.parents):  # the nearest part of the path that exists must be a directory
+        if there.exists() or there.is_symlink():
+            if not there.is_dir():
+                what = f"MINITF_CACHE={env}" if env else f"the token cache {path}"
+                where = "is a file" if there == path else f"lies under {there}, which is a file"
+                raise MinitfError(
+                    f"{what} {where}, not a directory; "
+                    + ("point MINITF_CACHE at a directory (made if missing), or unset it" if env else "move that file")
+                )
+            break
+    return path
 
 
 @dataclass
@@ -270,10 +286,14 @@ def _split_blocks(blocks: Iterator[str], cut: int) -> list[Iterator[str]]:
 
 def _text_files(spec: str) -> tuple[list[Path], list[Path], list[tuple[Path, Path]]]:
     """file:<path|dir|glob> -> (non-empty files, empty files, (skipped name, kept name) of files
-    reached twice), sorted; a directory means its *.txt."""
+    reached twice), sorted; a directory means its *.txt. A path that exists is taken as it is
+    written, so a name with glob characters in it (notes[1].txt) means that file, not a pattern."""
     p = Path(spec).expanduser()
-    pattern = str(p / "**" / "*.txt") if p.is_dir() else str(p)
-    files, aliases = _once(_glob(pattern))
+    if p.is_dir():
+        found = _glob(os.path.join(glob.escape(str(p)), "**", "*.txt"))
+    else:
+        found = [str(p)] if p.is_file() else _glob(str(p))
+    files, aliases = _once(found)
     if not files:
         what = "is a directory with no *.txt files" if p.is_dir() else "matches no files"
         raise MinitfError(
@@ -295,8 +315,8 @@ def _glob(pattern: str) -> list[str]:
     parts = pattern.split(os.sep)
     if "**" not in parts:
         return glob.glob(pattern)
-    first = next(i for i, part in enumerate(parts) if glob.has_magic(part))
-    root, segs = os.sep.join(parts[:first]) or ("" if first == 0 else os.sep), parts[first:]
+    first = next(i for i, part in enumerate(parts) if glob.has_magic(part) and not _escaped(part))
+    root, segs = _unescape(os.sep.join(parts[:first])) or ("" if first == 0 else os.sep), parts[first:]
     hidden = any(s.startswith(".") for s in segs)  # as glob: wildcards skip dot-names unless written
     found = []
     for path in _walk(root or os.curdir, hidden):
@@ -304,6 +324,15 @@ def _glob(pattern: str) -> list[str]:
         if _match(rel.split(os.sep), segs):
             found.append(os.path.join(root, rel) if root else rel)
     return found
+
+
+def _escaped(part: str) -> bool:
+    """A name glob.escape wrote: every *, ? and [ in it stands for itself ([*], [?], [[])."""
+    return not glob.has_magic(re.sub(r"\[([*?[])\]", "", part))
+
+
+def _unescape(path: str) -> str:
+    return re.sub(r"\[([*?[])\]", r"\1", path)
 
 
 def _walk(root: str, hidden: bool) -> Iterator[str]:
@@ -429,7 +458,26 @@ def _load_hf(spec: str, cfg: DataConfig, local: bool):
             f"dataset {spec!r} has no column {cfg.text_field!r} (it has {', '.join(columns)}); "
             f"set data.text_field to the one holding the text"
         )
+    kind = _column_kind((ds.features or {}).get(cfg.text_field))
+    if kind not in (None, "string", "large_string"):
+        raise _not_text(spec, cfg.text_field, kind, ds.features)
     return ds
+
+
+def _column_kind(feature) -> str | None:
+    """A datasets feature's type name: "string", "int64", "list", ... (None: not known, as for some streams)."""
+    if feature is None:
+        return None
+    return getattr(feature, "dtype", None) or type(feature).__name__.lower()
+
+
+def _not_text(spec: str, field: str, kind: str, features=None) -> MinitfError:
+    texts = [n for n, f in (features or {}).items() if _column_kind(f) in ("string", "large_string")]
+    other = f"its text columns: {', '.join(texts)}" if texts else "it has no text column"
+    return MinitfError(
+        f"dataset {spec!r} column {field!r} holds {kind} values, not text; set data.text_field to the "
+        f"column with the text ({other})"
+    )
 
 
 def _hf_documents(ds, cfg: DataConfig, log) -> Documents:
@@ -442,6 +490,8 @@ def _hf_documents(ds, cfg: DataConfig, log) -> Documents:
     f, n = cfg.val_fraction, len(ds) if isinstance(ds, datasets.Dataset) else None
     if n == 1:
         text = ds[0][cfg.text_field] or ""
+        if not isinstance(text, str):
+            raise _not_text(cfg.source[3:], cfg.text_field, type(text).__name__)
         cut = int(len(text) * (1 - f))
         log(f"data: {cfg.source}: 1 document of {len(text):,} characters; val is its last {f:.0%}")
         return Documents(
@@ -450,7 +500,10 @@ def _hf_documents(ds, cfg: DataConfig, log) -> Documents:
 
     def docs():
         for batch in ds.iter(batch_size=256):
-            yield from (iter([t or ""]) for t in batch[cfg.text_field])
+            for t in batch[cfg.text_field]:
+                if t is not None and not isinstance(t, str):  # a stream whose types were not declared
+                    raise _not_text(cfg.source[3:], cfg.text_field, type(t).__name__)
+                yield iter([t or ""])
 
     log(
         f"data: {cfg.source}: {'streamed' if n is None else f'{n:,}'} documents; "

@@ -79,6 +79,12 @@ class TokenData:
     def bytes_per_token(self, split: str) -> float:
         return self.meta["splits"][split]["bytes"] / self.meta["splits"][split]["tokens"]
 
+    def check_fits(self, block_size: int) -> None:
+        """Each split holds one window of block_size + 1 tokens at least, what a batch needs: checked
+        before training starts, not at its first evaluation (a tiny data.val_fraction)."""
+        for split in SPLITS:
+            _check_window(split, self._bin(split).stat().st_size // np.dtype(self.meta["dtype"]).itemsize, block_size)
+
     def get_batch(
         self,
         split: str,
@@ -94,12 +100,7 @@ class TokenData:
         # nanoGPT does, avoids that too but spends far more time in page faults).
         with open(self._bin(split), "rb", buffering=0) as f:
             n = os.fstat(f.fileno()).st_size // dtype.itemsize
-            if n < block_size + 1:
-                raise MinitfError(
-                    f"the {split} split has only {n} tokens, fewer than block_size+1="
-                    f"{block_size + 1}; use a bigger corpus, a smaller model.block_size or a "
-                    f"larger data.val_fraction"
-                )
+            _check_window(split, n, block_size)
             ix = torch.randint(n - block_size, (batch_size,), generator=generator, device=generator.device)
             windows = []
             for i in ix.tolist():
@@ -121,6 +122,14 @@ class TokenData:
         if split not in SPLITS:
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         return self.path / f"{split}.bin"
+
+
+def _check_window(split: str, n: int, block_size: int) -> None:
+    if n < block_size + 1:
+        raise MinitfError(
+            f"the {split} split has only {n} tokens, fewer than block_size+1={block_size + 1}; use a bigger "
+            f"corpus, a smaller model.block_size or a larger data.val_fraction"
+        )
 
 
 def _read_meta(path: Path) -> dict:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .config import Config, DataConfig
+from .config import Config, ConfigError, DataConfig
 from .data import TokenData, bits_per_byte, prepare_data
 from .runtime import eval_mode
 
@@ -46,6 +46,7 @@ def evaluate_text(
     bits_per_byte and tokens; with the run's own data settings "val" is its held-out split.
     splits=("val",) reads the held-out split alone (and "all" is then the same).
     """
+    check_batch_size(batch_size)
     data = prepare_data(data_cfg, tokenizer, log=log)
     device = next(model.parameters()).device
     with eval_mode(model):
@@ -64,6 +65,12 @@ def evaluate_text(
             "bits_per_byte": bits_per_byte(loss, nbytes / tokens),
         }
     return out
+
+
+def check_batch_size(batch_size, what: str = "batch_size") -> None:
+    """An evaluation's windows per forward pass: a whole number of at least 1."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"{what} must be a whole number of at least 1 (windows per forward pass), got {batch_size!r}")
 
 
 def _nats_and_tokens(model, data: TokenData, split: str, batch_size: int, device) -> tuple[float, int]:

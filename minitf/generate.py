@@ -186,6 +186,39 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
     return ids
 
 
+def check_arguments(fn: str, model, tokenizer, prompt, stop=None, num_samples: int = 1) -> None:
+    """A TypeError naming the parameter when a caller passes the wrong kind of thing (swapped
+    model and tokenizer, a prompt that is not text, ...), instead of an AttributeError from deep
+    inside. The settings are sample_settings' to check."""
+    usage = f"{fn}(model, tokenizer, prompt, settings=None, **settings)"
+    if not isinstance(model, Transformer) and not isinstance(getattr(model, "_orig_mod", None), Transformer):
+        raise TypeError(
+            f"{fn}(): model must be a minitf Transformer (from minitf.load_run), got {_kind(model)}; {usage}"
+        )
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(
+            f"{fn}(): tokenizer must be a minitf Tokenizer (from minitf.load_run), got {_kind(tokenizer)}; {usage}"
+        )
+    if not isinstance(prompt, str):
+        hint = " (decode bytes first)" if isinstance(prompt, (bytes, bytearray)) else ""
+        raise TypeError(f"{fn}(): prompt must be text (a str), got {_kind(prompt)}{hint}; {usage}")
+    if stop is not None and not isinstance(stop, str):
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+            raise TypeError(f"{fn}(): stop must be a str or a list of str, got {_kind(stop)}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+        raise TypeError(f"{fn}(): num_samples must be an int, got {_kind(num_samples)}")
+
+
+def _kind(value) -> str:
+    from .errors import shown
+
+    return (
+        f"{type(value).__name__} {shown(value, 40)}"
+        if isinstance(value, (str, int, float, bytes))
+        else type(value).__name__
+    )
+
+
 def _text_steps(
     model,
     tokenizer,
@@ -239,6 +272,7 @@ def generate(
     compile=True: a torch.compile'd decode step, see generate_tokens. info: a dict that gets
     "tokens", the number of tokens each sample drew.
     """
+    check_arguments("generate", model, tokenizer, prompt, stop, num_samples)
     settings = sample_settings(settings, **overrides)
     out = [""] * num_samples
     for step in _text_steps(model, tokenizer, prompt, settings, stop, num_samples, use_cache, compile, info):
@@ -259,6 +293,7 @@ def stream(
     **overrides,
 ):
     """Like generate, but yields text pieces as they are decoded, never half a character."""
+    check_arguments("stream", model, tokenizer, prompt, stop)
     settings = sample_settings(settings, **overrides)
     for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile, info):
         if step[0]:
@@ -292,6 +327,7 @@ def stream_tokens(
     No stop strings, so that every piece of text belongs to one token; <|endoftext|> is yielded
     (with text "") and ends the stream.
     """
+    check_arguments("stream_tokens", model, tokenizer, prompt)
     settings = sample_settings(settings, **overrides)
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)

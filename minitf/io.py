@@ -88,8 +88,45 @@ def _umask() -> int:
         return mask
 
 
+# the largest config file read: every recipe is under 2 KB, a run's config.yaml about 3 KB
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 20  # a config nests two levels (section: key: value)
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is an error, not 'the last wins'."""
+    """YAML's safe loader, but a key given twice in one mapping is an error, not 'the last wins';
+    an alias (*name) is refused before anything is built, so a file of nested aliases (a
+    "billion laughs") never expands; and values nested too deep to build, or an integer too long
+    to convert, are named in one line, not a traceback."""
+
+    depth = 0  # of the node being composed: PyYAML recurses once per level (RecursionError at ~300)
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(
+                f"line {event.start_mark.line + 1} repeats a value with the alias *{event.anchor[:40]}; "
+                f"config files take no aliases: write the value out"
+            )
+        if self.depth >= MAX_CONFIG_DEPTH:
+            raise ConfigError(
+                f"line {event.start_mark.line + 1} nests lists or mappings more than {MAX_CONFIG_DEPTH} deep; "
+                f"a config holds sections of plain settings"
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            raise ConfigError(
+                f"line {node.start_mark.line + 1} holds a number of {len(node.value):,} digits, too long to be "
+                f"any setting"
+            ) from None
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -103,52 +140,32 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# bounds on a config file, checked before it is parsed or expanded: a config holds a few dozen
-# keys, so these refuse only what is not a config (a data file passed as --config, a YAML "billion
-# laughs" whose aliases expand to billions of values, which any later check or error would walk)
-MAX_CONFIG_BYTES = 1 << 20
-MAX_CONFIG_VALUES = 100_000
-
-
-def _check_expansion(root) -> None:
-    """Refuse YAML whose aliases (*name) would expand to more than MAX_CONFIG_VALUES values. Each
-    node is counted once (memoised), so the count itself costs the file's size, not the expansion."""
-    sizes: dict[int, int] = {}
-
-    def size(node) -> int:
-        if id(node) not in sizes:
-            sizes[id(node)] = 1  # a node that contains itself (a recursive alias) counts once
-            if isinstance(node, yaml.SequenceNode):
-                sizes[id(node)] += sum(size(child) for child in node.value)
-            elif isinstance(node, yaml.MappingNode):
-                sizes[id(node)] += sum(size(k) + size(v) for k, v in node.value)
-        return sizes[id(node)]
-
-    if root is not None and size(root) > MAX_CONFIG_VALUES:
-        raise ConfigError(
-            f"its aliases (*name) expand to more than {MAX_CONFIG_VALUES:,} values, which no config needs; "
-            f"write the values out"
-        )
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
 def read_yaml(path: Path) -> dict:
-    """A YAML config file as a dict of sections, or a ConfigError naming the file and the problem."""
-    if not path.is_file():
+    """A YAML config file as a dict of sections, or a ConfigError naming the file and the problem.
+    At most MAX_CONFIG_BYTES are read: a huge file, or an endless one (a device, a pipe), is refused."""
+    path = Path(path)
+    if path.is_dir():
+        inside = " (e.g. its config.yaml)" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"config {str(path)!r} is a directory; pass a YAML file{inside}")
+    if not path.exists():
         raise ConfigError(
             f"config file {str(path)!r} not found; pass an existing YAML file, e.g. configs/shakespeare.yaml"
         )
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise ConfigError(f"larger than {MAX_CONFIG_BYTES:,} bytes, which no config is; is it a config file?")
-        loader = _UniqueKeyLoader(raw.decode("utf-8"))
-        try:
-            node = loader.get_single_node()  # the YAML's nodes, aliases not yet expanded
-            _check_expansion(node)
-            d = (loader.construct_document(node) if node is not None else None) or {}
-        finally:
-            loader.dispose()
+    except OSError as e:
+        raise ConfigError(f"could not read config file {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path} is larger than {MAX_CONFIG_BYTES:,} bytes, far more than any config (a few KB); "
+            f"is it the right file?"
+        )
+    try:
+        d = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader) or {}
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}); is it a config file?") from None
     except ConfigError as e:

@@ -56,6 +56,20 @@ def truncate(run_dir: Path, step: int) -> None:
             atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text))
 
 
+def check_log_dir(run_dir: Path, kind: str) -> None:
+    """With train.logger=tensorboard, <run>/tensorboard must be a directory (or not be there yet):
+    a symbolic link would send the event files where it points, a file would stop the writer."""
+    path = Path(run_dir) / TENSORBOARD
+    if kind != "tensorboard":
+        return
+    refuse_symlink(path)
+    if path.exists() and not path.is_dir():
+        raise MinitfError(
+            f"{path} is a file; train.logger=tensorboard writes its event files in a directory of that name: "
+            f"move the file away, or use train.logger=jsonl"
+        )
+
+
 class Logger:
     """Writes a run's metrics (rank 0 only). kind: "jsonl" (the files only) or "tensorboard"
     (the files and event files). resume_step: events after it are dropped from TensorBoard's view."""
@@ -72,7 +86,7 @@ class Logger:
                     "train.logger=tensorboard needs the tensorboard package: "
                     "pip install -e '.[tensorboard]' (or pip install tensorboard)"
                 ) from None
-            refuse_symlink(self.run_dir / TENSORBOARD)  # its event files would land where the link points
+            check_log_dir(self.run_dir, kind)
             self.tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD), purge_step=resume_step)
 
     def log_step(self, row: dict) -> None:

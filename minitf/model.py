@@ -4,6 +4,7 @@ language model. The attention formula itself is attention.py's; positions are po
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn as nn
@@ -189,6 +190,61 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
+def model_floats(cfg: ModelConfig) -> int:
+    """How many float32 numbers Transformer(cfg) holds: its parameters (a tied head counted once)
+    and its position buffers (sinusoidal table, rotary cos and sin). Counted from the config
+    alone, so a model too big to build is refused before a byte is allocated."""
+    C, V, T = cfg.n_embd, padded_vocab(cfg.vocab_size or 0), cfg.block_size
+    bias = int(cfg.bias)
+    norm = C * (1 + bias) if cfg.norm == "layernorm" else C
+    hidden = ffn_hidden(cfg)
+    qkv = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
+    block = (
+        2 * norm
+        + C * qkv
+        + qkv * bias  # c_attn
+        + C * C
+        + C * bias  # attention's c_proj
+        + C * hidden * (2 if cfg.ffn == "swiglu" else 1)
+        + hidden * (2 if cfg.ffn == "swiglu" else 1) * bias
+        + hidden * C
+        + C * bias  # the feed-forward's c_proj
+    )
+    positions = T * C if cfg.positions in ("learned", "sinusoidal") else T * 2 * (cfg.head_dim // 2)
+    head = 0 if cfg.tie_embeddings else V * C
+    return V * C + positions + cfg.n_layer * block + norm + head
+
+
+def check_fits_in_memory(cfg: ModelConfig) -> None:
+    """A model whose weights alone outgrow this machine's memory is refused in one line with the
+    size it would need (model.block_size=10**15, model.n_layer=10**7), instead of a failed
+    allocation deep in torch or minutes spent building layers first."""
+    need = 4 * model_floats(cfg)
+    have = physical_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"this model (n_layer={cfg.n_layer}, n_embd={cfg.n_embd}, block_size={cfg.block_size}, vocabulary "
+            f"{cfg.vocab_size}) needs {_bytes(need)} for its float32 weights alone, more than this machine's "
+            f"{_bytes(have)} of memory; choose smaller model.* values"
+        )
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _bytes(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB", "EB"):
+        if n < 1000 or unit == "EB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1000
+    raise AssertionError
+
+
 class Transformer(nn.Module):
     """Token embedding + positions -> n_layer blocks -> final norm -> LM head (tied by default)."""
 
@@ -199,6 +255,7 @@ class Transformer(nn.Module):
                 "model.vocab_size is not set: it comes from the tokenizer "
                 "(ModelConfig(vocab_size=tokenizer.vocab_size, ...))"
             )
+        check_fits_in_memory(cfg)
         self.config = cfg
         self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)
         additive = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)

@@ -58,23 +58,16 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
         evals = [r for r in read_rows(run_dir / METRICS) if "val_loss" in r]
         if not evals:
             raise MinitfError(f"{run_dir / METRICS} has no evaluations yet; train longer than train.eval_every")
-        steps = [r for r in read_rows(run_dir / STEPS) if key in r] or [{**r, "loss": r["train_loss"]} for r in evals]
+        steps = [r for r in read_rows(run_dir / STEPS) if key in r] or [
+            {**r, "loss": r.get("train_loss")} for r in evals
+        ]
         label = run_dir.name if len(run_dirs) > 1 else ""
         style = _marks(evals)
-        at = lambda rows: [r[key] for r in rows]  # noqa: E731
-        (line,) = ax_loss.plot(
-            at(steps), [r["loss"] for r in steps], alpha=0.6, label=f"{label} train".strip(), **_marks(steps)
-        )
-        ax_loss.plot(
-            at(evals),
-            [r["val_loss"] for r in evals],
-            "--",
-            color=line.get_color(),
-            label=f"{label} val".strip(),
-            **style,
-        )
-        ax_bpb.plot(at(evals), [r["val_bpb"] for r in evals], color=line.get_color(), label=label or "val", **style)
-        ax_lr.plot(at(steps), [r["lr"] for r in steps], color=line.get_color(), label=label or "lr", **_marks(steps))
+        (line,) = ax_loss.plot(*_xy(steps, key, "loss"), alpha=0.6, label=f"{label} train".strip(), **_marks(steps))
+        ax_loss.plot(*_xy(evals, key, "val_loss"), "--", color=line.get_color(), label=f"{label} val".strip(), **style)
+        # a row may lack a value (val_bpb, lr: rows written by an older minitf, or by hand): its point is left out
+        ax_bpb.plot(*_xy(evals, key, "val_bpb"), color=line.get_color(), label=label or "val", **style)
+        ax_lr.plot(*_xy(steps, key, "lr"), color=line.get_color(), label=label or "lr", **_marks(steps))
     xlabel = "step" if x == "step" else "training seconds (wall clock)"
     ax_loss.set(xlabel=xlabel, ylabel="loss (nats/token)", title="loss")
     ax_bpb.set(xlabel=xlabel, ylabel="bits per byte", title="validation bits per byte")
@@ -89,6 +82,12 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     return save_figure(fig, out_path, dpi=110)
+
+
+def _xy(rows: list, x: str, y: str) -> tuple[list, list]:
+    """The (x, y) points of the rows that hold both values."""
+    kept = [r for r in rows if r.get(x) is not None and r.get(y) is not None]
+    return [r[x] for r in kept], [r[y] for r in kept]
 
 
 FEW_POINTS = 20  # a curve of at most this many points marks each one: one point alone draws no line

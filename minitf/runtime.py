@@ -45,17 +45,30 @@ def setup_distributed(device_kind: str) -> Dist:
     return d
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """A device name (auto, cpu, cuda, mps) as a torch.device that is there; otherwise ConfigError."""
-    if name not in ("auto", "cpu", "cuda", "mps"):
-        raise ConfigError(f"device {name!r} is not one of auto, cpu, cuda, mps")
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("run.device=cuda but no CUDA GPU is visible; use run.device=auto or cpu")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("run.device=mps but MPS is not available; use run.device=auto or cpu")
-    return torch.device(f"cuda:{local_rank}") if name == "cuda" else torch.device(name)
+def resolve_device(name: str, local_rank: int = 0, what: str = "run.device") -> torch.device:
+    """A device name (auto, cpu, cuda, cuda:N, mps) as a torch.device that is there; otherwise a
+    ConfigError naming the setting `what` (run.device, --device) and what to use instead."""
+    said, cpu = _setting(what, name), _setting(what, "cpu")
+    kind, colon, index = str(name).partition(":")
+    if kind not in ("auto", "cpu", "cuda", "mps") or (colon and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"{what} {str(name)[:40]!r} is not one of auto, cpu, cuda, cuda:N, mps")
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if kind == "cuda" and not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise ConfigError(f"{said} but {why}; use {cpu} (or auto)")
+    if kind == "cuda" and colon and int(index) >= torch.cuda.device_count():
+        raise ConfigError(f"{said} but there are only {torch.cuda.device_count()} CUDA GPUs, from cuda:0")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{said} but MPS is not available; use {cpu} (or auto)")
+    if kind == "cuda":
+        return torch.device(f"cuda:{index if colon else local_rank}")
+    return torch.device(kind)
+
+
+def _setting(what: str, value: str) -> str:
+    """How the user wrote a device setting: run.device=cuda in a config, --device cuda on a command line."""
+    return f"{what}={value}" if what.startswith("run.") else f"{what} {value}"
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

@@ -94,6 +94,9 @@ def sample_next_token(
 
 def sample_settings(settings: SampleConfig | None = None, **overrides) -> SampleConfig:
     """settings (default: SampleConfig()) with keyword overrides applied, validated as a whole."""
+    if settings is not None and not isinstance(settings, SampleConfig):
+        hint = " (SampleConfig(**d), or the settings as keyword arguments)" if isinstance(settings, dict) else ""
+        raise TypeError(f"settings must be a minitf SampleConfig or None, got {type(settings).__name__}{hint}")
     settings = settings or SampleConfig()
     known = {f.name for f in dataclasses.fields(SampleConfig)}
     for name in overrides:

@@ -32,7 +32,7 @@ from .config import Config, DataConfig, MinitfError, SampleConfig, TrainConfig, 
 from .data import prepare_data
 from .evaluate import evaluate
 from .formats import FORMAT_NAMES, format_or_none
-from .metrics import Logger
+from .metrics import Logger, check_log_dir
 from .model import Transformer
 from .optim import budget_steps, lr_at, schedule_progress, set_lr
 from .progress import progress_bar
@@ -184,6 +184,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     if procs.main:  # first the lock, so a second trainer hears that the directory is in use
         held.enter_context(ckpt.lock_run_dir(run_dir, create=not resume))
     run_dir, changed = ckpt.check_run_dir(cfg, resume)  # under the lock: no other trainer writes now
+    check_log_dir(run_dir, cfg.train.logger)  # before the data is prepared, which can take minutes
 
     model, data = _model_and_data(cfg, procs, run_dir if resume else None, device, log)
     model.checkpoint_blocks = cfg.train.activation_checkpointing
@@ -306,6 +307,7 @@ def _model_and_data(cfg: Config, procs: runtime.Dist, resume_dir: Path | None, d
         dist.barrier()
     if not procs.main:
         data = prepare_data(cfg.data, tokenizer, log=log)
+    data.check_fits(cfg.model.block_size)  # a split too small for one batch: said now, not at the first evaluation
     cfg.model.vocab_size = data.tokenizer.vocab_size
     torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
     model = Transformer(cfg.model)

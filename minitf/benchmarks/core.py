@@ -262,7 +262,7 @@ def run_bench(
 
     cfg = load_config(config_path, overrides)
     cfg.model.vocab_size = vocab or cfg.data.vocab_size
-    device = resolve_device(device_name)
+    device = resolve_device(device_name, what="--device")
     res = {"machine": machine(device), "config": str(config_path), "overrides": list(overrides)}
     log(" | ".join(f"{k} {v}" for k, v in res["machine"].items()))
     if "train" in parts:

@@ -13,8 +13,8 @@ import argparse
 import dataclasses
 
 from minitf.checkpoint import load_run
-from minitf.cli import newest_run
-from minitf.evaluate import evaluate_text
+from minitf.cli import device_option, newest_run
+from minitf.evaluate import check_batch_size, evaluate_text
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -23,8 +23,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--best", action="store_true", help="evaluate best.safetensors (lowest val loss)")
     p.add_argument("--data", help="shakespeare, file:PATH or hf:DATASET (default: the run's own data.source)")
     p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
-    p.add_argument("--device", default="cpu", help="auto, cpu, cuda or mps (default: cpu)")
+    p.add_argument("--device", default="cpu", type=device_option, help="auto, cpu, cuda[:N] or mps (default: cpu)")
     args = p.parse_args(argv)
+    check_batch_size(args.batch_size, "--batch-size")  # before loading anything, so the error is the only line
     run = args.run or newest_run()
     model, tok, cfg = load_run(run, best=args.best, device=args.device)
     data = dataclasses.replace(cfg.data, source=args.data or cfg.data.source)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from minitf.checkpoint import load_run, weights_step
-from minitf.cli import newest_run, read_prompt, stdin_prompts
+from minitf.cli import device_option, newest_run, read_prompt, stdin_prompts
 from minitf.config import ConfigError
 from minitf.generate import check_prompt_text, generate, sample_settings, stream
 from minitf.sampling import SETTINGS
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--num-samples", type=int, default=1, help="samples from one prompt (default: 1)")
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--interactive", action="store_true", help="read prompts, one per line, until end of input")
-    p.add_argument("--device", default="cpu", help="auto, cpu, cuda or mps (default: cpu)")
+    p.add_argument("--device", default="cpu", type=device_option, help="auto, cpu, cuda[:N] or mps (default: cpu)")
     p.add_argument(
         "--compile",
         action="store_true",

@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 
-from minitf.cli import newest_run
+from minitf.cli import device_option, newest_run
 from minitf.config import ConfigError
 from minitf.serve.completions import MAX_TOKENS, Completions
 from minitf.serve.server import CompletionServer, Limits
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or mps (default: cpu)")
+    p.add_argument("--device", default="cpu", type=device_option, help="cpu, cuda[:N] or mps (default: cpu)")
     p.add_argument(
         "--api-key",
         default=os.environ.get("MINITF_API_KEY"),
