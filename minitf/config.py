@@ -318,10 +318,10 @@ class TrainConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = key(
         "auto", "auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32"
     )
-    compile: Literal["auto", True, False] = key(
-        "auto",
-        "torch.compile the training step; auto: where it was measured to pay (CPU with bfloat16 autocast); "
-        "compiling takes seconds of the budget",
+    compile: bool = key(
+        False,
+        "torch.compile each block and the head with its loss (seconds of the budget to compile; "
+        "measured no faster on a CPU, docs/performance.md)",
     )
     max_bad_steps: int = key(10, "non-finite steps in a row before training stops")
     parallel: Literal["ddp", "fsdp"] = key(

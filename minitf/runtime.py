@@ -83,29 +83,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
-def resolve_compile(asked: bool | str, device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Whether to torch.compile the training step, and the words for the start-up line. "auto"
-    compiles where it was measured to pay within a 210 s budget: a CPU training under bfloat16
-    autocast, where inductor fuses the casts, norms and activations that eager mode runs one by
-    one (docs/performance.md). A CPU in float32 gains less than the compile costs at minitf's
-    sizes, and CUDA is untested here, so both stay eager unless asked. Inductor builds C++ on a
-    CPU: without a compiler, auto stays eager."""
-    if asked != "auto":
-        return bool(asked), "on" if asked else "off"
-    if device.type != "cpu" or dtype != torch.bfloat16:
-        return False, f"off (auto: compiles on a CPU in bfloat16, not on {device.type} in {str(dtype)[6:]})"
-    if not cpp_compiler():
-        return False, "off (auto: no C++ compiler found for inductor; install g++ to compile)"
-    return True, "on (auto: CPU with bfloat16; the first steps compile)"
-
-
-def cpp_compiler() -> str | None:
-    """The C++ compiler inductor would call on a CPU, if one is installed."""
-    import shutil
-
-    return next((shutil.which(c) for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
-
-
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 in hardware (x86 AVX512-BF16 or AMX, from the kernel's
     flags); elsewhere bfloat16 is converted to float32 and back around every operation."""

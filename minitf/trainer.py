@@ -205,8 +205,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         run.logger = Logger(run_dir, cfg.train.logger, resume_step=run.step if resume else None)
         held.callback(run.logger.close)
 
-    compiled, compile_words = runtime.resolve_compile(cfg.train.compile, device, dtype)
-    if compiled:  # in place, so evaluation (through raw_model) runs the compiled blocks too
+    if cfg.train.compile:  # in place, so evaluation (through raw_model) runs the compiled blocks too
         model.compile_regions()
     if procs.world > 1 and not run.sharded:
         run.model = nn.parallel.DistributedDataParallel(
@@ -216,7 +215,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     log(
         f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
         f"learned position table) | device {device} | dtype {_dtype_words(cfg.train.dtype, dtype, device)}"
-        f" | compile {compile_words}"
+        f"{' | compiled' if cfg.train.compile else ''}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if run.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
         f" sequences of {cfg.model.block_size} = {run.meter.tokens_per_step:,} tokens"

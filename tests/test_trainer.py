@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 import minitf
 import minitf.io
-from minitf import optim, runtime
+from minitf import optim
 from minitf.config import MinitfError, TrainConfig
 from minitf.metrics import METRICS, read_rows
 
@@ -91,29 +91,6 @@ def test_a_compiled_run_resumes_bit_identically_in_float32(tmp_path, corpus, mon
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
-
-
-@pytest.mark.parametrize(
-    "asked, device, dtype, compiled",
-    [
-        ("auto", "cpu", torch.bfloat16, True),
-        ("auto", "cpu", torch.float32, False),
-        ("auto", "cuda", torch.bfloat16, False),
-        (True, "cpu", torch.float32, True),
-        (False, "cpu", torch.bfloat16, False),
-    ],
-)
-def test_compile_auto_compiles_where_it_pays(asked, device, dtype, compiled, monkeypatch):
-    monkeypatch.setattr(runtime, "cpp_compiler", lambda: "/usr/bin/g++")
-    assert runtime.resolve_compile(asked, torch.device(device), dtype)[0] is compiled
-
-
-def test_compile_auto_without_a_cpp_compiler_stays_eager_and_says_so(monkeypatch):
-    monkeypatch.setattr(runtime, "cpp_compiler", lambda: None)
-    assert runtime.resolve_compile("auto", torch.device("cpu"), torch.bfloat16) == (
-        False,
-        "off (auto: no C++ compiler found for inductor; install g++ to compile)",
-    )
 
 
 def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):

@@ -29,7 +29,7 @@ from minitf.benchmarks.data import data_prep_speed, tokenizer_speed
 from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
-from minitf.runtime import peak_flops, resolve_compile
+from minitf.runtime import peak_flops
 from minitf.session import Session
 from minitf.trainer import train_step
 
@@ -81,8 +81,7 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
     B, T, V = tc.batch_size, cfg.model.block_size, cfg.model.vocab_size
     run = Session.create(cfg, model, OneBatch(torch.randint(0, V, (B, T + 1), device=device)), device)
     dtype = run.dtype
-    compiled, _ = resolve_compile(tc.compile, device, dtype)
-    if compiled:
+    if tc.compile:
         model.compile_regions()
 
     def step():
@@ -107,7 +106,7 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
         "block": T,
         "vocab": V,
         "dtype": str(dtype).split(".")[-1],
-        "compile": compiled,
+        "compile": tc.compile,
         "warmup_s": round(warmup_s, 2),
         "tokens_per_s": round(tok_s),
         "ms_per_step": round(1000 * B * T * tc.grad_accum / tok_s, 2),
