@@ -8,10 +8,10 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from .config import Config, ConfigError, DataConfig
 from .data import TokenData, bits_per_byte, prepare_data
+from .progress import progress_bar
 from .runtime import eval_mode
 
 
@@ -80,15 +80,27 @@ def _nats_and_tokens(model, data: TokenData, split: str, batch_size: int, device
     path = data.path / f"{split}.bin"
     n = path.stat().st_size // dtype.itemsize
     starts = list(range(0, n - 1, block))  # window i predicts tokens start+1 .. start+block
+    nats_sum, predicted = 0.0, 0
+    batches = range(0, len(starts), batch_size)
+    # a bar on a terminal, a line every few seconds in a log (never a line of carriage returns)
+    with progress_bar(len(batches), f"evaluating {split}", unit="batch", leave=False) as bar:
+        for first in batches:
+            nats, count = _batch_nats(model, path, dtype, n, block, starts[first : first + batch_size], device)
+            nats_sum, predicted = nats_sum + nats, predicted + count
+            bar.update(1)
+    return nats_sum, predicted
+
+
+def _batch_nats(model, path, dtype, n: int, block: int, starts: list[int], device) -> tuple[float, int]:
+    """Summed cross-entropy and count of the tokens predicted by the windows at `starts`."""
     nats, predicted = 0.0, 0
-    for first in tqdm(range(0, len(starts), batch_size), desc=f"evaluating {split}", unit="batch", leave=False):
-        rows = []
-        for start in starts[first : first + batch_size]:  # plain reads: the split is never mapped whole
-            rows.append(np.fromfile(path, dtype=dtype, count=min(block + 1, n - start), offset=start * dtype.itemsize))
-        same = all(len(r) == len(rows[0]) for r in rows)  # only a split's last window can be shorter
-        for group in [rows] if same else [[r] for r in rows]:
-            xy = torch.from_numpy(np.stack(group).astype(np.int64)).to(device)  # (B, T+1)
-            logits, _ = model(xy[:, :-1])  # (B, T, V)
-            nats += F.cross_entropy(logits.flatten(0, 1).float(), xy[:, 1:].flatten(), reduction="sum").item()
-            predicted += xy[:, 1:].numel()
+    rows = []
+    for start in starts:  # plain reads: the split is never mapped whole
+        rows.append(np.fromfile(path, dtype=dtype, count=min(block + 1, n - start), offset=start * dtype.itemsize))
+    same = all(len(r) == len(rows[0]) for r in rows)  # only a split's last window can be shorter
+    for group in [rows] if same else [[r] for r in rows]:
+        xy = torch.from_numpy(np.stack(group).astype(np.int64)).to(device)  # (B, T+1)
+        logits, _ = model(xy[:, :-1])  # (B, T, V)
+        nats += F.cross_entropy(logits.flatten(0, 1).float(), xy[:, 1:].flatten(), reduction="sum").item()
+        predicted += xy[:, 1:].numel()
     return nats, predicted
