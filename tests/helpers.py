@@ -108,3 +108,17 @@ def leave_gloo() -> None:
 
     dist.barrier()
     dist.destroy_process_group()
+
+
+def tiny_gpt2_config(tf, tok):
+    """transformers' GPT2Config of the tiny test model's shape (2 layers, 2 heads, 32 wide,
+    32 positions) for tokenizer tok, its <|endoftext|> as BOS and EOS: a valid run.init_from."""
+    return tf.GPT2Config(
+        vocab_size=tok.vocab_size,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=tok.eot_id,
+        eos_token_id=tok.eot_id,
+    )

@@ -20,7 +20,7 @@ import minitf
 from minitf import checkpoint as ckpt
 from minitf.config import MinitfError
 
-from .helpers import ROOT, tiny_config, tiny_train_args
+from .helpers import ROOT, tiny_config, tiny_gpt2_config, tiny_train_args
 
 QUIET = dict(log=lambda *a: None)
 TENSOR = "blocks.0.attn.c_attn.weight"
@@ -146,15 +146,7 @@ def gpt2_dir(tmp_path_factory, corpus):
     tf = pytest.importorskip("transformers", reason="pip install -e '.[hf]'")
     tok = minitf.Tokenizer.train([p.read_text() for p in sorted(corpus.glob("*.txt"))], vocab_size=300)
     torch.manual_seed(0)
-    config = tf.GPT2Config(
-        vocab_size=tok.vocab_size,
-        n_positions=32,
-        n_embd=32,
-        n_layer=2,
-        n_head=2,
-        bos_token_id=tok.eot_id,
-        eos_token_id=tok.eot_id,
-    )
+    config = tiny_gpt2_config(tf, tok)
     out = tmp_path_factory.mktemp("init") / "gpt2"
     tf.GPT2LMHeadModel(config).save_pretrained(out)
     tok.save(out / "tokenizer.json")

@@ -10,7 +10,7 @@ import torch
 import minitf
 from minitf.metrics import METRICS, STEPS, read_rows
 
-from .helpers import tiny_config
+from .helpers import tiny_config, tiny_gpt2_config
 
 
 def test_steps_are_logged_every_log_every_and_resume_drops_the_future(tmp_path, corpus):
@@ -51,17 +51,7 @@ def _gpt2_dir(tmp_path, corpus):
     texts = [p.read_text() for p in sorted(corpus.glob("*.txt"))]
     tok = minitf.Tokenizer.train(texts, vocab_size=300)
     torch.manual_seed(0)
-    hf = tf.GPT2LMHeadModel(
-        tf.GPT2Config(
-            vocab_size=tok.vocab_size,
-            n_positions=32,
-            n_embd=32,
-            n_layer=2,
-            n_head=2,
-            bos_token_id=tok.eot_id,
-            eos_token_id=tok.eot_id,
-        )
-    )
+    hf = tf.GPT2LMHeadModel(tiny_gpt2_config(tf, tok))
     out = tmp_path / "gpt2"
     hf.save_pretrained(out)
     tok.backend.model.save(str(out))  # vocab.json, merges.txt
