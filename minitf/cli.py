@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 from .config import MinitfError
@@ -18,9 +19,12 @@ MAX_PROMPT_BYTES = 1 << 20
 
 
 def run_main(main) -> None:
-    """Run main(); a MinitfError prints 'error: ...' and exits 2, Ctrl-C exits 130. No tracebacks."""
+    """Run main(); a MinitfError prints 'error: ...' and exits 2, Ctrl-C exits 130. No tracebacks.
+    A warning prints as one line, 'warning: ...', not Python's file:line form with its source line."""
     try:
-        main()
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            main()
         _quiet_late_ctrl_c()
     except MinitfError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -30,6 +34,10 @@ def run_main(main) -> None:
         sys.exit(130)
     except BrokenPipeError:  # e.g. piped into head
         sys.exit(0)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {message}", file=file or sys.stderr)
 
 
 def _quiet_late_ctrl_c() -> None:
