@@ -259,14 +259,12 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
 def check_export_dir(out_dir, force: bool = False) -> Path:
     """`minitf export --out`: a new or empty directory (a non-empty one only with force), never a
     file and never a run directory, whose weights the export would replace."""
-    from .checkpoint import is_run_dir
-
     out = Path(out_dir)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise MinitfError(
             f"--out {out} is {'a link' if out.is_symlink() else 'a file'}; --out names a directory to create"
         )
-    if is_run_dir(out):
+    if ckpt.is_run_dir(out):
         raise MinitfError(
             f"--out {out} is a minitf run directory; exporting there would replace its weights: choose a new directory"
         )

@@ -35,7 +35,7 @@ def atomic_write(path: str | Path, write) -> None:
         os.close(fd)
         tmp = Path(name)
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException as e:
         if tmp is not None:
@@ -78,7 +78,8 @@ def _is_write_failure(e: BaseException) -> bool:
     return isinstance(e, (OSError, RuntimeError, SafetensorError))
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask, which new files and folders honour (atomic_write, fsdp's folders)."""
     try:  # Linux tells it without changing it
         with open("/proc/self/status") as f:
             return int(next(line.split()[1] for line in f if line.startswith("Umask:")), 8)

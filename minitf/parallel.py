@@ -54,7 +54,7 @@ from torch.distributed.tensor import DTensor
 from . import checkpoint as ckpt
 from .config import MinitfError
 from .errors import first_line
-from .io import _umask, refuse_symlink
+from .io import current_umask, refuse_symlink
 from .model import Transformer
 
 SHARDED = re.compile(r"sharded-\d{8}")
@@ -186,7 +186,7 @@ def _fresh_dir(run_dir: Path, name: str, main: bool) -> Path:
     if main:
         try:
             made[0] = tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=run_dir)
-            os.chmod(made[0], 0o777 & ~_umask())  # mkdtemp's 0700, as any other folder of the run would be
+            os.chmod(made[0], 0o777 & ~current_umask())  # mkdtemp's 0700, as any other folder of the run would be
         except OSError as e:
             raise MinitfError(
                 f"could not write {run_dir / name}: {e.strerror or e}; the last committed checkpoint is intact"
