@@ -33,6 +33,9 @@ for (let i = 0; i < d.length; i += 4) {
   if (d[i] === 208 && d[i + 1] === 215 && d[i + 2] === 222) grey++;
 }
 return [ink, grey];"""
+# the next-token table's rows after the header: each row's cell texts and its class
+NEXT_ROWS = """return [...document.querySelectorAll('#n-table tr')].slice(1).map(
+  tr => [[...tr.querySelectorAll('td')].map(td => td.innerText.trim()), tr.className]);"""
 
 
 @pytest.fixture(scope="module")
@@ -163,15 +166,18 @@ def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp
     assert [t.get_attribute("data-index") for t in find_all("#tokens .tok.query")] == [str(position)]
 
     # next token: the page shows the API's distribution for the settings of its sliders
-    def next_rows():
-        return [[td.text for td in tr.find_elements(By.TAG_NAME, "td")] for tr in find_all("#n-table tr")[1:]]
+    def next_rows(with_class: bool = False):
+        """The table's cells as the page shows them (innerText), and each row's class, read in one
+        script: a WebDriver round trip per cell made this test spend most of its time reading."""
+        rows = d.execute_script(NEXT_ROWS)
+        return rows if with_class else [cells for cells, _ in rows]
 
     def check(want):
-        rows = next_rows()
-        assert [r[1].split(" ← ")[0] for r in rows] == [t["label"] for t in want["tokens"]]
-        for r, t, tr in zip(rows, want["tokens"], find_all("#n-table tr")[1:]):
+        rows = next_rows(with_class=True)
+        assert [r[1].split(" ← ")[0] for r, _ in rows] == [t["label"] for t in want["tokens"]]
+        for (r, cls), t in zip(rows, want["tokens"]):
             assert int(r[0]) == t["rank"] and abs(percent(r[3]) - t["model"]) < 6e-4
-            assert ("cut" in tr.get_attribute("class")) == (not t["kept"])
+            assert ("cut" in cls) == (not t["kept"])
             assert r[4].startswith("cut: ") if not t["kept"] else abs(percent(r[4]) - t["prob"]) < 6e-4
         assert f"{want['kept']:,} of {want['vocab']:,} tokens can be drawn" in find("#n-summary").text
 
