@@ -120,6 +120,15 @@ def leave_gloo() -> NoReturn:
     os._exit(0)
 
 
+def two_at_a_time(fn, items) -> list:
+    """fn over items in two threads, results in order: for tests that start several processes that
+    mostly import torch on one core each, so a 2-core machine runs two at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(fn, items))
+
+
 def tiny_gpt2_config(tf, tok):
     """transformers' GPT2Config of the tiny test model's shape (2 layers, 2 heads, 32 wide,
     32 positions) for tokenizer tok, its <|endoftext|> as BOS and EOS: a valid run.init_from."""

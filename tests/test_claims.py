@@ -23,7 +23,7 @@ from minitf.optim import make_optimizer
 from minitf.positions import Rotary
 from minitf.trainer import forward_backward
 
-from .helpers import ROOT, make_play, tiny_config
+from .helpers import ROOT, make_play, tiny_config, two_at_a_time
 
 QUIET = dict(log=lambda *a: None)
 
@@ -244,7 +244,7 @@ def test_best_is_the_lowest_val_loss_and_generate_best_samples_it(tmp_path, corp
         "--prompt",
         "ROMEO:",
     ]
-    best, latest = script(*args, "--best"), script(*args)
+    best, latest = two_at_a_time(lambda extra: script(*args, *extra), [["--best"], []])
     model, tok, _ = minitf.load_run(other)
     assert (
         best.stdout.strip()
@@ -340,8 +340,7 @@ def test_generate_script_compile_stop_and_device(tiny_run):
         "--prompt",
         "ROMEO:",
     ]
-    plain = script(*base, "--device", "cpu")
-    compiled = script(*base, "--compile")
+    plain, compiled = two_at_a_time(lambda extra: script(*base, extra), ["--device=cpu", "--compile"])
     assert plain.returncode == compiled.returncode == 0, compiled.stderr[-1500:]
     assert compiled.stdout == plain.stdout  # the compiled decode step gives the eager tokens
     text = plain.stdout[len("ROMEO:") :]
@@ -359,7 +358,7 @@ def test_best_flags_of_attention_and_export(tmp_path, tiny_run):
             p.add_(torch.randn_like(p) * 0.5)
     ckpt.save_weights(model, run / "best.safetensors", 1, tok.hash)
     args = ["scripts/attention.py", "--run", str(run), "--text", "ROMEO: O", "--print", "--head", "1"]
-    best, latest = script(*args, "--best"), script(*args)
+    best, latest = two_at_a_time(lambda extra: script(*args, *extra), [["--best"], []])
     assert best.returncode == 0 and best.stdout.startswith("layer 0, head 1: attention weights")
     from minitf.inspection import format_weights
 

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -22,7 +21,7 @@ from minitf.errors import first_line
 from minitf.metrics import METRICS, read_rows
 from minitf.optim import lr_at
 
-from .helpers import ROOT, default_sigint, tiny_config, tiny_train_args
+from .helpers import ROOT, default_sigint, tiny_config, tiny_train_args, two_at_a_time
 
 QUIET = dict(log=lambda *a: None)
 
@@ -207,10 +206,7 @@ def test_a_kill_between_any_two_writes_resumes_bit_identically(tmp_path, corpus)
             timeout=120,
         )
 
-    # two at a time: each run is a process that mostly imports torch, on one core
-    with ThreadPoolExecutor(2) as pool:
-        killed = list(pool.map(killed_after, range(1, 11)))
-    for n, r in enumerate(killed, 1):
+    for n, r in enumerate(two_at_a_time(killed_after, range(1, 11)), 1):
         run = tmp_path / f"killed-after-{n}"
         assert r.returncode == 9, r.stderr[-1500:]
         if not (run / "state.pt").is_file():  # killed before the first commit: nothing to resume, said clearly
