@@ -106,11 +106,16 @@ def test_resuming_a_finished_run_does_not_step(tmp_path, corpus):
 # ------------------------------------------------------------------ signals: finish the step, save, exit 0
 
 
+EVAL_EVERY = 20  # a long run's evaluations: the first one's line says the loop is running
+
+
 def _start_long_run(run, corpus):
     proc = subprocess.Popen(
         [
             sys.executable,
-            *tiny_args(run, corpus, "train.max_steps=100000", "train.ckpt_every=1000", "train.eval_every=20"),
+            *tiny_args(
+                run, corpus, "train.max_steps=100000", "train.ckpt_every=1000", f"train.eval_every={EVAL_EVERY}"
+            ),
         ],
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -122,7 +127,7 @@ def _start_long_run(run, corpus):
     # wait for the first evaluation's line: the loop, and its signal handlers, are running (the
     # progress line in a pipe comes only after 10 s)
     out, deadline = b"", time.time() + 120
-    while b"step 20:" not in out:
+    while f"step {EVAL_EVERY}:".encode() not in out:
         assert time.time() < deadline and proc.poll() is None, out[-500:]
         if select.select([proc.stdout], [], [], 0.5)[0]:
             out += os.read(proc.stdout.fileno(), 4096)
@@ -146,8 +151,8 @@ def test_stop_signals_save_and_exit_0_and_the_run_is_locked_meanwhile(tmp_path, 
     assert f"(interrupted by {sig})" in out
     step = torch.load(run / "state.pt", weights_only=True)["step"]
     assert step > 0 and ckpt.weights_step(run / "model.safetensors") == step
-    # the stop evaluates, unless the step before it was an evaluation step (every 20 here)
-    assert read_rows(run / METRICS)[-1]["step"] == (step - 1 if (step - 1) % 20 == 0 else step)
+    # the stop evaluates, unless the step before it was an evaluation step
+    assert read_rows(run / METRICS)[-1]["step"] == (step - 1 if (step - 1) % EVAL_EVERY == 0 else step)
 
 
 @pytest.mark.slow

@@ -229,15 +229,16 @@ def test_generate_reads_a_run_with_unknown_training_keys(tiny_run, tmp_path):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here: cuda:0 is fine")
 def test_a_device_this_machine_lacks_is_one_line_in_every_command(tiny_run):
     without = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
-    runs = [(c, d) for c in ("generate.py", "evaluate.py", "explore.py", "serve.py") for d in ("cuda:0", "vulkan:0")]
+    want = {
+        "cuda:0": f"error: --device cuda:0 but {without}; use --device cpu (or auto)",
+        "vulkan:0": "error: --device 'vulkan:0' is not one of auto, cpu, cuda, cuda:N, mps",
+    }
+    runs = [(c, d) for c in ("generate.py", "evaluate.py", "explore.py", "serve.py") for d in want]
     lines = two_at_a_time(
         lambda c_d: one_line(script(f"scripts/{c_d[0]}", "--run", str(tiny_run), "--device", c_d[1])), runs
     )
     for (command, device), line in zip(runs, lines):
-        if device == "cuda:0":
-            assert line == f"error: --device cuda:0 but {without}; use --device cpu (or auto)", command
-        else:
-            assert line == "error: --device 'vulkan:0' is not one of auto, cpu, cuda, cuda:N, mps", command
+        assert line == want[device], command
     with pytest.raises(ConfigError, match="^run.device=cuda but "):
         resolve_device("cuda")
 
