@@ -113,16 +113,17 @@ class CausalSelfAttention(nn.Module):
         RMS-normalised per head when model.qk_norm, then rotated by rope if given."""
         B, T, C = x.shape
         H, KV, D = self.n_head, self.n_kv_head, self.head_dim
-        q, k, v = self.c_attn(x).split((H * D, KV * D, KV * D), dim=2)  # (B, T, H*D), 2 x (B, T, KV*D)
-        q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, KV, D).transpose(1, 2)  # (B, KV, T, D)
-        v = v.view(B, T, KV, D).transpose(1, 2)  # (B, KV, T, D)
+        # the projection's columns are q's H heads, then k's KV heads, then v's KV heads
+        qk, v = self.c_attn(x).view(B, T, H + 2 * KV, D).split((H + KV, KV), dim=2)  # (B, T, H+KV, D), (B, T, KV, D)
+        # q and k are normalised and rotated together, head by head: half the small elementwise
+        # kernels of doing each on its own, and the same numbers
         if self.qk_norm:  # unit-RMS rows bound every score, so no logit can run away with one head
             # model.norm_eps, as every other norm: Qwen3 uses one eps for all, so the export is exact
-            q, k = F.rms_norm(q, (D,), eps=self.norm_eps), F.rms_norm(k, (D,), eps=self.norm_eps)
+            qk = F.rms_norm(qk, (D,), eps=self.norm_eps)
         if rope is not None:
-            q, k = rope(q, offset), rope(k, offset)
-        return q, k, v
+            qk = rope.rotate_heads(qk, offset)  # (B, T, H+KV, D)
+        q, k = qk.split((H, KV), dim=2)  # (B, T, H, D), (B, T, KV, D)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D), (B, KV, T, D) x 2
 
     def expand(self, kv: torch.Tensor) -> torch.Tensor:
         """Keys or values (B, KV, S, D) -> (B, H, S, D): each key/value head repeated for its group

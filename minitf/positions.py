@@ -63,6 +63,10 @@ class Rotary(nn.Module):
 
     Each pair is rotated by the angle pos * base^(-2i/D), so q·k after rotation depends only on
     the distance between the two positions, and vector norms are unchanged.
+
+    `forward(x, offset)` rotates x (..., T, D), positions on the next-to-last dimension;
+    `rotate_heads(x, offset)` rotates x (B, T, heads, D), the layout of the attention's fused
+    projection, so queries and keys turn in one pass (attention rotates them together).
     """
 
     def __init__(self, block_size: int, head_dim: int, base: float = 10000.0):
@@ -72,8 +76,23 @@ class Rotary(nn.Module):
         self.register_buffer("sin", angle.sin().float(), persistent=False)
 
     def forward(self, x: torch.Tensor, offset=0) -> torch.Tensor:
-        pos = position_ids(x.size(-2), offset, x.device)  # (T,)
-        cos = self.cos[pos].to(x.dtype)  # (T, D/2)
-        sin = self.sin[pos].to(x.dtype)  # (T, D/2)
-        x1, x2 = x.chunk(2, dim=-1)  # (..., T, D/2) each
-        return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)  # (..., T, D)
+        cos, sin = self.tables(x.size(-2), offset, x.dtype)  # (T, D) each
+        return self.turn(x, cos, sin)
+
+    def rotate_heads(self, x: torch.Tensor, offset=0) -> torch.Tensor:
+        cos, sin = self.tables(x.size(-3), offset, x.dtype)  # (T, D) each
+        return self.turn(x, cos.unsqueeze(1), sin.unsqueeze(1))  # tables (T, 1, D) broadcast over heads
+
+    def tables(self, T: int, offset, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of positions offset .. offset + T - 1, each (T, D): cos repeated for both
+        halves, sin with the first half negated, so a rotation is one multiply-add (turn)."""
+        pos = position_ids(T, offset, self.cos.device)  # (T,)
+        cos, sin = self.cos[pos].to(dtype), self.sin[pos].to(dtype)  # (T, D/2) each
+        return torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1)  # (T, D) each
+
+    @staticmethod
+    def turn(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Each pair (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin): bit for bit what the written-out
+        rotation gives ((-s) x == -(s x) and a + -b == a - b in floating point), in four kernels."""
+        x1, x2 = x.chunk(2, dim=-1)  # (..., D/2) each
+        return x * cos + torch.cat((x2, x1), dim=-1) * sin  # (..., D)
