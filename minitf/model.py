@@ -13,6 +13,7 @@ import torch.utils.checkpoint
 
 from .attention import attention, attention_steps
 from .config import ConfigError, ModelConfig
+from .lm_loss import linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
 
 VOCAB_MULTIPLE = 64  # embedding rows are padded to this for faster matmuls
@@ -269,6 +270,7 @@ class Transformer(nn.Module):
         # recompute each block's activations in backward instead of keeping them (less memory,
         # about one more forward pass of compute); set by training, off for everything else
         self.checkpoint_blocks = False
+        self.compiled = False  # compile_regions() compiles the head with its loss (the plain path)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
         self.init_weights()
@@ -335,11 +337,13 @@ class Transformer(nn.Module):
             logits = cap * torch.tanh(logits.float() / cap)
         return logits
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None):
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None, logits: bool = True):
         """idx (B, T) token ids -> (logits (B, T, vocab_size), loss or None).
 
         targets (B, T): next-token ids, -100 where no loss is wanted. cache: a KVCache to read
-        and extend; the model advances cache.pos by T after all layers have run.
+        and extend; the model advances cache.pos by T after all layers have run. logits=False (with
+        targets, what training asks): the logits are not kept, (None, loss), and the loss may come
+        from the fused head (lm_loss), which never holds them whole.
         """
         if idx.dim() != 2:
             raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
@@ -368,7 +372,24 @@ class Transformer(nn.Module):
                 x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
-        return self.logits_and_loss(x, targets)
+        if targets is None or logits:
+            return self.logits_and_loss(x, targets)
+        if self.fused_loss_applies(x):
+            h = self.ln_f(x).reshape(B * T, -1)  # (B*T, C)
+            return None, linear_cross_entropy(h, self.lm_head.weight[: self.config.vocab_size], targets.reshape(-1))
+        return None, self.logits_and_loss(x, targets)[1]
+
+    def fused_loss_applies(self, x: torch.Tensor) -> bool:
+        """The fused head computes the plain float32 loss for a step that will run backward: not
+        with a soft cap, under autocast (whose matmuls run in bf16/fp16), or with a compiled head."""
+        return (
+            torch.is_grad_enabled()
+            and x.requires_grad
+            and x.dtype == torch.float32
+            and self.config.logit_softcap is None
+            and not self.compiled
+            and not torch.is_autocast_enabled(x.device.type)
+        )
 
     def logits_and_loss(
         self, x: torch.Tensor, targets: torch.Tensor | None
@@ -389,3 +410,4 @@ class Transformer(nn.Module):
         for block in self.blocks:
             block.compile()
         self.logits_and_loss = torch.compile(self.logits_and_loss)
+        self.compiled = True

@@ -374,7 +374,7 @@ def forward_backward(
             x, y = next_batch()
         sync = not distributed or micro == tc.grad_accum - 1
         with parallel.micro_batch(model, raw_model, sync), autocast, phase("forward"):
-            _, loss = model(x, y)
+            _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
             loss = loss / tc.grad_accum
         with phase("backward"):
             scaler.scale(loss).backward()

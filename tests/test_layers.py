@@ -14,7 +14,7 @@ PKG = ROOT / "minitf"
 LAYERS = [
     {"errors", "config", "io", "runtime", "progress"},
     {"tokenizer", "shakespeare", "corpus", "build", "data"},
-    {"positions", "attention", "cache", "sampling"},
+    {"positions", "attention", "lm_loss", "cache", "sampling"},
     {"model", "formats"},
     {"checkpoint", "optim", "metrics", "parallel"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf", "gguf_export"},

@@ -38,11 +38,42 @@ def test_forward_shapes_loss_and_padding():
     assert abs(loss.item() - math.log(100)) < 0.6  # small init: near uniform
 
 
+@pytest.mark.parametrize("tie", [True, False])
+def test_the_fused_head_loss_is_the_plain_one(tie):
+    """model(x, y, logits=False) (what training calls) gives the loss and every gradient of the plain
+    path, logits then cross_entropy, up to float rounding: ignored targets (-100), a vocabulary that
+    is padded (100 of 128 rows), more rows than one chunk (lm_loss.CHUNK_ROWS), a tied or own head."""
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny(tie_embeddings=tie))
+    if not tie:
+        torch.nn.init.normal_(m.lm_head.weight, 0.0, 0.02)  # a zero head would make its gradient trivial
+    idx = torch.randint(0, 100, (12, 33))  # 12 x 32 = 384 rows: a chunk and a half
+    targets = idx[:, 1:].clone()
+    targets[0, :7] = -100
+    grads = []
+    for fused in (False, True):
+        m.zero_grad()
+        logits, loss = m(idx[:, :-1], targets, logits=not fused)
+        loss.backward()
+        grads.append((loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+        assert (logits is None) == fused
+    (plain, g_plain), (fused, g_fused) = grads
+    torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-6)
+    assert g_plain.keys() == g_fused.keys()
+    for name in g_plain:
+        torch.testing.assert_close(g_fused[name], g_plain[name], atol=1e-7, rtol=1e-4, msg=name)
+    with torch.no_grad():  # no backward to come: the plain path, and still no logits
+        logits, loss = m(idx[:, :-1], targets, logits=False)
+    assert logits is None and torch.equal(loss, plain)
+
+
 def test_num_params_and_sizes():
-    m = minitf.Transformer(tiny())
+    m = minitf.Transformer(tiny(positions="learned"))
     total = sum(p.numel() for p in m.parameters())
     assert m.num_params(non_embedding=False) == total
     assert m.num_params() == total - 32 * 32  # learned positions not counted
+    rope = minitf.Transformer(tiny())  # the default: rotary positions, which have no parameters
+    assert rope.num_params() == rope.num_params(non_embedding=False) == total - 32 * 32
     # hand count: wte 128*32; per block: 2 LN (2*64) + qkv (32*96+96) + proj (32*32+32)
     #   + fc (32*128+128) + proj (128*32+32); final LN 64
     per_block = 2 * 64 + 32 * 96 + 96 + 32 * 32 + 32 + 32 * 128 + 128 + 128 * 32 + 32
