@@ -258,7 +258,8 @@ assert torch.allclose(ffn, torch.tensor([[4.265, 0.265], [4.728, 0.0], [5.000, 0
 
 # %%
 torch.manual_seed(0)
-model = minitf.Transformer(minitf.ModelConfig(**small)).eval()  # 2 layers, 2 heads of size 8, width 16
+# learned positions: added once to the embeddings, so layer 0's input below is all there is to it
+model = minitf.Transformer(minitf.ModelConfig(**small, positions="learned")).eval()  # 2 layers, 2 heads of 8, 16 wide
 ins = minitf.inspect(model, tok, sentence)
 T, H, D, C = len(ins.ids), 2, 8, 16
 
@@ -669,12 +670,12 @@ for name, ids in samples.items():
 
 assert tail(open_losses) < 0.5 * tail(masked_losses)  # the no-mask model "trains" far better...
 assert honest["without it"] > 2 * honest["with the mask"]  # ...and predicts far worse when it cannot peek
-assert len(set(samples["without"])) < len(set(samples["with"]))  # its samples repeat a few tokens
 
 # %% [markdown]
 # **Look at:** the no-mask model "wins" in training and loses at the only job that matters. Its
 # loss was low because it read the answer; when generating, the answer does not exist yet, and
-# its greedy text repeats a few tokens. The mask is what makes training honest and the cache
+# its next-token loss is several times the masked model's (compare the two greedy texts as well:
+# after 300 steps on a small text neither reads well). The mask is what makes training honest and the cache
 # exact: hide the future during training, exactly as it is hidden during generation.
 #
 # Where next: `minitf train --config shakespeare` trains the full default model in about 4 minutes;
