@@ -101,10 +101,11 @@ def _reload_worker(rank, world, init_file, run_dir):
 def test_a_sharded_step_equals_one_process_on_the_whole_batch_and_reshards(tmp_path):
     mp.spawn(_fsdp_worker, args=(2, str(tmp_path / "init2"), str(tmp_path)), nprocs=2)
     saved = torch.load(tmp_path / "fsdp.pt", weights_only=True)
-    # the reference: plain autograd on all 8 sequences at once, clipped, one AdamW step
+    # the reference: plain autograd on all 8 sequences at once (the loss as training computes it),
+    # clipped, one AdamW step
     x, y = _batch()
     single = _model(shard=False)
-    single(x, y)[1].backward()
+    single(x, y, logits=False)[1].backward()
     norm = torch.nn.utils.clip_grad_norm_(single.parameters(), TC.grad_clip)
     grads = {n: p.grad.clone() for n, p in single.named_parameters()}
     make_optimizer(single, TC, torch.device("cpu")).step()
