@@ -228,7 +228,9 @@ class ModelConfig(_Section):
         None, "key/value heads, each shared by n_head / n_kv_head query heads (grouped-query attention; null: n_head)"
     )
     n_embd: int = key(128, "width of the residual stream (divisible by n_head)")
-    positions: Literal["learned", "sinusoidal", "rope"] = key("learned", "how token positions enter the model")
+    positions: Literal["learned", "sinusoidal", "rope"] = key(
+        "rope", "how token positions enter the model: rope rotates q and k; learned and sinusoidal add a table"
+    )
     attention: Literal["sdpa", "reference"] = key(
         "sdpa", "sdpa: torch's fused kernel; reference: the textbook softmax(q k^T / sqrt(d)) v"
     )

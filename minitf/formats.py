@@ -13,7 +13,7 @@ one table decides what leaves minitf and under which name. The facts behind each
   model.bias exports. minitf's rotary layout pairs dimension i with i + D/2 (HF's rotate_half);
   llama.cpp's llama graph pairs consecutive dimensions, which the GGUF writer handles by
   permuting the q and k rows (as llama.cpp's own converter does for HF checkpoints).
-- gptneox: rotary positions with GPT-2's LayerNorm and tanh GELU (configs/shakespeare-rope.yaml):
+- gptneox: rotary positions with GPT-2's LayerNorm and tanh GELU (the default recipe):
   GPT-NeoX with rotary_pct=1 and use_parallel_residual=false (sequential sublayers, as minitf),
   whose rotary pairing is rotate_half, minitf's own. Biases absent in minitf are written as zeros.
 - qwen3: llama plus a per-head RMS norm of q and k before the rotation (Qwen3's q_norm/k_norm,

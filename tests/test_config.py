@@ -102,7 +102,17 @@ def test_recipes_state_only_what_differs():
     changed = {
         f"{s}.{k}" for s, body in v1.to_dict().items() for k, v in body.items() if load_config().to_dict()[s][k] != v
     }
-    assert changed == {"run.name", "run.out_dir", "train.optimizer", "train.lr", "train.min_lr", "train.typical_steps"}
+    assert changed == {
+        "run.name",
+        "run.out_dir",
+        "model.positions",
+        "train.optimizer",
+        "train.lr",
+        "train.min_lr",
+        "train.typical_steps",
+    }
+    learned = load_config("shakespeare-learned")  # the default with a learned position table
+    assert learned.model.positions == "learned" and learned.train == load_config().train
     assert load_config(None, ["train.lr=1e-3"]).train.min_lr == pytest.approx(1e-4)  # the floor follows lr
 
 

@@ -10,6 +10,7 @@ from minitf.formats import blocking_keys, export_format, format_or_none
 from .helpers import ROOT
 
 LLAMA = dict(positions="rope", norm="rmsnorm", ffn="swiglu")
+GPT2 = dict(positions="learned")
 
 
 def cfg(**kw) -> ModelConfig:
@@ -19,11 +20,13 @@ def cfg(**kw) -> ModelConfig:
 @pytest.mark.parametrize(
     "options, fmt",
     [
-        ({}, "gpt2"),  # minitf's defaults are GPT-2
+        ({}, "gptneox"),  # minitf's defaults: rotary positions, LayerNorm, tanh GELU
+        ({"bias": False}, "gptneox"),  # zero biases
+        (GPT2, "gpt2"),  # the default with a learned position table
         ({"positions": "sinusoidal"}, "gpt2"),  # the fixed table becomes the learned one
-        ({"bias": False}, "gpt2"),  # zero biases
-        ({"tie_embeddings": False}, "gpt2"),
-        ({"dropout": 0.1, "attention": "reference"}, "gpt2"),  # change nothing at inference
+        ({**GPT2, "bias": False}, "gpt2"),  # zero biases
+        ({**GPT2, "tie_embeddings": False}, "gpt2"),
+        ({**GPT2, "dropout": 0.1, "attention": "reference"}, "gpt2"),  # change nothing at inference
         (LLAMA, "llama"),
         ({**LLAMA, "bias": True}, "llama"),
         ({**LLAMA, "bias": False, "tie_embeddings": False, "rope_base": 500000.0}, "llama"),
@@ -58,7 +61,7 @@ def test_refusal_names_every_blocking_key_and_the_nearest_setting():
     msg = refusal(positions="rope", norm="rmsnorm", ffn="relu2", logit_softcap=30.0)
     assert "(model.ffn=relu2, model.logit_softcap=30.0 block it)" in msg
     assert "nearest exportable setting is model.ffn=swiglu model.logit_softcap=null (Llama)" in msg
-    msg = refusal(gelu="exact", logit_softcap=15.0, qk_norm=True)
+    msg = refusal(**GPT2, gelu="exact", logit_softcap=15.0, qk_norm=True)
     assert "(model.gelu=exact, model.qk_norm=true, model.logit_softcap=15.0 block it)" in msg
     assert "model.gelu=tanh model.qk_norm=false model.logit_softcap=null (GPT-2)" in msg
     # qk_norm with biases (Qwen3 has no MLP biases): two formats one change away, both offered
@@ -66,12 +69,12 @@ def test_refusal_names_every_blocking_key_and_the_nearest_setting():
     assert "(model.qk_norm=true, model.bias=true block it)" in msg
     assert "nearest exportable setting is model.qk_norm=false (Llama) or model.bias=false (Qwen3);" in msg
     # RMSNorm with learned positions: GPT-2 needs LayerNorm
-    assert "model.norm=layernorm (GPT-2)" in refusal(norm="rmsnorm")
-    assert format_or_none(cfg(norm="rmsnorm")) is None
+    assert "model.norm=layernorm (GPT-2)" in refusal(**GPT2, norm="rmsnorm")
+    assert format_or_none(cfg(**GPT2, norm="rmsnorm")) is None
 
 
 def test_grouped_kv_heads_block_only_gpt2():
-    c = cfg()
+    c = cfg(**GPT2)
     c.n_kv_head = 2  # the key grouped-query attention adds; GPT-2 has one kv head per query head
     assert blocking_keys(c, "gpt2") == {"n_kv_head": (2, 4)}
     c = cfg(**LLAMA)
@@ -86,8 +89,8 @@ def test_repository_recipes():
         m = load_config(path).model
         m.vocab_size = 300
         found[path.stem] = format_or_none(m)
-    assert found["shakespeare"] == "gpt2" and found["tinystories"] == "llama"
-    assert found["shakespeare-rope"] == "gptneox"  # rope with LayerNorm and GELU
+    assert found["shakespeare"] == "gptneox" and found["tinystories"] == "llama"  # rope with LayerNorm and GELU
+    assert found["shakespeare-learned"] == found["gpt2-small"] == "gpt2"
 
 
 def test_unknown_format_is_a_programming_error():

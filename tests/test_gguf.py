@@ -56,7 +56,7 @@ EXTRA = "\n".join(STRINGS[:12]) * 20
 PROMPT = "ROMEO:\nO gentle night, sweet love"
 
 ARCHS = {
-    "gpt2": dict(),
+    "gpt2": dict(positions="learned"),
     "gpt2-sinusoidal-nobias-untied": dict(positions="sinusoidal", bias=False, tie_embeddings=False),
     "llama": dict(positions="rope", norm="rmsnorm", ffn="swiglu", bias=False),
     "llama-bias-untied": dict(
@@ -66,7 +66,7 @@ ARCHS = {
     # grouped KV heads (model.n_kv_head): llama.cpp's head_count_kv
     "llama-gqa": dict(positions="rope", norm="rmsnorm", ffn="swiglu", bias=False, n_kv_head=2),
     "qwen3-gqa": dict(positions="rope", norm="rmsnorm", ffn="swiglu", qk_norm=True, bias=False, n_kv_head=1),
-    "gptneox": dict(positions="rope"),  # configs/shakespeare-rope.yaml's shape
+    "gptneox": dict(),  # the default recipe's shape: rotary positions, LayerNorm, tanh GELU
     "gptneox-nobias-untied": dict(positions="rope", bias=False, tie_embeddings=False, rope_base=500.0),
 }
 
@@ -279,7 +279,7 @@ def test_bench_rows_run(llama_cpp, monkeypatch):
     lines = []
     res = llamacpp_decode(cfg, torch.device("cpu"), 8, 2, log=lines.append, compile=False)
     assert set(res["rows"]) == {"minitf eager", "llama.cpp f32", "llama.cpp q8_0"}
-    assert res["new_tokens"] == 8 and res["format"] == "gpt2"
+    assert res["new_tokens"] == 8 and res["format"] == "gptneox"  # the default shape
     assert all(len(r["rates"]) == 2 and r["tokens_per_s"] > 0 for r in res["rows"].values())
     assert len(lines) == 3 and all("x minitf eager" in line for line in lines)
     cfg.model.vocab_size = 97  # below the 256 bytes + <|endoftext|> a GGUF tokenizer holds

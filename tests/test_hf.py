@@ -139,6 +139,7 @@ def test_export_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
             "model.n_embd=32",
             "model.n_head=2",
             "model.block_size=16",
+            "model.positions=learned",
             f"model.{setting}",
         ],
     ).model
@@ -170,7 +171,9 @@ def test_without_transformers_the_error_says_how_to_install(monkeypatch, tmp_pat
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers now raises ImportError
     tok = minitf.Tokenizer.train(["some text"], vocab_size=300)
     model = minitf.Transformer(
-        minitf.ModelConfig(vocab_size=tok.vocab_size, n_layer=1, n_embd=32, n_head=2, block_size=16)
+        minitf.ModelConfig(
+            vocab_size=tok.vocab_size, n_layer=1, n_embd=32, n_head=2, block_size=16, positions="learned"
+        )
     )
     with pytest.raises(minitf.MinitfError, match=r"transformers is not installed; pip install -e '\.\[hf\]'"):
         to_hf_gpt2(model, tok, tmp_path)
@@ -194,7 +197,7 @@ def test_gpt2_export_of_what_formats_calls_gpt2(tf, tmp_path, setting):
     cfg = minitf.load_config(
         None,
         ["model.vocab_size=300", "model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.block_size=16"]
-        + [f"model.{setting}"],
+        + ["model.positions=learned", f"model.{setting}"],
     ).model
     torch.manual_seed(0)
     model = minitf.Transformer(cfg).eval()

@@ -109,7 +109,7 @@ def assert_same_tensors(a: dict, b: dict) -> None:
 
 
 EXPORTS = [
-    ({}, "gpt2", "GPT2LMHeadModel"),
+    ({"positions": "learned"}, "gpt2", "GPT2LMHeadModel"),
     ({"positions": "sinusoidal", "tie_embeddings": False}, "gpt2", "GPT2LMHeadModel"),
     ({"positions": "rope", "bias": True}, "gptneox", "GPTNeoXForCausalLM"),
     ({"positions": "rope", "tie_embeddings": False, "rope_base": 500.0}, "gptneox", "GPTNeoXForCausalLM"),

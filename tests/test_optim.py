@@ -21,7 +21,7 @@ MUON = dict(optimizer="muon", lr=2e-3, muon_lr=0.05, weight_decay=0.0)
 
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest():
-    m = minitf.Transformer(minitf.ModelConfig(**{**CFG.__dict__, "tie_embeddings": False}))
+    m = minitf.Transformer(minitf.ModelConfig(**{**CFG.__dict__, "tie_embeddings": False, "positions": "learned"}))
     opt = optim.make_optimizer(m, TrainConfig(**MUON), torch.device("cpu"))
     names = {id(p): n for n, p in m.named_parameters()}
     muon = sorted(names[id(p)] for g in opt.named["muon"].param_groups for p in g["params"])

@@ -351,7 +351,7 @@ def test_the_size_counted_from_the_config_is_the_models(overrides):
 
 @pytest.mark.parametrize(
     "overrides, size",
-    [(dict(block_size=10**15), "512.0 PB"), (dict(n_layer=10**7), "7.9 TB")],
+    [(dict(block_size=10**15), "128.0 PB"), (dict(n_layer=10**7), "7.9 TB")],
 )
 def test_a_model_too_big_for_memory_is_refused_before_allocating(overrides, size):
     cfg = minitf.ModelConfig(vocab_size=4096, **overrides)  # the default shape otherwise
