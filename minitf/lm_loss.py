@@ -29,7 +29,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         keep = targets != IGNORE  # (N,)
         count = keep.sum().clamp(min=1)  # the mean's denominator (no target at all: loss 0, not 0/0)
         ids = torch.where(keep, targets, 0)  # (N,) a valid row to gather from for ignored targets
-        everyone = bool(keep.all())
+        # on a CPU, asking whether any target is ignored costs nothing; on a GPU it would wait for the device
+        everyone = x.device.type == "cpu" and bool(keep.all())
         grad_x = torch.empty_like(x)  # (N, C)
         grad_w = torch.zeros_like(weight)  # (V, C)
         total = x.new_zeros(())
