@@ -13,7 +13,7 @@ import torch.utils.checkpoint
 
 from .attention import attention, attention_steps
 from .config import ConfigError, ModelConfig
-from .lm_loss import linear_cross_entropy
+from .lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
 
 VOCAB_MULTIPLE = 64  # embedding rows are padded to this for faster matmuls
@@ -352,7 +352,7 @@ class Transformer(nn.Module):
         if cache is None and idx.device.type == "cpu" and not torch.compiler.is_compiling():
             self._check_ids(idx, "idx")
             if targets is not None:
-                self._check_ids(targets[targets != -100], "targets")
+                self._check_ids(targets[targets != IGNORE], "targets")
         B, T = idx.shape
         offset = cache.pos if cache is not None else 0
         # a static cache's position is a tensor: checking it would cost a device sync per step
@@ -399,7 +399,9 @@ class Transformer(nn.Module):
         logits = self.logits(x)  # (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=-100)
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1), ignore_index=IGNORE
+            )
         return logits, loss
 
     def compile_regions(self) -> None:
