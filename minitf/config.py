@@ -222,7 +222,7 @@ class ModelConfig(_Section):
     _section = "model"
     vocab_size: int | None = key(None, "set from the tokenizer, not from the file")
     block_size: int = key(256, "context length: the most tokens the model sees at once")
-    n_layer: int = key(4, "transformer blocks")
+    n_layer: int = key(3, "transformer blocks")
     n_head: int = key(4, "attention heads per block")
     n_kv_head: int | None = key(
         None, "key/value heads, each shared by n_head / n_kv_head query heads (grouped-query attention; null: n_head)"

@@ -93,7 +93,8 @@ def test_the_default_recipe_is_the_code_default():
     assert load_config() == load_config("shakespeare") == load_config(ROOT / "configs" / "shakespeare.yaml")
     assert load_config() == minitf.Config()
     cfg = load_config()  # the values the README's first run promises
-    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.batch_size, cfg.model.n_embd) == ("muon", 4e-3, 8, 128)
+    assert (cfg.train.optimizer, cfg.train.lr, cfg.train.batch_size) == ("muon", 4e-3, 8)
+    assert (cfg.model.n_layer, cfg.model.n_embd, cfg.model.positions) == (3, 128, "rope")
     assert cfg.train.max_seconds == 210 and cfg.train.min_lr == pytest.approx(4e-4)
 
 
@@ -105,6 +106,7 @@ def test_recipes_state_only_what_differs():
     assert changed == {
         "run.name",
         "run.out_dir",
+        "model.n_layer",
         "model.positions",
         "train.optimizer",
         "train.lr",
