@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     )
     p.add_argument("--new-tokens", type=int, default=500)
     p.add_argument("--steps", type=int, default=20, help="timed training steps per repeat")
-    p.add_argument("--rounds", type=int, default=3, help="generation runs take turns this many times")
+    p.add_argument(
+        "--rounds", type=int, default=3, help="rounds of turns: generation, serve, nanogpt-speed and nanogpt-quality"
+    )
     p.add_argument(
         "--data-size",
         type=float,
