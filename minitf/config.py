@@ -309,9 +309,9 @@ class TrainConfig(_Section):
     beta1: float = key(0.9, "AdamW's beta1, in [0, 1)")
     beta2: float = key(0.95, "AdamW's beta2, in [0, 1)")
     grad_clip: float = key(1.0, "clip the gradient's global norm to this (0: off; the norm is still logged)")
-    eval_every: int = key(100, "steps between evaluations (val loss, bits per byte, a sample)")
+    eval_every: int = key(250, "steps between evaluations (val loss, bits per byte, a sample)")
     eval_batches: int = key(10, "batches per evaluation")
-    ckpt_every: int = key(100, "steps between checkpoints")
+    ckpt_every: int = key(250, "steps between checkpoints (and at the end, and on Ctrl-C or SIGTERM)")
     log_every: int = key(10, "steps between steps.jsonl rows (loss, LR) and progress-bar updates")
     logger: Literal["jsonl", "tensorboard"] = key("jsonl", "tensorboard: event files in <run>/tensorboard too")
     typical_steps: int | None = key(

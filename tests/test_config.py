@@ -112,6 +112,8 @@ def test_recipes_state_only_what_differs():
         "train.lr",
         "train.min_lr",
         "train.typical_steps",
+        "train.eval_every",
+        "train.ckpt_every",
     }
     learned = load_config("shakespeare-learned")  # the default with a learned position table
     assert learned.model.positions == "learned" and learned.train == load_config().train
