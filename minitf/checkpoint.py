@@ -207,6 +207,7 @@ RESUMABLE = (
     "train.log_every",
     "train.logger",
     "train.typical_steps",
+    "train.fit_budget",
     "train.compile",
     "train.activation_checkpointing",
     "train.max_bad_steps",

@@ -317,6 +317,11 @@ class TrainConfig(_Section):
     typical_steps: int | None = key(
         1100, "steps the budget gives on a typical 2-core CPU; far fewer get a warning (null: no check)"
     )
+    fit_budget: bool = key(
+        True,
+        "a new run of the default model under max_seconds times a few steps first; if the budget buys under "
+        "1,300, it trains 2 layers at 1.5x the learning rates, which learn more in a short budget (docs/training.md)",
+    )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = key(
         "auto", "auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32"
     )

@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from . import budget, hf, parallel, runtime
 from . import checkpoint as ckpt
-from . import hf, parallel, runtime
 from .config import Config, DataConfig, MinitfError, SampleConfig, TrainConfig, recipes
 from .data import prepare_data
 from .evaluate import evaluate
@@ -187,8 +187,15 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     check_log_dir(run_dir, cfg.train.logger)  # before the data is prepared, which can take minutes
 
     model, data = _model_and_data(cfg, procs, run_dir if resume else None, device, log)
-    model.checkpoint_blocks = cfg.train.activation_checkpointing
     dtype = runtime.resolve_dtype(cfg.train.dtype, device)
+    fit_started = None
+    if budget.applies(cfg, resume, procs.world):
+        fit_started = time.time()  # the timed steps are paid from the budget
+        probe = Session.create(cfg, copy.deepcopy(model), data, device, dtype=dtype, log=log)
+        log(budget.fit(cfg, budget.seconds_per_step(lambda: train_step(probe, cfg.train.lr, False), device)))
+        if cfg.model.n_layer != len(model.blocks):
+            model = _new_model(cfg, device)
+    model.checkpoint_blocks = cfg.train.activation_checkpointing
     if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
         parallel.shard(model, device, dtype)
     if not resume:  # a new run's config.yaml states what it is: its name and a prompt for its own text
@@ -222,7 +229,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         f" | {_export_words(cfg.model)}"
     )
     run.model.train()
-    run.meter.step_last, run.t0 = run.step, time.time()
+    run.meter.step_last, run.t0 = run.step, fit_started or time.time()
     return run
 
 
@@ -308,11 +315,15 @@ def _model_and_data(cfg: Config, procs: runtime.Dist, resume_dir: Path | None, d
         data = prepare_data(cfg.data, tokenizer, log=log)
     data.check_fits(cfg.model.block_size)  # a split too small for one batch: said now, not at the first evaluation
     cfg.model.vocab_size = data.tokenizer.vocab_size
-    torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
-    model = Transformer(cfg.model)
+    model = _new_model(cfg, device)
     if pretrained is not None:
         model.load_state_dict(pretrained.state_dict())
-    return model.to(device), data
+    return model, data
+
+
+def _new_model(cfg: Config, device) -> Transformer:
+    torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
+    return Transformer(cfg.model).to(device)
 
 
 def train_step(run: Session, lr: float, interrupted: bool) -> tuple[float, float, float, bool]:

@@ -16,7 +16,7 @@ LAYERS = [
     {"tokenizer", "shakespeare", "corpus", "build", "data"},
     {"positions", "attention", "lm_loss", "cache", "sampling"},
     {"model", "formats"},
-    {"checkpoint", "optim", "metrics", "parallel"},
+    {"checkpoint", "optim", "budget", "metrics", "parallel"},
     {"session", "trainer", "generate", "inspection", "evaluate", "hf", "gguf_export"},
     {"plotting", "cli", "httpjson", "httpcore", "explore", "serve"},
     {"commands", "benchmarks", "__main__"},  # the command line: minitf <command>, minitf bench's measurements
