@@ -65,9 +65,14 @@ def fit(cfg: Config, step_seconds: float) -> str:
     if steps >= SHORT_STEPS:
         return f"budget: {why}: keeping {cfg.model.n_layer} layers"
     cfg.model.n_layer = SHORT_LAYERS
-    tc.lr, tc.min_lr, tc.muon_lr = tc.lr * LR_SCALE, tc.min_lr * LR_SCALE, tc.muon_lr * LR_SCALE
+    tc.lr, tc.min_lr, tc.muon_lr = (_scaled(x) for x in (tc.lr, tc.min_lr, tc.muon_lr))
     return (
         f"budget: {why}, under {SHORT_STEPS:,}: training {SHORT_LAYERS} layers at {LR_SCALE:g}x the learning "
         f"rates (lr {tc.lr:.3g}, muon_lr {tc.muon_lr:.3g}), which learn more in a short budget; "
         f"train.fit_budget=false keeps {ModelConfig().n_layer}"
     )
+
+
+def _scaled(rate: float) -> float:
+    """rate x LR_SCALE as config.yaml should show it: 6e-4, not 0.0006000000000000001."""
+    return float(f"{rate * LR_SCALE:.12g}")
