@@ -191,10 +191,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     fit_started = None
     if budget.applies(cfg, resume, procs.world):
         fit_started = time.time()  # the timed steps are paid from the budget
-        probe = Session.create(cfg, copy.deepcopy(model), data, device, dtype=dtype, log=log)
-        log(budget.fit(cfg, budget.seconds_per_step(lambda: train_step(probe, cfg.train.lr, False), device)))
-        if cfg.model.n_layer != len(model.blocks):
-            model = _new_model(cfg, device)
+        model = _fit_to_budget(cfg, model, data, device, dtype, log)
     model.checkpoint_blocks = cfg.train.activation_checkpointing
     if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
         parallel.shard(model, device, dtype)
@@ -231,6 +228,14 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
     run.model.train()
     run.meter.step_last, run.t0 = run.step, fit_started or time.time()
     return run
+
+
+def _fit_to_budget(cfg: Config, model: Transformer, data, device, dtype, log) -> Transformer:
+    """Time the trainer's own step on a copy of the default model, let budget.fit set cfg for the
+    steps the budget buys, and return the model cfg now describes (a new one if the depth changed)."""
+    probe = Session.create(cfg, copy.deepcopy(model), data, device, dtype=dtype, log=log)
+    log(budget.fit(cfg, budget.seconds_per_step(lambda: train_step(probe, cfg.train.lr, False), device)))
+    return model if cfg.model.n_layer == len(model.blocks) else _new_model(cfg, device)
 
 
 def _name_and_prompt(cfg: Config, data, log) -> None:
