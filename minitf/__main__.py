@@ -1,5 +1,5 @@
 """`python -m minitf <command>`: the same as the `minitf` command."""
 
-from .commands import main
+from .cli import main
 
 main()

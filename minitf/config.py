@@ -27,8 +27,8 @@ from typing import Any, ClassVar, Literal
 
 import yaml
 
-from .errors import ConfigError, MinitfError, shown  # noqa: F401  (MinitfError: re-exported)
-from .io import read_yaml
+from .errors import ConfigError, shown
+from .system.files import read_yaml
 
 # every integer key fits a signed 64-bit integer, what torch and numpy take (and a number of
 # thousands of digits is never carried along to fail later, or formatted into a message)

@@ -29,9 +29,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .build import SPLITS, TASK_CHARS, build_splits, give_back_freed_memory, pieces, progress, temp_dir, write_error
-from .config import DataConfig, MinitfError
-from .corpus import Documents, Source, cache_dir
+from .config import DataConfig
+from .corpus.sources import Documents, Source, cache_dir
+from .corpus.token_cache import (
+    SPLITS,
+    TASK_CHARS,
+    build_splits,
+    give_back_freed_memory,
+    pieces,
+    progress,
+    temp_dir,
+    write_error,
+)
+from .errors import MinitfError
 from .tokenizer import Tokenizer
 
 FORMAT = 1  # bump when the cache layout or the split rule changes, so old caches rebuild

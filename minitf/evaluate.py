@@ -9,10 +9,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .config import Config, ConfigError, DataConfig
+from .config import Config, DataConfig
 from .data import TokenData, bits_per_byte, prepare_data
-from .progress import progress_bar
-from .runtime import eval_mode
+from .errors import ConfigError
+from .system.progress import progress_bar
+from .system.runtime import eval_mode
 
 
 @torch.no_grad()

@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .cache import KVCache
-from .config import ConfigError, MinitfError, SampleConfig
+from .config import SampleConfig
+from .errors import ConfigError, MinitfError
+from .kv_cache import KVCache
 from .model import Transformer
-from .runtime import eval_mode
 from .sampling import sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
+from .system.runtime import eval_mode
 from .tokenizer import Tokenizer, check_vocab
 
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import MinitfError
+from .errors import MinitfError
 from .model import Transformer
-from .runtime import eval_mode
+from .system.runtime import eval_mode
 from .tokenizer import Tokenizer
 
 

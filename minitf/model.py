@@ -12,7 +12,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from .attention import attention, attention_steps
-from .config import ConfigError, ModelConfig
+from .config import ModelConfig
+from .errors import ConfigError
 from .lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
 

@@ -7,8 +7,8 @@ import math
 import torch
 import torch.nn as nn
 
-from . import runtime
 from .config import TrainConfig
+from .system import runtime
 
 # the wall-clock budget train.typical_steps is measured for: the default recipe's train.max_seconds
 TYPICAL_SECONDS: float = TrainConfig.__dataclass_fields__["max_seconds"].default

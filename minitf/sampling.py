@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import ConfigError, SampleConfig
+from .config import SampleConfig
+from .errors import ConfigError
 
 
 def _settings() -> dict[str, tuple[type, bool]]:

@@ -14,8 +14,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from .config import ConfigError, MinitfError
-from .errors import first_line
+from .errors import ConfigError, MinitfError, first_line
 
 EOT = "<|endoftext|>"
 MIN_VOCAB = 256 + 1  # every byte, plus <|endoftext|>

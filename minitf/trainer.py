@@ -1,7 +1,7 @@
 """The training loop: `train(cfg)` fits a Transformer and writes a run directory.
 
 One process, or one per GPU/CPU under torchrun: DistributedDataParallel, or with train.parallel=fsdp
-the model sharded over the processes (FSDP2; parallel.py). Resume is exact: the
+the model sharded over the processes (FSDP2; fsdp.py). Resume is exact: the
 weights, optimizer, schedule position, every RNG and the batch sampler's generator are saved, so
 k steps + resume + (N - k) steps equal N steps bit for bit (on CPU in float32).
 
@@ -26,17 +26,21 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import budget, hf, parallel, runtime
-from . import checkpoint as ckpt
-from .config import Config, DataConfig, MinitfError, SampleConfig, TrainConfig, recipes
+from .config import Config, DataConfig, SampleConfig, TrainConfig, recipes
 from .data import prepare_data
+from .errors import MinitfError
 from .evaluate import evaluate
-from .formats import FORMAT_NAMES, format_or_none
-from .metrics import Logger, check_log_dir
+from .export import hf
+from .export.architecture import FORMAT_NAMES, format_or_none
 from .model import Transformer
 from .optim import budget_steps, lr_at, schedule_progress, set_lr
-from .progress import progress_bar
-from .session import (
+from .system import runtime
+from .system.progress import progress_bar
+from .tokenizer import Tokenizer
+from .training import budget, fsdp
+from .training import checkpoint as ckpt
+from .training.metrics import Logger, check_log_dir
+from .training.session import (
     Session,
     explain_changes,
     finished,
@@ -45,7 +49,6 @@ from .session import (
     save_checkpoint,
     train_longer,
 )
-from .tokenizer import Tokenizer
 
 
 def train(
@@ -194,7 +197,7 @@ def start(cfg: Config, resume: bool, log, held: contextlib.ExitStack) -> Session
         model = _fit_to_budget(cfg, model, data, device, dtype, log)
     model.checkpoint_blocks = cfg.train.activation_checkpointing
     if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
-        parallel.shard(model, device, dtype)
+        fsdp.shard(model, device, dtype)
     if not resume:  # a new run's config.yaml states what it is: its name and a prompt for its own text
         _name_and_prompt(cfg, data, log)
     run = Session.create(cfg, model, data, device, dtype=dtype, procs=procs, run_dir=run_dir, log=log)
@@ -381,7 +384,7 @@ def forward_backward(
     """Gradients of one step over grad_accum micro-batches, unscaled and clipped.
 
     Returns (mean loss, grad norm) as tensors: nothing here waits for the device. Under DDP or
-    FSDP the gradients are communicated only on the last micro-batch (parallel.micro_batch), and
+    FSDP the gradients are communicated only on the last micro-batch (fsdp.micro_batch), and
     under FSDP the norm is over all shards: clip_grad_norm_ on DTensor gradients reduces it.
     """
     loss_sum = None
@@ -389,7 +392,7 @@ def forward_backward(
         with phase("data"):
             x, y = next_batch()
         sync = not distributed or micro == tc.grad_accum - 1
-        with parallel.micro_batch(model, raw_model, sync), autocast, phase("forward"):
+        with fsdp.micro_batch(model, raw_model, sync), autocast, phase("forward"):
             _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
             loss = loss / tc.grad_accum
         with phase("backward"):
@@ -398,7 +401,7 @@ def forward_backward(
     with phase("clip"):
         scaler.unscale_(optimizer)
         norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
-    return loss_sum, parallel.plain(norm)
+    return loss_sum, fsdp.plain(norm)
 
 
 def phase(name: str):
@@ -430,10 +433,10 @@ def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_
         write(
             f"step {run.step}: train {result['train']:.4f} | val {result['val']:.4f} | val bpb {result['val_bpb']:.3f}"
         )
-    val = parallel.rank0_value(result["val"], run.device) if run.sharded else result["val"]
+    val = fsdp.rank0_value(result["val"], run.device) if run.sharded else result["val"]
     if val < run.best_val:  # sharded, every rank takes this branch together: the weights are gathered
         run.best_val = val
-        parallel.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash, run.dist.main)
+        fsdp.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash, run.dist.main)
 
 
 def _progress_bar(run: Session):

@@ -1,7 +1,7 @@
-"""`minitf attention`, run from a clone: the code is minitf/commands/attention.py (--help lists its options)."""
+"""`minitf attention`, run from a clone: the code is minitf/cli/attention.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.attention import main
+from minitf.cli.attention import main
+from minitf.cli.common import run_main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,7 +1,7 @@
-"""`minitf bench`, run from a clone: the code is minitf/commands/bench.py (--help lists its options)."""
+"""`minitf bench`, run from a clone: the code is minitf/cli/bench.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.bench import main
+from minitf.cli.bench import main
+from minitf.cli.common import run_main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,7 +1,7 @@
-"""`minitf evaluate`, run from a clone: the code is minitf/commands/evaluate.py (--help lists its options)."""
+"""`minitf evaluate`, run from a clone: the code is minitf/cli/evaluate.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.evaluate import main
+from minitf.cli.common import run_main
+from minitf.cli.evaluate import main
 
 if __name__ == "__main__":
     run_main(main)

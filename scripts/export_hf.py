@@ -1,7 +1,7 @@
-"""`minitf export`, run from a clone: the code is minitf/commands/export.py (--help lists its options)."""
+"""`minitf export`, run from a clone: the code is minitf/cli/export.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.export import main
+from minitf.cli.common import run_main
+from minitf.cli.export import main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,7 +1,7 @@
-"""`minitf generate`, run from a clone: the code is minitf/commands/generate.py (--help lists its options)."""
+"""`minitf generate`, run from a clone: the code is minitf/cli/generate.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.generate import main
+from minitf.cli.common import run_main
+from minitf.cli.generate import main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,7 +1,7 @@
-"""`minitf serve`, run from a clone: the code is minitf/commands/serve.py (--help lists its options)."""
+"""`minitf serve`, run from a clone: the code is minitf/cli/serve.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.serve import main
+from minitf.cli.common import run_main
+from minitf.cli.serve import main
 
 if __name__ == "__main__":
     run_main(main)

@@ -1,7 +1,7 @@
-"""`minitf speedrun`, run from a clone: the code is minitf/commands/speedrun.py (--help lists its options)."""
+"""`minitf speedrun`, run from a clone: the code is minitf/cli/speedrun.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.speedrun import main
+from minitf.cli.common import run_main
+from minitf.cli.speedrun import main
 
 if __name__ == "__main__":
     run_main(main)

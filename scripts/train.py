@@ -1,7 +1,7 @@
-"""`minitf train`, run from a clone: the code is minitf/commands/train.py (--help lists its options)."""
+"""`minitf train`, run from a clone: the code is minitf/cli/train.py (--help lists its options)."""
 
-from minitf.cli import run_main
-from minitf.commands.train import main
+from minitf.cli.common import run_main
+from minitf.cli.train import main
 
 if __name__ == "__main__":
     run_main(main)

@@ -44,7 +44,7 @@ def tiny_run(tmp_path_factory, corpus) -> Path:
 @pytest.fixture(scope="session")
 def explore_server(tiny_run):
     """The explorer over tiny_run on a free port of 127.0.0.1, in a thread; its log lines in .logs."""
-    from minitf.explore import Explorer, ExploreServer
+    from minitf.web.explore import Explorer, ExploreServer
 
     logs = []
     srv = ExploreServer(Explorer(tiny_run), "127.0.0.1", 0, log=logs.append)

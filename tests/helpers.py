@@ -76,7 +76,7 @@ def train_with_snapshot(cfg, snapshot: Path, at_step: int, monkeypatch) -> Path:
     checkpoint of `at_step` is committed (as a kill just then would leave it); the run directory."""
     import shutil
 
-    from minitf import checkpoint as ckpt
+    from minitf.training import checkpoint as ckpt
 
     real_save = ckpt.save_checkpoint
 

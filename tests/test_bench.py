@@ -69,7 +69,7 @@ def test_bench_smoke(tmp_path, tiny_run):
 
 
 def test_the_train_benchmark_times_the_trainers_own_step(monkeypatch):
-    from minitf.benchmarks import core as benchmarks
+    from bench import core as benchmarks
 
     assert benchmarks.train_step is minitf.trainer.train_step  # the trainer's function, not a copy
     runs = []
@@ -90,7 +90,7 @@ def test_the_train_benchmark_times_the_trainers_own_step(monkeypatch):
 
 
 def test_the_profile_splits_a_real_step_by_phase_and_operator(tmp_path, corpus):
-    from minitf.benchmarks.profile import PHASES, describe, profile_step
+    from bench.profile import PHASES, describe, profile_step
 
     from .helpers import tiny_config
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from minitf.benchmarks import nanogpt
+from bench import nanogpt
 from minitf.errors import MinitfError
 
 LOG = """step 0: train loss 4.2, val loss 4.2

@@ -1,13 +1,13 @@
 """A short time budget trains the default model with 2 layers at 1.5x the learning rates
-(minitf/budget.py): the rule, when it applies, and a run that took it."""
+(minitf/training/budget.py): the rule, when it applies, and a run that took it."""
 
 import pytest
 import torch
 
 import minitf
-from minitf import budget
-from minitf.checkpoint import load_run
 from minitf.config import load_config
+from minitf.training import budget
+from minitf.training.checkpoint import load_run
 
 
 def default(*overrides: str) -> minitf.Config:

@@ -14,14 +14,14 @@ import torch
 from safetensors.torch import load_file
 
 import minitf
-from minitf import checkpoint as ckpt
-from minitf import runtime
-from minitf.cli import newest_run
+from minitf.cli.common import newest_run
 from minitf.config import TrainConfig
-from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.positions import Rotary
+from minitf.system import runtime
 from minitf.trainer import forward_backward
+from minitf.training import checkpoint as ckpt
+from minitf.training.metrics import METRICS, read_rows
 
 from .helpers import ROOT, make_play, tiny_config, two_at_a_time
 
@@ -374,7 +374,7 @@ def test_best_flags_of_attention_and_export(tmp_path, tiny_run):
 def test_run_main_handles_ctrl_c_and_a_closed_pipe(tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text(
-        "import sys\nfrom minitf.cli import run_main\n"
+        "import sys\nfrom minitf.cli.common import run_main\n"
         "def main():\n"
         "    if sys.argv[1] == 'int':\n        raise KeyboardInterrupt\n"
         "    for i in range(10**6):\n        print('line', i)\n"
@@ -420,7 +420,7 @@ def test_an_empty_prompt_continues_from_a_document_boundary(tiny_run):
 
 
 def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch):
-    import minitf.plotting as plotting
+    import minitf.web.figures as plotting
 
     other = tmp_path / "other"
     shutil.copytree(tiny_run, other)
@@ -441,7 +441,7 @@ def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch)
 
 
 def test_curves_against_seconds_and_a_single_evaluation(tmp_path, tiny_run, monkeypatch):
-    import minitf.plotting as plotting
+    import minitf.web.figures as plotting
 
     one = tmp_path / "one"
     shutil.copytree(tiny_run, one)

@@ -2,12 +2,13 @@
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from minitf.commands import COMMANDS, main
+from minitf.cli import COMMANDS, main
 
 from .helpers import ROOT
 
@@ -48,13 +49,13 @@ def test_train_help_gives_every_key_its_meaning(capsys):
 
 def test_the_plain_train_run_is_the_default_config(monkeypatch):
     """`minitf train` (and scripts/train.py, the same function) with no arguments trains load_config()."""
-    import minitf.runtime
+    import minitf.system.runtime
     import minitf.trainer
 
     seen = []
     monkeypatch.setattr(minitf.trainer, "train", lambda cfg, **kw: seen.append(cfg))
-    monkeypatch.setattr(minitf.runtime, "keep_freed_memory", lambda: None)
-    from minitf.commands import train
+    monkeypatch.setattr(minitf.system.runtime, "keep_freed_memory", lambda: None)
+    from minitf.cli import train
 
     train.main([])
     train.main(["--config", "shakespeare"])
@@ -77,17 +78,18 @@ def test_errors_are_one_line_and_exit_2_through_python_m(tmp_path):
 
 @pytest.mark.parametrize("script", sorted((ROOT / "scripts").glob("*.py")), ids=lambda p: p.name)
 def test_every_script_is_a_thin_front_to_a_command(script):
-    """scripts/<name>.py runs minitf.commands.<command>.main through run_main, and nothing else."""
+    """scripts/<name>.py runs minitf.cli.<command>.main through run_main, and nothing else."""
     tree = ast.parse(script.read_text())
     imports = {(n.module, a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
     (module,) = {m for m, name in imports if name == "main"}
-    assert module.removeprefix("minitf.commands.") in {m for m, _ in COMMANDS.values()}
-    assert ("minitf.cli", "run_main") in imports and "run_main(main)" in script.read_text()
+    assert module.removeprefix("minitf.cli.") in {m for m, _ in COMMANDS.values()}
+    assert ("minitf.cli.common", "run_main") in imports and "run_main(main)" in script.read_text()
     assert sum(isinstance(n, ast.FunctionDef) for n in ast.walk(tree)) == 0  # the logic lives in the package
 
 
 def test_every_command_has_a_script():
-    scripts = {p.read_text().split("from minitf.commands.")[1].split()[0] for p in (ROOT / "scripts").glob("*.py")}
+    front = re.compile(r"from minitf\.cli\.(\w+) import main")
+    scripts = {front.search(p.read_text())[1] for p in (ROOT / "scripts").glob("*.py")}
     assert scripts == {m for m, _ in COMMANDS.values()}
 
 
@@ -104,7 +106,7 @@ def test_datasets_is_imported_only_for_hf_sources(tmp_path):
     code = (
         "import sys, minitf\n"
         "minitf.load_config()\n"
-        "import minitf.trainer, minitf.generate, minitf.evaluate, minitf.commands.train\n"
+        "import minitf.trainer, minitf.generate, minitf.evaluate, minitf.cli.train\n"
         "from minitf.data import prepare_data\n"
         "quiet = lambda *a: None\n"
         f"prepare_data(minitf.DataConfig(source='file:{tmp_path / 'a.txt'}', vocab_size=300), log=quiet)\n"

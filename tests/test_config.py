@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 import minitf
-from minitf.config import ConfigError, ModelConfig, TrainConfig, load_config
+from minitf.config import ModelConfig, TrainConfig, load_config
+from minitf.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

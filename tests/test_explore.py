@@ -22,13 +22,13 @@ import torch
 from safetensors import safe_open
 
 import minitf
-from minitf.explore import STATIC
-from minitf.explore.api import MAX_GENERATIONS, BadRequest
 from minitf.generate import generate_tokens, sample_settings, token_probs, window_start
 from minitf.inspection import logit_lens, token_label
-from minitf.metrics import METRICS, read_rows
 from minitf.positions import rotary_angles, sinusoidal_table
 from minitf.sampling import sampler_distribution
+from minitf.training.metrics import METRICS, read_rows
+from minitf.web.explore import STATIC
+from minitf.web.explore.api import MAX_GENERATIONS, BadRequest
 
 from .helpers import ROOT, default_sigint
 
@@ -94,7 +94,7 @@ def test_the_page_ships_in_the_package_and_loads_nothing_from_outside(server):
         "/static/app.js/../../config.py",
         "//etc/passwd",
         "/static/",
-        "/minitf/explore.py",
+        "/minitf/web/explore.py",
     ],
 )
 def test_nothing_but_the_page_is_served(server, path):
@@ -479,8 +479,9 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     code = (
-        "import minitf, minitf.explore as e; from importlib import resources; "
-        "print(minitf.__file__); print(sum(len(resources.files('minitf.explore').joinpath('static', n).read_bytes()) "
+        "import minitf, minitf.web.explore as e; from importlib import resources; "
+        "print(minitf.__file__); "
+        "print(sum(len(resources.files('minitf.web.explore').joinpath('static', n).read_bytes()) "
         "for n, _ in e.STATIC.values()))"
     )
     r = subprocess.run(
@@ -537,8 +538,8 @@ def test_slow_clients_neither_block_nor_stay(server):
     """20 clients that send their headers a byte at a time (a slowloris): the page still answers
     at once, the explorer holds no more threads than its fixed pool, and each slow client is
     answered 408 and closed when its timeout has passed."""
-    from minitf.explore import ExploreServer
-    from minitf.httpcore import Limits
+    from minitf.web.connections import Limits
+    from minitf.web.explore import ExploreServer
 
     shared = f"minitf-explore:{server.server_address[1]}/"  # the session's explorer: its pool may still be starting
     before = set(threading.enumerate())
@@ -582,7 +583,7 @@ def test_slow_clients_neither_block_nor_stay(server):
 def test_a_diverged_runs_nan_loss_never_reaches_the_page_as_nan(tiny_run, tmp_path):
     """metrics.jsonl of a run whose loss went NaN (Python's json writes NaN and Infinity): the page
     gets JSON that a browser parses, the non-finite values left out of their points."""
-    from minitf.explore import Explorer, ExploreServer
+    from minitf.web.explore import Explorer, ExploreServer
 
     run = tmp_path / "diverged"
     shutil.copytree(tiny_run, run)

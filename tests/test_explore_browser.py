@@ -118,7 +118,7 @@ def views_server(explore_server):
     if not run:
         yield explore_server
         return
-    from minitf.explore import Explorer, ExploreServer
+    from minitf.web.explore import Explorer, ExploreServer
 
     srv = ExploreServer(Explorer(run), "127.0.0.1", 0, log=lambda msg: None)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)

@@ -14,12 +14,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 import minitf
-import minitf.io
-from minitf import checkpoint as ckpt
-from minitf.config import ConfigError, MinitfError, load_config
-from minitf.errors import first_line
-from minitf.metrics import METRICS, read_rows
+import minitf.system.files
+from minitf.config import load_config
+from minitf.errors import ConfigError, MinitfError, first_line
 from minitf.optim import lr_at
+from minitf.training import checkpoint as ckpt
+from minitf.training.metrics import METRICS, read_rows
 
 from .helpers import ROOT, default_sigint, tiny_config, tiny_train_args, two_at_a_time
 
@@ -176,11 +176,11 @@ def test_a_second_signal_aborts(tmp_path, corpus):
 
 KILL_AFTER_WRITES = """
 import os, sys
-import minitf, minitf.checkpoint, minitf.plotting
+import minitf, minitf.training.checkpoint, minitf.web.figures
 from tests.helpers import tiny_config
 
 limit, count = int(sys.argv[3]), 0
-real = minitf.io.atomic_write
+real = minitf.system.files.atomic_write
 
 def write_then_maybe_die(path, write):
     global count
@@ -189,7 +189,7 @@ def write_then_maybe_die(path, write):
     if count == limit:
         os._exit(9)  # as a kill -9 right after this file was moved into place
 
-minitf.checkpoint.atomic_write = minitf.plotting.atomic_write = write_then_maybe_die
+minitf.training.checkpoint.atomic_write = minitf.web.figures.atomic_write = write_then_maybe_die
 minitf.train(tiny_config(sys.argv[1], sys.argv[2]), log=lambda *a: None)
 """
 
@@ -268,10 +268,10 @@ def test_a_failed_write_is_one_line_and_leaves_nothing(tmp_path, error):
         raise error
 
     with pytest.raises(MinitfError, match=r"could not write .*new.bin: .+; nothing was written there$"):
-        minitf.io.atomic_write(tmp_path / "new.bin", fail)
+        minitf.system.files.atomic_write(tmp_path / "new.bin", fail)
     (tmp_path / "old.bin").write_bytes(b"complete")
     with pytest.raises(MinitfError, match="the previous file there is intact"):
-        minitf.io.atomic_write(tmp_path / "old.bin", fail)
+        minitf.system.files.atomic_write(tmp_path / "old.bin", fail)
     assert (tmp_path / "old.bin").read_bytes() == b"complete"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.bin"]
 

@@ -1,11 +1,11 @@
-"""minitf.formats: which standard architecture each option set exports as, and one-line refusals
+"""minitf.export.architecture: which standard architecture each option set exports as, and one-line refusals
 that name every blocking key at once with the nearest exportable setting."""
 
 import pytest
 
 from minitf import MinitfError, load_config
 from minitf.config import ModelConfig
-from minitf.formats import blocking_keys, export_format, format_or_none
+from minitf.export.architecture import blocking_keys, export_format, format_or_none
 
 from .helpers import ROOT
 

@@ -16,11 +16,12 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 import minitf
-from minitf import parallel
-from minitf.config import ConfigError, MinitfError, TrainConfig
-from minitf.metrics import METRICS, read_rows
+from minitf.config import TrainConfig
+from minitf.errors import ConfigError, MinitfError
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
+from minitf.training import fsdp
+from minitf.training.metrics import METRICS, read_rows
 
 from .helpers import ROOT, join_gloo, leave_gloo, tiny_config, tiny_train_args
 
@@ -40,12 +41,12 @@ def _model(shard: bool, checkpoint_blocks: bool = False):
     model = minitf.Transformer(CFG)
     model.checkpoint_blocks = checkpoint_blocks
     if shard:
-        parallel.shard(model, torch.device("cpu"), torch.float32)
+        fsdp.shard(model, torch.device("cpu"), torch.float32)
     return model
 
 
 def _full(tensors: dict) -> dict:
-    return {n: parallel.plain(t).detach().clone() for n, t in tensors.items()}
+    return {n: fsdp.plain(t).detach().clone() for n, t in tensors.items()}
 
 
 def _exp_avg(model, optimizer) -> dict:
@@ -78,7 +79,7 @@ def _fsdp_worker(rank, world, init_file, run_dir):
         grads = _full({n: p.grad for n, p in model.named_parameters()})
         optimizer.step()
         results[ac] = {"norm": norm, "grads": grads, "weights": _full(dict(model.named_parameters()))}
-    parallel.save_sharded(Path(run_dir), model, optimizer, {"tokenizer": "t"}, 1, rank == 0)
+    fsdp.save_sharded(Path(run_dir), model, optimizer, {"tokenizer": "t"}, 1, rank == 0)
     exp_avg = _exp_avg(model, optimizer)  # gathered: every rank takes part
     if rank == 0:
         torch.save({"results": results, "exp_avg": exp_avg}, Path(run_dir) / "fsdp.pt")
@@ -90,9 +91,9 @@ def _reload_worker(rank, world, init_file, run_dir):
     join_gloo(rank, world, init_file)
     model = _model(shard=True)
     optimizer = make_optimizer(model, TC, torch.device("cpu"))
-    parallel.load_sharded(Path(run_dir), model, optimizer, print, rank == 0)
+    fsdp.load_sharded(Path(run_dir), model, optimizer, print, rank == 0)
     exp_avg = _exp_avg(model, optimizer)
-    parallel.save_weights(model, Path(run_dir) / "reloaded.safetensors", 1, "t", rank == 0)
+    fsdp.save_weights(model, Path(run_dir) / "reloaded.safetensors", 1, "t", rank == 0)
     if rank == 0:
         torch.save(exp_avg, Path(run_dir) / "reloaded-exp-avg.pt")
     leave_gloo()
@@ -129,7 +130,7 @@ def test_a_sharded_step_equals_one_process_on_the_whole_batch_and_reshards(tmp_p
 
 
 def _saved_plain(model, tmp_path) -> Path:
-    minitf.checkpoint.save_weights(model, tmp_path / "plain.safetensors", 1)
+    minitf.training.checkpoint.save_weights(model, tmp_path / "plain.safetensors", 1)
     return tmp_path / "plain.safetensors"
 
 
@@ -174,16 +175,16 @@ def test_activation_checkpointing_gives_the_same_gradients(tmp_path, corpus, mon
 # its shards and the folder is in place, but state.pt, the commit, is not yet written
 KILLED_BEFORE_COMMIT = """
 import os, runpy, signal, sys
-import minitf.checkpoint
+import minitf.training.checkpoint
 
-real = minitf.checkpoint.write_state
+real = minitf.training.checkpoint.write_state
 
 def die_before_commit(run_dir, state, step):
     if step == 8:
         os.kill(os.getpid(), signal.SIGKILL)
     real(run_dir, state, step)
 
-minitf.checkpoint.write_state = die_before_commit
+minitf.training.checkpoint.write_state = die_before_commit
 sys.argv = ["scripts/train.py", *sys.argv[1:]]
 runpy.run_path("scripts/train.py", run_name="__main__")
 """
@@ -239,7 +240,7 @@ def test_torchrun_fsdp_killed_before_a_commit_resumes_exactly_then_on_one_proces
     assert "checkpoint from 2 processes resumed on 1" in r.stdout and f"resuming {run} at step 8" in r.stdout
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 10
     model, tok, cfg = minitf.load_run(run)  # plain single-process loading of the full weights
-    assert cfg.train.parallel == "fsdp" and minitf.checkpoint.weights_step(run / "model.safetensors") == 10
+    assert cfg.train.parallel == "fsdp" and minitf.training.checkpoint.weights_step(run / "model.safetensors") == 10
 
 
 def test_wrong_combinations_and_damaged_checkpoints_are_one_line(tmp_path, corpus):

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import minitf
-from minitf.cache import KVCache
 from minitf.config import SampleConfig
 from minitf.data import prepare_data
 from minitf.evaluate import evaluate, evaluate_text
 from minitf.generate import generate_tokens, sample_next_token, token_probs, window_start
+from minitf.kv_cache import KVCache
 from minitf.sampling import sampler_distribution
 
 COMBOS = list(itertools.product(["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"]))

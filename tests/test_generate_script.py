@@ -81,7 +81,7 @@ def test_script_defaults_to_newest_run(tiny_run, tmp_path):
 def test_prompt_input_is_bounded(tiny_run, tmp_path):
     """--prompt-file reads at most 1 MB (so /dev/zero no longer reads for ever) and a piped line
     for --interactive too; a file within the bound is the prompt, as --prompt gives it."""
-    from minitf.cli import MAX_PROMPT_BYTES
+    from minitf.cli.common import MAX_PROMPT_BYTES
 
     prompt = tmp_path / "scene.txt"
     prompt.write_text("ROMEO:\nO gentle", encoding="utf-8")

@@ -16,10 +16,10 @@ import torch
 
 import minitf
 from minitf import MinitfError
-from minitf.checkpoint import WEIGHTS, save_weights, write_run_files
 from minitf.config import Config, ModelConfig, SampleConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
+from minitf.training.checkpoint import WEIGHTS, save_weights, write_run_files
 
 from .helpers import ROOT, make_play
 
@@ -98,7 +98,7 @@ def save_run(run_dir, tokenizer, seed: int = 1, **options):
 
 
 def export(run_dir, out, *args):
-    from minitf.commands.export_gguf import main
+    from minitf.cli.export_gguf import main
 
     main(["--run", str(run_dir), "--out", str(out), *args])
     return out
@@ -157,7 +157,7 @@ def test_llama_cpp_computes_the_minitf_model(llama_cpp, tokenizer, tmp_path, nam
     llama.cpp's CPU GELU does (a float16 table), and within 3e-3 (measured 1.3e-3) with minitf's own
     float32 GELU: the gap is that table, not the export.
     """
-    from minitf.formats import export_format
+    from minitf.export.architecture import export_format
 
     run = save_run(tmp_path / "run", tokenizer, **ARCHS[name])
     model, tok, cfg = minitf.load_run(run)
@@ -225,7 +225,7 @@ def test_f16_and_q8_0_files_load_and_agree(llama_cpp, tokenizer, tmp_path, name)
 
 def test_refusals(tokenizer, tmp_path):
     pytest.importorskip("gguf", reason=f"the gguf package is not installed ({INSTALL})")
-    from minitf.gguf_export import check_tokenizer
+    from minitf.export.gguf import check_tokenizer
 
     run = save_run(tmp_path / "run", tokenizer)
     with pytest.raises(MinitfError, match="does not exist"):
@@ -272,7 +272,7 @@ def test_script_prints_one_line_and_exits_2(tmp_path):
 
 def test_bench_rows_run(llama_cpp, monkeypatch):
     """bench.py --only generate's llama.cpp rows, at a tiny size (timings are printed, never asserted)."""
-    from minitf.benchmarks.llamacpp import llamacpp_decode
+    from bench.llamacpp import llamacpp_decode
 
     cfg = Config()
     cfg.model = ModelConfig(vocab_size=300, block_size=32, n_layer=1, n_head=2, n_embd=32)

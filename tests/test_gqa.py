@@ -6,7 +6,7 @@ import torch
 
 import minitf
 from minitf.attention import attention
-from minitf.cache import KVCache
+from minitf.kv_cache import KVCache
 
 
 def model(seed=0, **kw) -> minitf.Transformer:

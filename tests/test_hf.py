@@ -12,8 +12,8 @@ import torch
 
 import minitf
 from minitf.config import SampleConfig
+from minitf.export.hf import from_hf_gpt2, to_hf_gpt2
 from minitf.generate import generate_tokens
-from minitf.hf import from_hf_gpt2, to_hf_gpt2
 
 from .helpers import ROOT
 
@@ -130,7 +130,7 @@ def test_import_untied_head(tf):
     ],
 )
 def test_export_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
-    """to_hf_gpt2 accepts exactly what minitf.formats calls GPT-2, and refuses the rest in its words."""
+    """to_hf_gpt2 accepts exactly what minitf.export.architecture calls GPT-2, and refuses the rest in its words."""
     cfg = minitf.load_config(
         None,
         [

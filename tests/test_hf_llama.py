@@ -1,4 +1,4 @@
-"""Hugging Face export and import for every architecture minitf.formats names: GPT-2, GPT-NeoX,
+"""Hugging Face export and import for every architecture minitf.export.architecture names: GPT-2, GPT-NeoX,
 Llama (with and without biases, grouped KV heads) and Qwen3, checked against transformers itself:
 the same logits, the same 50 greedy tokens, the same token ids, pipeline("text-generation") with
 no extra argument, and export -> import -> export giving the same weights bit for bit.
@@ -12,8 +12,8 @@ from safetensors.torch import load_file
 
 import minitf
 from minitf.config import SampleConfig
+from minitf.export.hf import from_hf, load_pretrained, to_hf
 from minitf.generate import generate_tokens
-from minitf.hf import from_hf, load_pretrained, to_hf
 
 LLAMA = dict(positions="rope", norm="rmsnorm", ffn="swiglu")
 STRINGS = [
@@ -164,8 +164,8 @@ def test_export_computes_the_same_model_in_transformers(tf, tok, tmp_path, optio
 
 
 def test_export_command_says_which_architecture_and_refuses_in_one_line(tf, tok, tmp_path, capsys):
-    from minitf import checkpoint as ckpt
-    from minitf.commands.export import main
+    from minitf.cli.export import main
+    from minitf.training import checkpoint as ckpt
 
     for name, options in (("llama", {**LLAMA, "n_kv_head": 2}), ("odd", {**LLAMA, "ffn": "relu2", "logit_softcap": 9})):
         cfg = minitf.Config()

@@ -1,6 +1,6 @@
 """The package's structure: a module imports only from its own layer or a lower one (docs/design.md, Layers).
 
-A sub-package (minitf/explore/, minitf/commands/, minitf/benchmarks/) sits in one layer as a whole: its modules
+A sub-package (minitf/web/explore/, minitf/cli/, bench/) sits in one layer as a whole: its modules
 may import each other, and from minitf what its layer may."""
 
 import ast
@@ -10,23 +10,24 @@ import pytest
 from .helpers import ROOT
 
 PKG = ROOT / "minitf"
-# bottom to top; a module may import from its own layer or a lower one, never from a higher one
+# bottom to top; a module may import from its own layer or a lower one, never from a higher one.
+# A sub-package (corpus/, training/, export/, web/, cli/, system/) stands in one layer as a whole.
 LAYERS = [
-    {"errors", "config", "io", "runtime", "progress"},
-    {"tokenizer", "shakespeare", "corpus", "build", "data"},
-    {"positions", "attention", "lm_loss", "cache", "sampling"},
-    {"model", "formats"},
-    {"checkpoint", "optim", "budget", "metrics", "parallel"},
-    {"session", "trainer", "generate", "inspection", "evaluate", "hf", "gguf_export"},
-    {"plotting", "cli", "httpjson", "httpcore", "explore", "serve"},
-    {"commands", "benchmarks", "__main__"},  # the command line: minitf <command>, minitf bench's measurements
+    {"errors", "config", "system"},  # the two exceptions, typed configs; device, files, progress
+    {"tokenizer", "corpus", "data"},  # text -> ids -> token cache -> batches
+    {"positions", "attention", "lm_loss", "kv_cache", "sampling"},  # the parts of a model and of sampling
+    {"model"},  # Transformer = embeddings + positions + blocks + head
+    {"optim", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget
+    {"trainer", "evaluate", "generate", "inspection", "export"},  # what is done with a model and a run
+    {"web"},  # what is shown: the explorer, the OpenAI-compatible server, figures
+    {"cli", "__main__"},  # the command line: minitf <command>
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 
 def minitf_imports(path, package: tuple[str, ...] = ()) -> set[str]:
     """Names of the minitf modules and sub-packages a file imports (relative or absolute); package
-    is the file's sub-package under minitf (("explore",) for minitf/explore/api.py), () for minitf/x.py."""
+    is the file's sub-package under minitf (("explore",) for minitf/web/explore/api.py), () for minitf/x.py."""
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
@@ -46,7 +47,7 @@ def minitf_imports(path, package: tuple[str, ...] = ()) -> set[str]:
 
 
 def layer_name(path) -> str:
-    """minitf/model.py -> "model"; a sub-package's module, minitf/explore/api.py -> "explore"."""
+    """minitf/model.py -> "model"; a sub-package's module, minitf/web/explore/api.py -> "explore"."""
     return path.relative_to(PKG).parts[0].removesuffix(".py")
 
 
@@ -67,23 +68,23 @@ def test_imports_point_down(path):
 
 def test_the_checker_sees_an_upward_import(tmp_path):
     bad = tmp_path / "model.py"
-    bad.write_text("from .trainer import train\nimport minitf.plotting\nfrom . import checkpoint\n")
-    assert minitf_imports(bad) == {"trainer", "plotting", "checkpoint"}
+    bad.write_text("from .trainer import train\nimport minitf.web.figures\nfrom .training import checkpoint\n")
+    assert minitf_imports(bad) == {"trainer", "web", "training"}
 
 
 def test_the_checker_reads_a_sub_package(tmp_path):
     mod = tmp_path / "api.py"
     mod.write_text(
-        "from .server import x\nfrom . import static\nfrom ..trainer import train\nfrom minitf.cli import y\n"
+        "from .server import x\nfrom . import static\nfrom ...trainer import train\nfrom minitf.cli.common import y\n"
     )
-    assert minitf_imports(mod, ("explore",)) == {"explore", "trainer", "cli"}
-    assert layer_name(PKG / "explore" / "api.py") == "explore" and layer_name(PKG / "model.py") == "model"
+    assert minitf_imports(mod, ("web", "explore")) == {"web", "trainer", "cli"}
+    assert layer_name(PKG / "web" / "explore" / "api.py") == "web" and layer_name(PKG / "model.py") == "model"
 
 
 def test_the_checker_follows_relative_imports_up(tmp_path):
     cmd = tmp_path / "train.py"
-    cmd.write_text("from . import bench\nfrom ..trainer import train\nfrom .. import plotting\nimport minitf.cli\n")
-    assert minitf_imports(cmd, ("commands",)) == {"commands", "trainer", "plotting", "cli"}
+    cmd.write_text("from . import common\nfrom ..trainer import train\nfrom .. import web\nimport minitf.export.hf\n")
+    assert minitf_imports(cmd, ("cli",)) == {"cli", "trainer", "web", "export"}
     low = tmp_path / "config.py"
-    low.write_text("from .commands.train import main\n")
-    assert minitf_imports(low) == {"commands"}  # so config.py importing a command is caught
+    low.write_text("from .cli.train import main\n")
+    assert minitf_imports(low) == {"cli"}  # so config.py importing a command is caught

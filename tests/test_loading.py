@@ -17,8 +17,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 import minitf
-from minitf import checkpoint as ckpt
-from minitf.config import MinitfError
+from minitf.errors import MinitfError
+from minitf.training import checkpoint as ckpt
 
 from .helpers import ROOT, tiny_config, tiny_gpt2_config, tiny_train_args
 
@@ -83,7 +83,7 @@ def test_the_generate_script_says_it_in_one_line(nan_run):
 
 
 def test_evaluate_and_both_exports_refuse_before_writing(nan_run, tmp_path):
-    from minitf.commands import evaluate, export, export_gguf
+    from minitf.cli import evaluate, export, export_gguf
 
     with pytest.raises(MinitfError, match=_refusal(nan_run).replace("(", r"\(")):
         evaluate.main(["--run", str(nan_run), "--batch-size", "2"])
@@ -96,7 +96,7 @@ def test_evaluate_and_both_exports_refuse_before_writing(nan_run, tmp_path):
 
 
 def test_the_explorer_refuses_to_serve_it(nan_run):
-    from minitf.explore import Explorer
+    from minitf.web.explore import Explorer
 
     with pytest.raises(MinitfError, match=r"model.safetensors: tensor blocks.0.attn.c_attn.weight holds NaN"):
         Explorer(nan_run)
@@ -118,19 +118,19 @@ def test_resume_refuses_a_training_state_with_non_finite_weights(tmp_path, corpu
 
 
 def test_a_sharded_checkpoint_with_non_finite_weights_is_refused(tmp_path, corpus):
-    from minitf import parallel
     from minitf.optim import make_optimizer
+    from minitf.training import fsdp
 
     cfg = tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4")
     run = minitf.train(cfg, **QUIET)
     cfg = minitf.load_config(run / ckpt.CONFIG)
     model = minitf.Transformer(cfg.model)
     optimizer = make_optimizer(model, cfg.train, torch.device("cpu"))
-    state = parallel.load_sharded(run, model, optimizer, print, True)
+    state = fsdp.load_sharded(run, model, optimizer, print, True)
     with torch.no_grad():
         model.ln_f.weight[0] = float("nan")
     keep = {k: state[k] for k in ("scaler", "rng", "rank_rng", "elapsed", "best_val", "tokenizer", "data")}
-    parallel.save_sharded(run, model, optimizer, keep, 6, True)  # a checkpoint the trainer would never write
+    fsdp.save_sharded(run, model, optimizer, keep, 6, True)  # a checkpoint the trainer would never write
     with pytest.raises(
         MinitfError, match=r"sharded-00000006: tensor ln_f.weight holds NaN/inf values \(1 of 32\); .*cannot be resumed"
     ):

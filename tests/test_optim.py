@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 import minitf
 from minitf import optim
 from minitf.config import TrainConfig
-from minitf.metrics import METRICS, read_rows
 from minitf.trainer import forward_backward
+from minitf.training.metrics import METRICS, read_rows
 
 from .helpers import join_gloo, leave_gloo, tiny_config, train_with_snapshot
 

@@ -15,12 +15,15 @@ import pytest
 import torch
 
 import minitf
-from minitf import optim, plotting, progress, session, trainer
-from minitf.commands.train import _resume_dir
+from minitf import optim, trainer
+from minitf.cli.train import _resume_dir
 from minitf.config import TrainConfig
 from minitf.data import prepare_data
-from minitf.explore import api as explore_api
-from minitf.metrics import METRICS, STEPS, read_rows
+from minitf.system import progress
+from minitf.training import session
+from minitf.training.metrics import METRICS, STEPS, read_rows
+from minitf.web import figures as plotting
+from minitf.web.explore import api as explore_api
 
 from .helpers import make_play, tiny_config
 

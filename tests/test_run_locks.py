@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import minitf
-from minitf.config import MinitfError
+from minitf.errors import MinitfError
 
 from .helpers import tiny_config
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 import minitf
-from minitf.checkpoint import load_run
 from minitf.generate import generate_tokens, sample_settings
-from minitf.serve import Completions, CompletionServer, Limits
+from minitf.training.checkpoint import load_run
+from minitf.web.serve import Completions, CompletionServer, Limits
 
 from .helpers import ROOT, default_sigint
 
@@ -421,7 +421,7 @@ def test_bench_serve_smoke(tmp_path, tiny_run):
 def test_a_head_is_found_however_it_arrives():
     """A request that arrives a byte at a time is complete exactly at its last byte (bare LF
     line ends too), and a head past the bound is refused with 431."""
-    from minitf.httpcore import RequestError, _Incoming
+    from minitf.web.connections import RequestError, _Incoming
 
     for request in (
         b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",

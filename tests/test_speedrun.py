@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import minitf
-from minitf.commands import speedrun
+from minitf.cli import speedrun
 
 from .helpers import ROOT
 

@@ -12,7 +12,8 @@ import pytest
 import tokenizers
 import torch
 
-from minitf.config import ConfigError, DataConfig, MinitfError
+from minitf.config import DataConfig
+from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import EOT, MAX_PIECE_BYTES, Tokenizer
 
 WORDS = (

@@ -11,10 +11,11 @@ import torch
 from safetensors.torch import load_file
 
 import minitf
-import minitf.io
+import minitf.system.files
 from minitf import optim
-from minitf.config import MinitfError, TrainConfig
-from minitf.metrics import METRICS, read_rows
+from minitf.config import TrainConfig
+from minitf.errors import MinitfError
+from minitf.training.metrics import METRICS, read_rows
 
 from .helpers import ROOT, tiny_config, tiny_train_args, train_with_snapshot
 
@@ -120,7 +121,7 @@ def test_disk_full_keeps_previous_checkpoint(tmp_path, corpus, monkeypatch):
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
-    monkeypatch.setattr(minitf.io.os, "replace", full)
+    monkeypatch.setattr(minitf.system.files.os, "replace", full)
     with pytest.raises(MinitfError, match="No space left on device; the previous file there is intact"):
         minitf.train(tiny_config(run, corpus, "train.max_steps=8"), resume=True, log=lambda *a: None)
     assert (run / "model.safetensors").read_bytes() == before
@@ -209,7 +210,7 @@ def test_freed_big_blocks_are_reused_without_page_faults():
     # in a child process: the allocator setting is process-wide and would outlive this test
     code = """
 import resource, torch
-from minitf.runtime import keep_freed_memory
+from minitf.system.runtime import keep_freed_memory
 
 def faults_for_five_40mb_tensors():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -9,13 +9,13 @@ import torch
 import yaml
 
 import minitf
-from minitf.config import ConfigError, DataConfig, MinitfError, load_config, load_run_config
-from minitf.corpus import _text_files, cache_dir
+from minitf.config import DataConfig, load_config, load_run_config
+from minitf.corpus.sources import _text_files, cache_dir
 from minitf.data import prepare_data
-from minitf.errors import shown
+from minitf.errors import ConfigError, MinitfError, shown
 from minitf.evaluate import evaluate_text
 from minitf.model import model_floats, physical_memory
-from minitf.runtime import resolve_device
+from minitf.system.runtime import resolve_device
 
 from .helpers import ROOT, tiny_config, two_at_a_time
 

@@ -52,7 +52,7 @@ def test_the_wheel_holds_every_package_page_and_recipe(wheel):
     recipes = {f"minitf/configs/{p.name}" for p in (ROOT / "configs").glob("*.yaml")}
     assert recipes and recipes <= names
     entry_points = zipfile.ZipFile(wheel).read(f"{wheel.name.split('-py3')[0]}.dist-info/entry_points.txt").decode()
-    assert "minitf = minitf.commands:main" in entry_points
+    assert "minitf = minitf.cli:main" in entry_points
 
 
 @pytest.mark.slow

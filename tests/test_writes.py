@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 import minitf
-from minitf.checkpoint import lock_run_dir
-from minitf.commands import export, export_gguf
-from minitf.config import ConfigError, MinitfError, load_config
-from minitf.io import atomic_write
-from minitf.metrics import METRICS, Logger, append_row, read_rows
+from minitf.cli import export, export_gguf
+from minitf.config import load_config
+from minitf.errors import ConfigError, MinitfError
+from minitf.system.files import atomic_write
+from minitf.training.checkpoint import lock_run_dir
+from minitf.training.metrics import METRICS, Logger, append_row, read_rows
 
 from .helpers import tiny_config
 

@@ -1,0 +1,32 @@
+"""Draw (or print) a trained model's attention weights on a text: one head, or every head of a layer.
+
+minitf attention --text "The cat sat on the mat" --out attn.png          # all heads of layer 0
+minitf attention --run runs/shakespeare --text "Romeo. O" --layer -1 --head 2 --out attn.png
+minitf attention --text "The cat sat on the mat" --head 0 --print         # a table, no picture
+"""
+
+import argparse
+
+from minitf.cli.common import newest_run
+from minitf.inspection import format_weights, inspect
+from minitf.training.checkpoint import load_run
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="run directory (default: the newest under runs/)")
+    p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
+    p.add_argument("--text", required=True, help="the text to run through the model (at most block_size tokens)")
+    p.add_argument("--layer", type=int, default=0, help="layer to show, from 0; negative counts from the last")
+    p.add_argument("--head", type=int, help="head to show (default: a grid of every head of the layer)")
+    p.add_argument("--print", action="store_true", help="print the weights as a table (head 0 unless --head)")
+    p.add_argument("--out", help="PNG to write (default: attention.png, or none with --print)")
+    args = p.parse_args(argv)
+    model, tok, _ = load_run(args.run or newest_run(), best=args.best)
+    ins = inspect(model, tok, args.text)
+    if args.print:
+        print(format_weights(ins, args.layer, 0 if args.head is None else args.head))
+    if args.out or not args.print:
+        from minitf.web.figures import plot_attention
+
+        print(f"wrote {plot_attention(ins, args.out or 'attention.png', args.layer, args.head)}")

@@ -1,0 +1,40 @@
+"""Evaluate a trained run on any text: loss, perplexity and bits per byte, with the run's own tokenizer.
+
+    minitf evaluate --run runs/shakespeare                      # its own held-out split
+    minitf evaluate --run runs/shakespeare --data file:other.txt --best
+    minitf evaluate --run runs/novel --data hf:/data/parquet-shards --batch-size 32
+
+The text is tokenized once into the token cache (bounded memory, reused next time) and read back
+in batches, so a corpus bigger than memory is fine. Every token is predicted once, from the
+block_size tokens before it at most.
+"""
+
+import argparse
+import dataclasses
+
+from minitf.cli.common import device_option, newest_run
+from minitf.evaluate import check_batch_size, evaluate_text
+from minitf.training.checkpoint import load_run
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="run directory (default: the newest under runs/)")
+    p.add_argument("--best", action="store_true", help="evaluate best.safetensors (lowest val loss)")
+    p.add_argument("--data", help="shakespeare, file:PATH or hf:DATASET (default: the run's own data.source)")
+    p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
+    p.add_argument("--device", default="cpu", type=device_option, help="auto, cpu, cuda[:N] or mps (default: cpu)")
+    args = p.parse_args(argv)
+    check_batch_size(args.batch_size, "--batch-size")  # before loading anything, so the error is the only line
+    run = args.run or newest_run()
+    model, tok, cfg = load_run(run, best=args.best, device=args.device)
+    data = dataclasses.replace(cfg.data, source=args.data or cfg.data.source)
+    result = evaluate_text(model, tok, data, batch_size=args.batch_size)
+    print(f"{run} ({'best' if args.best else 'latest'} weights) on {data.source}:")
+    names = {"val": "val (held out)" if args.data is None else "val split", "train": "train split", "all": "all"}
+    for name in ("val", "train", "all"):
+        r = result[name]
+        print(
+            f"  {names[name]:15} {r['tokens']:>12,} tokens  loss {r['loss']:.4f}  perplexity {r['perplexity']:.2f}"
+            f"  {r['bits_per_byte']:.3f} bits per byte"
+        )

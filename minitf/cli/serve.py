@@ -1,0 +1,87 @@
+"""Serve a trained run over an OpenAI-compatible API (`minitf serve`, scripts/serve.py).
+
+    minitf serve                                 # the newest run under runs/, on 127.0.0.1:8000
+    minitf serve --run runs/shakespeare --best --port 8080
+    minitf serve --port 0                        # any free port; the address is printed
+    minitf serve --host 0.0.0.0                  # reachable from other machines (a warning says so)
+
+Then, with the `openai` package (pip install -e '.[serve]'):
+
+    from openai import OpenAI
+    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
+    r = client.completions.create(model="shakespeare", prompt="Romeo.\\n", max_tokens=50, seed=0)
+    print(r.choices[0].text)
+
+or curl:
+
+    curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
+        -d '{"model": "shakespeare", "prompt": "Romeo.\\n", "max_tokens": 50, "stream": true}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from minitf.cli.common import device_option, newest_run
+from minitf.errors import ConfigError
+from minitf.web.serve.completions import MAX_TOKENS, Completions
+from minitf.web.serve.server import CompletionServer, Limits
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--run", help="run directory (default: the newest under runs/); its name is the model's")
+    p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
+    p.add_argument("--device", default="cpu", type=device_option, help="cpu, cuda[:N] or mps (default: cpu)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("MINITF_API_KEY"),
+        help="answer only requests that carry this key (as OpenAI clients send theirs; default: "
+        "$MINITF_API_KEY, else none). On the command line, other users of this machine can read it",
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=MAX_TOKENS,
+        help=f"the largest max_tokens a request may ask (default: {MAX_TOKENS})",
+    )
+    p.add_argument(
+        "--parallel", type=int, default=4, help="completions generated at once; the others wait (default: 4)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=Limits.timeout,
+        help="seconds a client has to send its whole request, and to take each piece of the answer "
+        f"(default: {Limits.timeout:g})",
+    )
+    a = p.parse_args(argv)
+    # checked before loading the run, so the error is the only line
+    for name in ("max_tokens", "parallel"):
+        if getattr(a, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(a, name)}")
+    if not a.timeout > 0:
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {a.timeout}")
+    if not 0 <= a.port <= 65535:
+        raise ConfigError(f"--port {a.port} is out of range; use 1..65535, or 0 for any free port")
+    run = a.run or newest_run()
+    api = Completions(run, best=a.best, device=a.device, max_tokens=a.max_tokens, max_generations=a.parallel)
+    limits = Limits(workers=max(8, a.parallel + 4), timeout=a.timeout)
+    server = CompletionServer(api, a.host, a.port, limits, api_key=a.api_key)
+    if not server.loopback and not a.api_key:
+        print(
+            f"warning: serving on {a.host}: anyone who can reach this machine on port "
+            f"{server.server_address[1]} can use the model (--api-key asks for a key)",
+            file=sys.stderr,
+        )
+    print(f"minitf serving {run} as model {api.name!r} at {server.url}  (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()  # running completions end at their next token

@@ -1,0 +1,289 @@
+"""Write a minitf model as one GGUF file that llama.cpp (and Ollama, which reads the same files) runs.
+
+    python scripts/export_gguf.py --run runs/shakespeare --out shakespeare.gguf [--dtype f32|f16|q8_0]
+
+The architecture comes from minitf.export.architecture (gpt2, llama, qwen3 or gptneox); the file holds the
+hyperparameters llama.cpp reads for it, the weights under llama.cpp's tensor names, and the
+tokenizer (byte-level BPE: tokens, types, merges, <|endoftext|> as bos and eos), so nothing else
+has to travel with it. The writer is the `gguf` package (the `gguf` extra: pip install -e
+'.[gguf]'), published by the llama.cpp project; it is imported inside the functions only.
+
+Layout facts the file depends on (each checked by tests/test_gguf.py against llama.cpp itself):
+- GGUF stores a (rows, cols) array as ne = (cols, rows): nn.Linear's (out, in) weight and the
+  embedding's (vocab, n_embd) are written as they are.
+- llama.cpp's llama graph rotates consecutive pairs (2i, 2i+1) where minitf rotates (i, i + D/2),
+  so each head's q and k rows (and biases) are reordered to 0, D/2, 1, D/2+1, ...; q @ k^T is
+  unchanged because both sides move alike. Its qwen3 and gptneox graphs rotate halves, as minitf.
+- The padding rows minitf adds to the embedding (to a multiple of 64) are dropped: the file has
+  exactly the tokenizer's vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import MinitfError
+from ..model import Transformer
+from ..tokenizer import Tokenizer, check_vocab
+from .architecture import export_format, n_kv_head
+
+DTYPES = ("f32", "f16", "q8_0")
+# the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
+# performs: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+GPT2_PRE = "gpt-2"
+Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
+
+
+def _gguf():
+    try:
+        import gguf
+    except ImportError:
+        raise MinitfError("the gguf package is not installed; pip install -e '.[gguf]' (or pip install gguf)") from None
+    return gguf
+
+
+# ---------------------------------------------------------------------------------------------
+# the tokenizer
+
+
+def check_tokenizer(tokenizer: Tokenizer) -> None:
+    """Raise MinitfError unless llama.cpp's "gpt-2" BPE tokenizes exactly as `tokenizer` does:
+    no normaliser, GPT-2's byte-level regex split without a prefix space, plain BPE merges."""
+    spec = json.loads(tokenizer.to_json())
+    pre, model = spec.get("pre_tokenizer") or {}, spec.get("model") or {}
+    why = []
+    if spec.get("normalizer"):
+        why.append(f"a {spec['normalizer'].get('type')} normalizer")
+    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+        why.append(f"the pre-tokenizer {json.dumps(pre, sort_keys=True)}")
+    if model.get("type") != "BPE":
+        why.append(f"a {model.get('type')} model")
+    else:
+        for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
+            if model.get(key):
+                why.append(f"BPE {key}={model[key]!r}")
+        for key in ("byte_fallback", "ignore_merges"):
+            if model.get(key):
+                why.append(f"BPE {key}=true")
+    if why:
+        raise MinitfError(
+            f"this tokenizer has {', '.join(why)}; llama.cpp knows byte-level BPE pre-tokenizers by name and "
+            f"the only one minitf writes is GPT-2's ({GPT2_PRE!r}: ByteLevel, no prefix space, no normalizer), "
+            f"so this run cannot be exported to GGUF; train with minitf's own tokenizer"
+        )
+
+
+def _merges(tokenizer: Tokenizer) -> list[str]:
+    """BPE merges as "left right" strings, in rank order (tokenizers writes pairs or strings)."""
+    merges = json.loads(tokenizer.to_json())["model"]["merges"]
+    return [m if isinstance(m, str) else " ".join(m) for m in merges]
+
+
+def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
+    gguf = _gguf()
+    check_tokenizer(tokenizer)
+    added = tokenizer.backend.get_added_tokens_decoder()  # {id: AddedToken}
+    tokens, types = [], []
+    for i in range(tokenizer.vocab_size):
+        token = tokenizer.backend.id_to_token(i)
+        if token is None:
+            raise MinitfError(f"the tokenizer has no token with id {i}; its ids must run 0..{tokenizer.vocab_size - 1}")
+        tokens.append(token)
+        if i in added:  # special ones (<|endoftext|>) control generation, others are user-added text
+            types.append(gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED)
+        else:
+            types.append(gguf.TokenType.NORMAL)
+    writer.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
+    writer.add_tokenizer_pre(GPT2_PRE)
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(_merges(tokenizer))
+    writer.add_bos_token_id(tokenizer.eot_id)
+    writer.add_eos_token_id(tokenizer.eot_id)
+    writer.add_add_bos_token(False)  # minitf adds no special token around a prompt
+    writer.add_add_eos_token(False)
+
+
+# ---------------------------------------------------------------------------------------------
+# the weights
+
+
+def rope_pairs_to_interleaved(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Rows of a q or k projection (n_head * D, ...) or its bias (n_head * D,), reordered inside
+    each head from minitf's rotate-half pairing (i, i + D/2) to llama.cpp's consecutive pairs
+    (2i, 2i + 1): new row 2i + s is old row s * D/2 + i."""
+    rest = w.shape[1:]
+    d = w.shape[0] // n_head
+    return w.reshape(n_head, 2, d // 2, *rest).transpose(1, 2).reshape(w.shape)
+
+
+def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
+    """GGUF tensor name -> float32 tensor, in llama.cpp's layout for `fmt`."""
+    cfg = model.config
+    V, C, H, KV, D = cfg.vocab_size, cfg.n_embd, cfg.n_head, n_kv_head(cfg), cfg.head_dim
+    sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    out = {"token_embd.weight": sd["wte.weight"][:V]}  # without the padding rows
+    if fmt == "gpt2":
+        # learned: the trained table; sinusoidal: the fixed one minitf adds, which is the same thing
+        out["position_embd.weight"] = sd["wpe.wpe.weight"] if cfg.positions == "learned" else model.wpe.table.float()
+
+    def bias(prefix: str, size: int) -> torch.Tensor:  # GPT-2 and GPT-NeoX require biases: zeros add nothing
+        return sd.get(f"{prefix}.bias", torch.zeros(size))
+
+    for i in range(cfg.n_layer):
+        p, b = f"blocks.{i}.", f"blk.{i}."
+        qkv, qkv_b = sd[p + "attn.c_attn.weight"], sd.get(p + "attn.c_attn.bias")
+        if qkv.shape[0] != (H + 2 * KV) * D:
+            raise RuntimeError(f"attn.c_attn has {qkv.shape[0]} rows, expected (n_head + 2 n_kv_head) * head_dim")
+        out[b + "attn_norm.weight"] = sd[p + "ln_1.weight"]
+        out[b + "ffn_norm.weight"] = sd[p + "ln_2.weight"]
+        out[b + "attn_output.weight"] = sd[p + "attn.c_proj.weight"]
+        out[b + "ffn_down.weight"] = sd[p + "mlp.c_proj.weight"]
+        if fmt in ("gpt2", "gptneox"):
+            out[b + "attn_norm.bias"] = bias(p + "ln_1", C)
+            out[b + "attn_qkv.weight"] = qkv  # (3C, C): q, k, v rows in turn, as llama.cpp splits them
+            out[b + "attn_qkv.bias"] = bias(p + "attn.c_attn", 3 * C)
+            out[b + "attn_output.bias"] = bias(p + "attn.c_proj", C)
+            out[b + "ffn_norm.bias"] = bias(p + "ln_2", C)
+            out[b + "ffn_up.weight"] = sd[p + "mlp.c_fc.weight"]
+            out[b + "ffn_up.bias"] = bias(p + "mlp.c_fc", sd[p + "mlp.c_fc.weight"].shape[0])
+            out[b + "ffn_down.bias"] = bias(p + "mlp.c_proj", C)
+            continue
+        sizes = (H * D, KV * D, KV * D)
+        q, k, v = qkv.split(sizes)
+        if fmt == "llama":
+            q, k = rope_pairs_to_interleaved(q, H), rope_pairs_to_interleaved(k, KV)
+        out[b + "attn_q.weight"], out[b + "attn_k.weight"], out[b + "attn_v.weight"] = q, k, v
+        gate, up = sd[p + "mlp.c_fc.weight"].chunk(2)  # silu(x W_gate) * (x W_up), fused in minitf
+        out[b + "ffn_gate.weight"], out[b + "ffn_up.weight"] = gate, up
+        if qkv_b is not None:  # llama only: formats.py refuses biases for qwen3
+            qb, kb, vb = qkv_b.split(sizes)
+            out[b + "attn_q.bias"] = rope_pairs_to_interleaved(qb, H)
+            out[b + "attn_k.bias"] = rope_pairs_to_interleaved(kb, KV)
+            out[b + "attn_v.bias"] = vb
+            out[b + "attn_output.bias"] = sd[p + "attn.c_proj.bias"]
+            gate_b, up_b = sd[p + "mlp.c_fc.bias"].chunk(2)
+            out[b + "ffn_gate.bias"], out[b + "ffn_up.bias"] = gate_b, up_b
+            out[b + "ffn_down.bias"] = sd[p + "mlp.c_proj.bias"]
+        if fmt == "qwen3":  # minitf's q/k norm has no weight: Qwen3's, set to one, multiplies by 1
+            out[b + "attn_q_norm.weight"] = torch.ones(D)
+            out[b + "attn_k_norm.weight"] = torch.ones(D)
+    out["output_norm.weight"] = sd["ln_f.weight"]
+    if fmt in ("gpt2", "gptneox"):
+        out["output_norm.bias"] = bias("ln_f", C)
+    # tied: llama.cpp reuses token_embd as the output matrix, except in gptneox, which needs its own
+    if not cfg.tie_embeddings or fmt == "gptneox":
+        out["output.weight"] = sd["lm_head.weight"][:V]
+    return out
+
+
+def _encode(t: torch.Tensor, dtype: str):
+    """(array, raw GGML type or None) for one tensor: vectors stay float32 (as llama.cpp's own
+    converter keeps them), matrices become f16 or q8_0 (rows not a multiple of 32: f16)."""
+    gguf = _gguf()
+    a = t.contiguous().numpy().astype(np.float32)
+    if dtype == "f32" or a.ndim == 1:
+        return a, None
+    if dtype == "q8_0" and a.shape[-1] % Q8_BLOCK == 0:
+        q8 = gguf.GGMLQuantizationType.Q8_0
+        return gguf.quants.quantize(a, q8), q8
+    return a.astype(np.float16), None
+
+
+# ---------------------------------------------------------------------------------------------
+# the file
+
+
+def _norm_eps(model: Transformer) -> float:
+    return float(model.ln_f.eps)  # every norm is made by make_norm with the same eps
+
+
+def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32") -> str:
+    """Write `path` (a .gguf file) for llama.cpp; returns the architecture written (gpt2, llama, qwen3, gptneox)."""
+    cfg = model.config
+    fmt = export_format(cfg)  # refuses, naming every blocking setting, before anything is written
+    if dtype not in DTYPES:
+        raise MinitfError(f"--dtype must be one of {'|'.join(DTYPES)}, got {dtype!r}")
+    check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
+    check_tokenizer(tokenizer)
+    gguf = _gguf()
+    arch = {
+        "gpt2": gguf.MODEL_ARCH.GPT2,
+        "llama": gguf.MODEL_ARCH.LLAMA,
+        "qwen3": gguf.MODEL_ARCH.QWEN3,
+        "gptneox": gguf.MODEL_ARCH.GPTNEOX,
+    }[fmt]
+    tensors = _tensors(model, fmt)
+    known = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[arch]}
+    for name in tensors:  # checked against gguf's own table of what each architecture holds
+        parts = name.split(".")
+        base = f"blk.{{bid}}.{parts[2]}" if parts[0] == "blk" else parts[0]
+        if base not in known:
+            raise RuntimeError(f"{name} is not a tensor of gguf's {fmt} architecture")
+
+    writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
+    try:
+        writer.add_name("minitf")
+        writer.add_file_type(
+            {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16}.get(
+                dtype, gguf.LlamaFileType.MOSTLY_Q8_0
+            )
+        )
+        if dtype != "f32":
+            writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+        writer.add_vocab_size(cfg.vocab_size)
+        writer.add_context_length(cfg.block_size)
+        writer.add_embedding_length(cfg.n_embd)
+        writer.add_block_count(cfg.n_layer)
+        writer.add_head_count(cfg.n_head)
+        writer.add_head_count_kv(n_kv_head(cfg))
+        writer.add_feed_forward_length(tensors["blk.0.ffn_up.weight"].shape[0])
+        if fmt in ("gpt2", "gptneox"):
+            writer.add_layer_norm_eps(_norm_eps(model))
+        else:
+            writer.add_layer_norm_rms_eps(_norm_eps(model))
+        if fmt == "gptneox":
+            writer.add_parallel_residual(False)  # minitf's sublayers run one after the other
+        if cfg.positions == "rope":
+            writer.add_rope_freq_base(cfg.rope_base)
+            writer.add_rope_dimension_count(cfg.head_dim)
+            writer.add_key_length(cfg.head_dim)
+            writer.add_value_length(cfg.head_dim)
+        add_tokenizer(writer, tokenizer)
+        for name, t in tensors.items():
+            array, raw = _encode(t, dtype)
+            writer.add_tensor(name, array, raw_dtype=raw)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    return fmt
+
+
+def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = False) -> tuple[Path, str]:
+    """Export a run directory's model to the GGUF file `out`; (the path, the architecture)."""
+    from ..system.files import atomic_write
+    from ..training.checkpoint import RUN_FILES, is_run_dir, load_run
+
+    out = Path(out)
+    if out.is_dir():
+        raise MinitfError(f"--out {out} is a directory; name the file to write, e.g. {out / 'model.gguf'}")
+    if out.exists() and not force:
+        raise MinitfError(f"--out {out} already exists; pass --force to replace it, or choose another name")
+    if out.parent.exists() and not out.parent.is_dir():
+        raise MinitfError(f"--out {out}: {out.parent} is a file, not a directory")
+    if out.name in RUN_FILES and is_run_dir(out.parent):
+        raise MinitfError(f"--out {out} is a file of the run in {out.parent}; name a new file, e.g. model.gguf")
+    model, tokenizer, _ = load_run(run, best=best)
+    export_format(model.config)  # refuse before creating any directory
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fmt = {}
+    # a temporary name, then one rename: a failed or interrupted export never leaves half a file,
+    # and with --force the old file stays until the new one is complete
+    atomic_write(out, lambda tmp: fmt.setdefault("arch", write_gguf(model, tokenizer, tmp, dtype)))
+    return out, fmt["arch"]

@@ -1,0 +1,182 @@
+"""Files: writes that a kill or a full disk cannot leave half done, and strict YAML reading.
+
+Everything minitf writes (weights, training state, configs, token caches, pictures) goes through
+`atomic_write`: the bytes go to a temporary name in the same directory, then `os.replace` moves
+them over the target in one step, so a reader sees the old file or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from ..errors import ConfigError, MinitfError, first_line
+
+
+def atomic_write(path: str | Path, write) -> None:
+    """Call write(tmp_path), then move tmp_path over path. A failure leaves path untouched.
+
+    A failed write (disk full, read-only or forbidden directory) raises MinitfError naming the
+    path and the cause; the temporary file is removed whatever went wrong, Ctrl-C included. The
+    file gets the permissions the user's umask gives (some writers create theirs 0600).
+    The temporary file is created fresh (O_EXCL) under a unique name, so a link planted at a
+    predictable name cannot redirect the bytes; a target that is itself a link is refused.
+    """
+    path = Path(path)
+    refuse_symlink(path)
+    existed = path.is_file()
+    tmp = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())
+        os.replace(tmp, path)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        if not _is_write_failure(e):
+            raise
+        cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
+        raise MinitfError(
+            f"could not write {path}: {cause}; "
+            + ("the previous file there is intact" if existed else "nothing was written there")
+        ) from None
+
+
+def refuse_symlink(path: Path) -> None:
+    """A symbolic link where minitf writes a file of its own is refused: writing would land on
+    whatever the link points at (a directory that is itself a link, e.g. runs/x -> /scratch/x, is fine)."""
+    if os.path.islink(path):
+        raise MinitfError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); minitf does not write through links: "
+            f"remove it (or move the real file there)"
+        )
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
+    """os.open with O_NOFOLLOW: a symbolic link at path is refused in one line, never followed."""
+    try:
+        return os.open(path, flags | getattr(os, "O_NOFOLLOW", 0), mode)
+    except OSError:
+        if os.path.islink(path):
+            refuse_symlink(path)
+        raise
+
+
+def _is_write_failure(e: BaseException) -> bool:
+    """OSError, or what torch.save (RuntimeError from its stream writer) and safetensors
+    (SafetensorError) raise when the disk fails them."""
+    from safetensors import SafetensorError
+
+    return isinstance(e, (OSError, RuntimeError, SafetensorError))
+
+
+def current_umask() -> int:
+    """The process's umask, which new files and folders honour (atomic_write, fsdp's folders)."""
+    try:  # Linux tells it without changing it
+        with open("/proc/self/status") as f:
+            return int(next(line.split()[1] for line in f if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+# the largest config file read: every recipe is under 2 KB, a run's config.yaml about 3 KB
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_DEPTH = 20  # a config nests two levels (section: key: value)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error, not 'the last wins';
+    an alias (*name) is refused before anything is built, so a file of nested aliases (a
+    "billion laughs") never expands; and values nested too deep to build, or an integer too long
+    to convert, are named in one line, not a traceback."""
+
+    depth = 0  # of the node being composed: PyYAML recurses once per level (RecursionError at ~300)
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise ConfigError(
+                f"line {event.start_mark.line + 1} repeats a value with the alias *{event.anchor[:40]}; "
+                f"config files take no aliases: write the value out"
+            )
+        if self.depth >= MAX_CONFIG_DEPTH:
+            raise ConfigError(
+                f"line {event.start_mark.line + 1} nests lists or mappings more than {MAX_CONFIG_DEPTH} deep; "
+                f"a config holds sections of plain settings"
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_yaml_int(self, node):
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+            raise ConfigError(
+                f"line {node.start_mark.line + 1} holds a number of {len(node.value):,} digits, too long to be "
+                f"any setting"
+            ) from None
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(
+                    f"the key {key!r} appears twice in one section (line {key_node.start_mark.line + 1}); keep one"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
+
+
+def read_yaml(path: Path) -> dict:
+    """A YAML config file as a dict of sections, or a ConfigError naming the file and the problem.
+    At most MAX_CONFIG_BYTES are read: a huge file, or an endless one (a device, a pipe), is refused."""
+    path = Path(path)
+    if path.is_dir():
+        inside = " (e.g. its config.yaml)" if (path / "config.yaml").is_file() else ""
+        raise ConfigError(f"config {str(path)!r} is a directory; pass a YAML file{inside}")
+    if not path.exists():
+        raise ConfigError(
+            f"config file {str(path)!r} not found; pass an existing YAML file, e.g. configs/shakespeare.yaml"
+        )
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(f"could not read config file {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{path} is larger than {MAX_CONFIG_BYTES:,} bytes, far more than any config (a few KB); "
+            f"is it the right file?"
+        )
+    try:
+        d = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader) or {}
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}); is it a config file?") from None
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {first_line(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path} is nested too deeply for a config (sections of keys and values)") from None
+    if not isinstance(d, dict):
+        raise ConfigError(
+            f"{path} must hold a mapping of sections (run:, data:, model:, ...), got a {type(d).__name__}"
+        )
+    return d

@@ -1,0 +1,78 @@
+"""The default model's depth for a short time budget, chosen by a few timed steps.
+
+At equal wall time a smaller model takes more steps, and on two CPU cores a budget of a minute or
+two buys only a few hundred steps of the default model (3 layers x 128). There 2 layers at 1.5x
+the peak learning rates end lower: ~0.04 bits per byte at 100 s in float32, while at ~1,750 steps
+3 layers end 0.009 lower (docs/performance.md, "A depth for the budget"). So before a new run of
+the default model under a time budget, a few steps of it are timed on this machine; if the budget
+buys fewer than SHORT_STEPS of them, the run trains SHORT_LAYERS layers at LR_SCALE times its
+learning rates (peaks and floor) instead. The choice is written into the run's config.yaml, so a
+resume, an export or generate sees the model that was trained; train.fit_budget=false keeps 3.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from ..config import Config, ModelConfig
+
+SHORT_STEPS = 1300  # below this many steps of the default model, the budget is short
+SHORT_LAYERS = 2
+LR_SCALE = 1.5
+WARMUP_STEPS = 2  # untimed: the first steps allocate buffers
+TIMED_STEPS = 5
+
+
+def applies(cfg: Config, resuming: bool, world: int) -> bool:
+    """A new single-process run of the default model (any vocabulary) under a time budget, with
+    train.fit_budget on: the one shape the rule was measured for. A resume keeps the depth it
+    has; under torchrun every rank would have to agree on one timing; a compiled step's first
+    steps time the compiler, not the step."""
+    tc = cfg.train
+    default = dataclasses.replace(ModelConfig(), vocab_size=cfg.model.vocab_size)
+    return (
+        tc.fit_budget
+        and tc.max_seconds is not None
+        and not resuming
+        and world == 1
+        and not tc.compile
+        and not cfg.run.init_from
+        and cfg.model == default
+    )
+
+
+def seconds_per_step(step, device: torch.device) -> float:
+    """Seconds per call of step(), the trainer's own step on a throwaway copy of the model, after
+    WARMUP_STEPS untimed calls; the global RNG is left as it was."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        for _ in range(WARMUP_STEPS):
+            step()
+        t0 = time.perf_counter()
+        for _ in range(TIMED_STEPS):
+            step()  # the trainer's step ends in a host sync: the time is the device's too
+        return (time.perf_counter() - t0) / TIMED_STEPS
+
+
+def fit(cfg: Config, step_seconds: float) -> str:
+    """Set cfg for the steps the budget buys at step_seconds per step of the default model; return
+    the start-up line that says what was chosen and why."""
+    tc = cfg.train
+    steps = min(tc.max_steps, round(tc.max_seconds / step_seconds))
+    why = f"train.max_seconds={tc.max_seconds:g} buys ~{steps:,} steps of {cfg.model.n_layer} layers here"
+    if steps >= SHORT_STEPS:
+        return f"budget: {why}: keeping {cfg.model.n_layer} layers"
+    cfg.model.n_layer = SHORT_LAYERS
+    tc.lr, tc.min_lr, tc.muon_lr = (_scaled(x) for x in (tc.lr, tc.min_lr, tc.muon_lr))
+    return (
+        f"budget: {why}, under {SHORT_STEPS:,}: training {SHORT_LAYERS} layers at {LR_SCALE:g}x the learning "
+        f"rates (lr {tc.lr:.3g}, muon_lr {tc.muon_lr:.3g}), which learn more in a short budget; "
+        f"train.fit_budget=false keeps {ModelConfig().n_layer}"
+    )
+
+
+def _scaled(rate: float) -> float:
+    """rate x LR_SCALE as config.yaml should show it: 6e-4, not 0.0006000000000000001."""
+    return float(f"{rate * LR_SCALE:.12g}")

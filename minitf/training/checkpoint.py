@@ -1,0 +1,413 @@
+"""The run directory: what training writes and what `load_run` reads back.
+
+    runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
+                state.pt  metrics.jsonl  steps.jsonl  loss.png  (tensorboard/)
+                (train.parallel=fsdp: sharded-<step>/, see parallel.py)
+
+Every file but metrics.jsonl and steps.jsonl (appended a line at a time) is written to a temporary name in the
+same directory and moved into place with os.replace. A checkpoint is committed by one rename:
+state.pt holds the weights beside the optimizer, RNG and counters, so weights and training state
+always belong to the same step; model.safetensors (what generate, inspect and export read) is
+written from the same weights right after, and resume repairs it if a kill came in between.
+A trainer holds an OS lock on the directory (.lock) while it runs. Nothing is ever unpickled:
+tensors come from safetensors, the training state from torch.load(weights_only=True).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_model, save_model
+
+from ..config import Config, load_config, load_run_config, read_config_file, save_config
+from ..errors import ConfigError, MinitfError, first_line
+from ..model import Transformer
+from ..system.files import atomic_write, open_nofollow, read_yaml, refuse_symlink
+from ..system.runtime import resolve_device
+from ..tokenizer import Tokenizer, check_vocab
+
+WEIGHTS, BEST, STATE, CONFIG, TOKENIZER = (
+    "model.safetensors",
+    "best.safetensors",
+    "state.pt",
+    "config.yaml",
+    "tokenizer.json",
+)
+
+
+def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
+    """Weights as safetensors, with the step and the hash of the tokenizer they were trained with."""
+    meta = {"step": str(step), **({"tokenizer": tokenizer_hash} if tokenizer_hash else {})}
+    # save_model drops the tied lm_head copy that safetensors cannot store twice
+    atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
+
+
+def weights_metadata(path: Path) -> dict:
+    """A weights file's metadata (step, tokenizer hash); {} if it is missing or unreadable."""
+    try:
+        with safe_open(str(path), "pt") as f:
+            return f.metadata() or {}
+    except (SafetensorError, OSError):
+        return {}
+
+
+def weights_step(path: Path) -> int | None:
+    """The training step a weights file was saved at, or None if it is missing or unreadable."""
+    step = weights_metadata(path).get("step")
+    return int(step) if step is not None and step.isdigit() else None
+
+
+def save_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
+    """Commit a checkpoint: state.pt (training state + the weights) in one rename, then
+    model.safetensors from the same weights for the readers. state["tokenizer"]: its hash."""
+    weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    write_state(run_dir, {**state, "model": weights}, step)
+    save_weights(model, run_dir / WEIGHTS, step, state.get("tokenizer"))
+
+
+def write_state(run_dir: Path, state: dict, step: int) -> None:
+    """The commit point: state.pt, written whole or not at all."""
+    atomic_write(run_dir / STATE, lambda tmp: torch.save({**state, "step": step}, tmp))
+
+
+def read_state(run_dir: Path, needs: str = "model") -> dict:
+    """state.pt as a dict (weights_only: nothing is unpickled); `needs` is a key it must hold."""
+    path = run_dir / STATE
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(state, dict) or not {"step", needs} <= state.keys():
+            raise KeyError(needs)
+    except FileNotFoundError:
+        raise MinitfError(f"{path} not found; start a new run without --resume") from None
+    except Exception as e:  # a truncated or foreign file: torch raises many kinds
+        raise MinitfError(
+            f"{path} is unreadable ({type(e).__name__}); the training state is damaged, start a new run.out_dir"
+        ) from None
+    return state
+
+
+def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = True) -> dict:
+    """The training state of the last committed checkpoint, its weights loaded into model.
+    repair: rewrite model.safetensors from state.pt if it is missing or of another step."""
+    path = run_dir / STATE
+    state = read_state(run_dir)
+    step, weights = state["step"], state["model"]
+    refuse_non_finite(weights.items(), path, DIVERGED_STATE)
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as e:
+        raise MinitfError(
+            f"{path} holds a model of another shape ({str(e).splitlines()[-1].strip()[:100]}); was config.yaml edited?"
+        ) from None
+    found = weights_step(run_dir / WEIGHTS)
+    if repair and found != step:
+        log(f"repairing {run_dir / WEIGHTS}: it holds step {found}, the committed checkpoint step {step}")
+        save_weights(model, run_dir / WEIGHTS, step, state.get("tokenizer"))
+    return state
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    """A weights file into model: refused in one line if it is missing, damaged, of another
+    config, or holds a NaN or infinite value (which would make every token's logits NaN)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MinitfError(f"{path} not found; is this a run directory written by minitf training?")
+    try:
+        missing, unexpected = load_model(model, str(path), strict=False)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
+        raise MinitfError(f"{path} is truncated or corrupted ({first_line(e, 120)})") from None
+    if missing or unexpected:
+        raise MinitfError(
+            f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
+            f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?"
+        )
+    with safe_open(str(path), "pt") as f:  # the file's own names (it stores a tied head once, as lm_head.weight)
+        names = list(f.keys())
+    weights = model.state_dict()
+    other = path.with_name(BEST if path.name == WEIGHTS else WEIGHTS)
+    way_out = (
+        f"use {other.name} ({'--best' if other.name == BEST else 'without --best'}) or " if other.is_file() else ""
+    )
+    refuse_non_finite(((name, weights[name]) for name in names), path, f"{way_out}train again with a lower train.lr")
+
+
+DIVERGED_STATE = "it cannot be resumed; start a new run.out_dir with a lower train.lr"
+
+
+def refuse_non_finite(tensors, where, fix: str) -> None:
+    """Weights holding NaN or infinity compute NaN for every token: refused in one line naming the
+    file and the first such tensor. tensors: (name, tensor) pairs; fix: what the user can do."""
+    for name, t in tensors:
+        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise MinitfError(
+                f"{where}: tensor {name} holds NaN/inf values ({bad} of {t.numel()}); the weights are unusable "
+                f"(training diverged, or the file was damaged): {fix}"
+            )
+
+
+def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):
+    """(model, tokenizer, config) from a run directory; the model is in eval mode on `device`."""
+    if not isinstance(path, (str, Path)):
+        raise MinitfError(f"load_run takes the path of a run directory, got {type(path).__name__}")
+    run_dir = Path(path)
+    if not run_dir.is_dir():
+        raise MinitfError(
+            f"run directory {str(run_dir)!r} does not exist; train one first (minitf train) or pass --run DIR"
+        )
+    for name in (CONFIG, TOKENIZER, BEST if best else WEIGHTS):
+        if not (run_dir / name).is_file():
+            raise MinitfError(f"{run_dir} has no {name}; it is not a complete minitf run directory")
+    cfg = load_run_config(run_dir / CONFIG)
+    tok = Tokenizer.load(run_dir / TOKENIZER)
+    check_vocab(tok, cfg.model.vocab_size, "the tokenizer does not belong to this run", what=str(run_dir / TOKENIZER))
+    weights = run_dir / (BEST if best else WEIGHTS)
+    trained_with = weights_metadata(weights).get("tokenizer")
+    if trained_with and trained_with != tok.hash:
+        raise MinitfError(
+            f"{run_dir / TOKENIZER} is not the tokenizer this model was trained with (its hash "
+            f"differs from the one recorded in {weights.name}); restore the run's own tokenizer.json"
+        )
+    model = Transformer(cfg.model).to(_device(device))
+    load_weights(model, weights)
+    return model.eval(), tok, cfg
+
+
+def _device(device: str | torch.device) -> torch.device:
+    if isinstance(device, str) and ":" not in device:
+        return resolve_device(device)  # names it, if it is unknown or not there
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise MinitfError(f"device {device!r} is not a torch device; use auto, cpu, cuda or mps") from None
+
+
+def write_config(run_dir: Path, cfg: Config) -> None:
+    atomic_write(run_dir / CONFIG, lambda tmp: save_config(cfg, tmp))
+
+
+def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
+    write_config(run_dir, cfg)
+    atomic_write(run_dir / TOKENIZER, lambda tmp: Path(tmp).write_text(tokenizer.to_json()))
+
+
+# what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs
+RESUMABLE = (
+    "train.max_steps",
+    "train.max_seconds",
+    "train.eval_every",
+    "train.eval_batches",
+    "train.ckpt_every",
+    "train.log_every",
+    "train.logger",
+    "train.typical_steps",
+    "train.fit_budget",
+    "train.compile",
+    "train.activation_checkpointing",
+    "train.max_bad_steps",
+    "run.device",
+    "run.out_dir",
+    "run.name",
+    "run.init_from",
+    "data.num_proc",
+    "sample.",
+)
+BUDGET = ("train.max_steps", "train.max_seconds")
+
+
+def changed_keys(old: Config, new: Config) -> dict[str, tuple]:
+    """{'section.key': (old, new)} for every key whose value differs (the model's vocab_size,
+    which comes from the tokenizer, aside)."""
+    a, b = old.to_dict(), new.to_dict()
+    return {
+        f"{sec}.{key}": (a[sec][key], b[sec][key])
+        for sec in a
+        for key in a[sec]
+        if a[sec][key] != b[sec][key] and f"{sec}.{key}" != "model.vocab_size"
+    }
+
+
+def resume_config(overrides=(), config_path=None, default_config=None) -> Config:
+    """The config a resume runs with: the run directory's own config.yaml, then the values of
+    config_path (only if one is given), then the dotted overrides. The run directory is the
+    run.out_dir that the overrides, config_path or default_config name."""
+    run_dir = Path(load_config(config_path or default_config, overrides).run.out_dir)
+    if not (run_dir / CONFIG).is_file():
+        what = "checkpoint" if not run_dir.is_dir() else CONFIG
+        raise MinitfError(
+            f"{run_dir} has no {what} to resume; drop --resume to start a new run, or name the run with run.out_dir=DIR"
+        )
+    base = read_yaml(run_dir / CONFIG)
+    for section, values in (read_config_file(config_path) if config_path else {}).items():
+        base.setdefault(section, {}).update(values or {})
+    return load_config(base, overrides)
+
+
+def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
+    """The run directory, and on resume the keys cfg changes from the run's own config.yaml
+    (only RESUMABLE ones may change)."""
+    run_dir = Path(cfg.run.out_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
+    for name in sorted(RUN_FILES):  # before any training time is spent: every write there would be refused
+        refuse_symlink(run_dir / name)
+    for path in sorted(run_dir.glob("sharded-*")):  # fsdp's checkpoint folders (parallel.py)
+        refuse_symlink(path)
+    if resume and not (run_dir / STATE).is_file():
+        if any((run_dir / n).is_file() for n in (WEIGHTS, BEST)):
+            raise MinitfError(
+                f"{run_dir} has weights but no training state ({STATE}): it stopped before its first "
+                f"checkpoint or was copied without it, so it cannot be resumed; start a new run.out_dir"
+            )
+        raise MinitfError(f"{run_dir} has no checkpoint to resume; drop --resume to start a new run")
+    if not resume:
+        held = [n for n in (STATE, WEIGHTS, BEST) if (run_dir / n).is_file()]
+        if held:
+            raise MinitfError(
+                f"{run_dir} already holds a run; pass --resume to continue it, or set run.out_dir to "
+                f"a new directory (it has {', '.join(held)})"
+            )
+        check_fresh_dir(run_dir, cfg)
+        return run_dir, {}
+    check_resume_tokenizer(run_dir)
+    changed = changed_keys(load_config(run_dir / CONFIG), cfg)
+    fixed = [k for k in changed if not k.startswith(RESUMABLE)]
+    if fixed:
+        raise ConfigError(
+            f"--resume cannot change {', '.join(fixed)} (the run was trained with "
+            f"{', '.join(f'{k}={changed[k][0]!r}' for k in fixed)}); resume with the run's own "
+            f"config or start a new run.out_dir. A resume may change only {', '.join(RESUMABLE)}*"
+        )
+    from ..data import check_corpus_unchanged
+
+    check_corpus_unchanged(cfg.data, run_dir / STATE)  # before any data is prepared for the new text
+    return run_dir, changed
+
+
+def check_resume_tokenizer(run_dir: Path) -> None:
+    """A resume needs the run's own tokenizer.json: the checkpoint's token ids mean nothing without it,
+    and another one (even of the same size) would go on training on other tokens. Checked before
+    any data is prepared; the weights' metadata holds the hash of the tokenizer they were trained with."""
+    path = run_dir / TOKENIZER
+    if not path.is_file():
+        raise MinitfError(
+            f"{run_dir} has a checkpoint but no {TOKENIZER}, which --resume needs (the model's token ids mean "
+            f"nothing without the tokenizer it was trained with); put the run's own {TOKENIZER} back from a copy "
+            f"of the run, or start a new run.out_dir"
+        )
+    trained_with = weights_metadata(run_dir / WEIGHTS).get("tokenizer")
+    if trained_with and trained_with != Tokenizer.load(path).hash:
+        raise MinitfError(
+            f"{path} is not the tokenizer this run was trained with (its hash differs from the one recorded "
+            f"in {WEIGHTS}); put the run's own {TOKENIZER} back, or start a new run.out_dir"
+        )
+
+
+# what a fresh run may find in its directory: what an earlier attempt at the same run left before
+# its first checkpoint (config.yaml, tokenizer.json, logs), the lock, and half-written temporary files
+OURS = {CONFIG, TOKENIZER, "metrics.jsonl", "steps.jsonl", "loss.png", "tensorboard", ".lock"}
+RUN_FILES = OURS | {STATE, WEIGHTS, BEST}
+STALE = ("metrics.jsonl", "steps.jsonl", "loss.png")  # rows of an attempt that never checkpointed
+
+
+def check_fresh_dir(run_dir: Path, cfg: Config) -> None:
+    """A fresh run writes only into an empty directory or one minitf created for this same run
+    (its config.yaml parses as a minitf config naming this run.out_dir, and every other entry is a
+    file minitf writes); anything else is the user's, and is refused rather than overwritten.
+    The logs of an earlier attempt that never reached a checkpoint are dropped, not mixed in."""
+    if not run_dir.is_dir():
+        return
+    entries = sorted(run_dir.iterdir())
+    foreign = [
+        f"{e.name} (a link)" if e.is_symlink() else e.name
+        for e in entries
+        if e.is_symlink() or not (e.name in OURS or re.fullmatch(r"\..*\.tmp|sharded-\d{8}", e.name))
+    ]
+    if not foreign and (run_dir / CONFIG).exists() and not _our_config(run_dir / CONFIG, cfg):
+        foreign = [f"{CONFIG} (not this run's)"]
+    if foreign:
+        raise MinitfError(
+            f"{run_dir} holds files minitf did not write ({', '.join(foreign[:4])}{', ...' * (len(foreign) > 4)}); "
+            f"a new run needs an empty directory or one minitf made for this run.out_dir: set run.out_dir to a "
+            f"new directory, or move those files away"
+        )
+    for name in STALE:
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def _our_config(path: Path, cfg: Config) -> bool:
+    """path is a config.yaml minitf wrote for this run: a minitf config whose run.out_dir is cfg's."""
+    try:
+        theirs = load_config(path).run.out_dir
+    except (MinitfError, OSError):
+        return False
+    mine = cfg.run.out_dir
+    return theirs == mine or Path(theirs).resolve() == Path(mine).resolve()
+
+
+def is_run_dir(path: Path) -> bool:
+    """path holds a minitf run (a config.yaml beside weights or a training state): exports never write there."""
+    path = Path(path)
+    return (path / CONFIG).is_file() and any((path / n).is_file() for n in (WEIGHTS, BEST, STATE))
+
+
+@contextlib.contextmanager
+def lock_run_dir(run_dir: Path, create: bool = True):
+    """Hold an exclusive OS lock on run_dir/.lock: a second trainer on the same directory is refused.
+    The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one.
+    A run that is refused or fails removes the .lock it created, and the directories it created
+    if they are still empty: a refused run leaves the directory as it found it.
+    create=False: a missing directory is not made (nor locked: there is nothing in it to protect)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; run unlocked
+        yield
+        return
+    if not create and not run_dir.is_dir():
+        yield
+        return
+    made = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # deepest first: what mkdir creates
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MinitfError(f"could not create {run_dir}: {e.strerror or e}") from None
+    lock = run_dir / ".lock"
+    new_lock, locked = not os.path.lexists(lock), False
+    try:
+        fd = open_nofollow(lock, os.O_RDWR | os.O_CREAT)  # a linked .lock is never truncated
+    except OSError as e:
+        raise MinitfError(f"could not create {lock}: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise MinitfError(
+                f"{run_dir} is in use by pid {pid}; wait for that training to end or choose another run.out_dir"
+            ) from None
+        locked = True
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    except BaseException:
+        # a run refused (or failed) leaves the directory as it found it: no .lock of ours among the
+        # user's files, and no directory it created if nothing else was written there
+        if locked and new_lock:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            for d in made:
+                try:
+                    d.rmdir()  # only if empty
+                except OSError:
+                    break
+        raise
+    finally:
+        os.close(fd)

@@ -1,0 +1,372 @@
+"""What the explorer's page asks of a run, as JSON-ready dicts: the run and its loss curve, a
+generation token by token, one token's attention step by step, and for one position the next-token
+distribution under the sampler's settings, the logit lens and the position signal. server.py
+carries them over HTTP; here each request is a plain call over the loaded run, its input checked
+and bounded first.
+
+Every input comes from a browser, so each is checked: a wrong type, a value out of range, a
+prompt too long or an unknown key raise BadRequest (a MinitfError) with one line the page shows.
+The numbers are the library's own: generation is `stream_tokens`, attention is `inspect`, the
+distribution is `sampler_distribution` (the rules `sample_next_token` draws by), the lens is
+`logit_lens`, positions are the model's own table or `rotary_angles`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from pathlib import Path
+
+import torch
+
+from ...config import TrainConfig
+from ...errors import MinitfError
+from ...generate import prompt_ids, sample_settings, stream_tokens
+from ...inspection import Inspection, inspect, logit_lens, token_label
+from ...optim import budget_steps
+from ...positions import rotary_angles
+from ...sampling import SETTINGS, sampler_distribution, window_start
+from ...system.runtime import eval_mode
+from ...training.checkpoint import BEST, WEIGHTS, load_run, weights_step
+from ...training.metrics import METRICS, read_rows
+
+MAX_PROMPT_CHARS = 4000
+MAX_NEW_TOKENS = 1000
+MAX_GENERATIONS = 4  # at once, all tabs together: each costs a KV cache and a share of the CPU
+DIGITS = 6  # decimals sent for every number: well below what a page can show, small JSON
+CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr")
+RULES = ("temperature", "top_k", "top_p", "repetition_penalty")  # the settings that shape one step's distribution
+MAX_SHOWN = 100  # tokens listed per distribution or lens layer at most
+MAX_TABLE = 65536  # position-table numbers sent beyond the window's own rows (a table of block_size x width)
+
+
+class BadRequest(MinitfError):
+    """Input from the page that cannot be used (HTTP 400); the page shows the message."""
+
+
+class Busy(MinitfError):
+    """Too many generations at once (HTTP 503)."""
+
+
+class Explorer:
+    """One loaded run and what the page asks of it.
+
+    The model is only read. Each generation makes its own KV cache and random generator inside
+    stream_tokens, and inspect runs without a cache, so requests from several tabs can run at the
+    same time without touching each other's state; `slots` bounds how many generate at once.
+    """
+
+    def __init__(self, run_dir: str | Path, best: bool = False, device: str = "cpu"):
+        self.run_dir, self.best = Path(run_dir), best
+        self.model, self.tok, self.cfg = load_run(run_dir, best=best, device=device)
+        self.checkpoint = self.run_dir / (BEST if best else WEIGHTS)
+        self.step = weights_step(self.checkpoint)  # read now: a trainer may write a newer one later
+        self.slots = threading.BoundedSemaphore(MAX_GENERATIONS)
+
+    def run_info(self) -> dict:
+        m = self.cfg.model
+        return {
+            "run": self.run_dir.name,
+            "checkpoint": self.checkpoint.name,
+            "step": self.step,
+            "params": self.model.num_params(),
+            "budget": budget_words(self.cfg.train),
+            "config": self.cfg.to_dict(),
+            "limits": {
+                "prompt_chars": MAX_PROMPT_CHARS,
+                "max_new_tokens": MAX_NEW_TOKENS,
+                "block_size": m.block_size,
+                "n_layer": m.n_layer,
+                "n_head": m.n_head,
+            },
+        }
+
+    def loss_curve(self) -> dict:
+        """The evaluations in metrics.jsonl: step, train and val loss, val bits per byte, lr."""
+        rows = read_rows(self.run_dir / METRICS)
+        points = [{k: r[k] for k in CURVE if isinstance(r.get(k), (int, float))} for r in rows]
+        return {"points": [p for p in points if "step" in p]}
+
+    @contextlib.contextmanager
+    def generation(self, body: dict):
+        """Check a generate request, take a slot, and give its events (see `_events`); the slot is
+        given back, and generation stops, when the `with` block ends (the page may have gone)."""
+        prompt, settings = self._generation_request(body)
+        if not self.slots.acquire(blocking=False):
+            raise Busy(f"{MAX_GENERATIONS} generations are running already; wait for one to finish")
+        events = self._events(prompt, settings)
+        try:
+            yield events
+        finally:
+            events.close()
+            self.slots.release()
+
+    def _generation_request(self, body: dict):
+        check_keys(body, {"prompt", *SETTINGS})
+        prompt = body.get("prompt", "")
+        if not isinstance(prompt, str):
+            raise BadRequest(f"prompt must be text, got {type(prompt).__name__}")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise BadRequest(f"the prompt is {len(prompt)} characters; at most {MAX_PROMPT_CHARS}, shorten it")
+        n, block = len(self.tok.encode(prompt)), self.cfg.model.block_size
+        if n > block:
+            raise BadRequest(f"the prompt is {n} tokens but this model reads at most block_size={block}; shorten it")
+        settings = self._settings(body)
+        if "max_new_tokens" in body and settings.max_new_tokens > MAX_NEW_TOKENS:  # the run's own may be more
+            raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
+        return prompt, settings
+
+    def _settings(self, body: dict):
+        """The run's sample settings with those the body gives (any of SETTINGS) in their place."""
+        given = {}
+        for name, (kind, nullable) in SETTINGS.items():  # null: top_k/top_p off, a random seed
+            if name in body:
+                bounds = (0, 2**63 - 1) if name == "seed" else ()  # the others' ranges are SampleConfig's to check
+                given[name] = None if nullable and body[name] is None else number(body, name, kind, *bounds)
+        return sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
+
+    def _events(self, prompt: str, settings):
+        """{"prompt": tokens}, then {"token": ...} per sampled token (text, label, probability, top-5), then
+        {"done": reason}: "eot" (the model ended the document) or "length" (max_new_tokens)."""
+        ids = prompt_ids(self.tok, prompt, self.cfg.model.block_size)  # where stream_tokens starts
+        yield {"prompt": [{"id": i, "text": self.tok.decode([i]), "label": self.label(i)} for i in ids]}
+        reason = "length"
+        for t in stream_tokens(self.model, self.tok, prompt, settings):
+            yield {
+                "token": {
+                    "id": t.id,
+                    "text": t.text,
+                    "label": self.label(t.id),
+                    "prob": round(t.prob, DIGITS),
+                    "top": [[token_label(s), round(p, DIGITS)] for s, p in t.top],
+                }
+            }
+            reason = "eot" if t.id == self.tok.eot_id else reason
+        yield {"done": reason}
+
+    def label(self, token: int) -> str:
+        return token_label(self.tok.decode([token]))
+
+    def attention(self, body: dict) -> dict:
+        """One query token's attention in every layer and head, and one head's steps.
+
+        body: ids (the prompt's and the sampled tokens), query (an index into ids), layer, head.
+        Past block_size the model saw a window, so the block_size tokens ending at the query are
+        inspected (or the first block_size, when they hold it); "offset" says where they start.
+        """
+        check_keys(body, {"ids", "query", "layer", "head"})
+        block, m = self.cfg.model.block_size, self.cfg.model
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not 0 < len(ids) <= block + MAX_NEW_TOKENS:
+            raise BadRequest(f"ids must be a list of 1 to {block + MAX_NEW_TOKENS} token ids")
+        query = number(body, "query", int, 0, len(ids) - 1)
+        layer = number(body, "layer", int, 0, m.n_layer - 1, default=0)
+        head = number(body, "head", int, 0, m.n_head - 1, default=0)
+        start = max(0, query + 1 - block)
+        ins = inspect(self.model, self.tok, ids[start : start + block])  # bad ids: a MinitfError
+        return {"offset": start, **attention_view(ins, query - start, layer, head)}
+
+    def _position(self, body: dict, known: set[str]) -> tuple[list[int], int, int]:
+        """(ids, position, start) of a request about what the model predicts after ids[position]:
+        it read ids[start : position + 1], the window generation gives it (window_start)."""
+        check_keys(body, {"ids", "position", *known})
+        ids = body.get("ids")
+        if not isinstance(ids, list) or not 0 < len(ids) <= self.cfg.model.block_size + MAX_NEW_TOKENS:
+            raise BadRequest(f"ids must be a list of 1 to {self.cfg.model.block_size + MAX_NEW_TOKENS} token ids")
+        position = number(body, "position", int, 0, len(ids) - 1)
+        bad = [i for i in ids if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < self.tok.vocab_size)]
+        if bad:
+            raise BadRequest(f"token id {bad[0]!r} is not in the vocabulary (0..{self.tok.vocab_size - 1})")
+        return ids, position, window_start(position + 1, self.cfg.model.block_size)
+
+    def _next(self, ids: list[int], position: int) -> dict | None:
+        """The token that follows the position on the page, if one does."""
+        return None if position + 1 >= len(ids) else self.token(ids[position + 1])
+
+    def token(self, i: int) -> dict:
+        return {"id": i, "label": self.label(i)}
+
+    @torch.no_grad()
+    def distribution(self, body: dict) -> dict:
+        """The next token after ids[position] as the sampler sees it, for the settings in body
+        (temperature, top_k, top_p, repetition_penalty; the run's for those not given).
+
+        For the `top` likeliest tokens (and the one that follows on the page): the logit, the
+        model's probability, the probability after temperature, and the probability the sampler
+        draws it with after top_k and top_p (0: cut). With the tokens before it as the history
+        the repetition penalty counts, as in generation. Entropies in bits say how the settings
+        sharpen or flatten the distribution.
+        """
+        ids, position, start = self._position(body, {*RULES, "top"})
+        top = number(body, "top", int, 1, MAX_SHOWN, default=20)
+        settings = self._settings({k: body[k] for k in RULES if k in body})
+        w = self.model.wte.weight
+        with eval_mode(self.model):
+            logits = self.model(torch.tensor([ids[start : position + 1]], device=w.device))[0][:, -1]  # (1, V)
+        history = torch.tensor([ids[: position + 1]], device=w.device)  # (1, n): what the sampler saw
+        d = sampler_distribution(logits, settings, history)
+        logits, model, tempered, probs = (t[0].float().cpu() for t in (logits, d.model, d.tempered, d.probs))
+        kept = d.kept[0].cpu()  # (V,) bool
+        shown = model.topk(min(top, model.numel())).indices.tolist()
+        nxt = self._next(ids, position)
+        if nxt is not None and nxt["id"] not in shown:
+            shown.append(nxt["id"])
+        rank = (model > model[shown].unsqueeze(1)).sum(dim=1) + 1  # 1: the likeliest
+        return {
+            "offset": start,
+            "position": position,
+            "token": self.token(ids[position]),
+            "next": nxt,
+            "settings": {k: getattr(settings, k) for k in RULES},
+            "vocab": model.numel(),
+            "kept": int(kept.sum()),
+            "kept_mass": round(float(model[kept].sum()), DIGITS),
+            "entropy": {
+                k: round(entropy_bits(p), DIGITS)
+                for k, p in (("model", model), ("tempered", tempered), ("sampled", probs))
+            },
+            "tokens": [
+                {
+                    **self.token(i),
+                    "rank": int(r),
+                    "logit": round(float(logits[i]), DIGITS),
+                    "model": round(float(model[i]), DIGITS),
+                    "tempered": round(float(tempered[i]), DIGITS),
+                    "prob": round(float(probs[i]), DIGITS),
+                    "kept": bool(kept[i]),
+                }
+                for i, r in zip(shown, rank.tolist())
+            ],
+        }
+
+    def lens(self, body: dict) -> dict:
+        """The logit lens at ids[position]: what the residual stream would predict for the next
+        token at the embeddings and after every block (final norm and LM head applied,
+        `logit_lens`); the last row is the model's real prediction. Per row, the `top` likeliest
+        tokens (softmax at temperature 1) and the rank and probability of the token that follows."""
+        ids, position, start = self._position(body, {"top"})
+        top = number(body, "top", int, 1, MAX_SHOWN, default=5)
+        ins = inspect(self.model, self.tok, ids[start : position + 1])
+        probs = logit_lens(self.model, ins)[:, -1].softmax(dim=-1)  # (L + 1, V): the position's row
+        nxt = self._next(ids, position)
+        rows = []
+        for layer, p in enumerate(probs):
+            best = p.topk(min(top, p.numel()))
+            row = {
+                "name": "embeddings" if layer == 0 else f"block {layer - 1}",
+                "top": [
+                    {**self.token(i), "prob": round(float(q), DIGITS)}
+                    for q, i in zip(best.values, best.indices.tolist())
+                ],
+            }
+            if nxt is not None:
+                row["next"] = {"prob": round(float(p[nxt["id"]]), DIGITS), "rank": int((p > p[nxt["id"]]).sum()) + 1}
+            rows.append(row)
+        return {"offset": start, "position": position, "token": self.token(ids[position]), "next": nxt, "layers": rows}
+
+    @torch.no_grad()
+    def positions(self, body: dict) -> dict:
+        """The position signal of the model at ids[position], whose position in its window is
+        position - offset. Learned or sinusoidal: the vectors the model adds to the token
+        embeddings ("table", a row per position: the window's, and more up to block_size while
+        the table stays small), with the norms of the position's vector and its token's embedding.
+        Rotary: nothing is added; "angles" holds the rotation of each pair of query/key dimensions
+        per position, in radians (position x base^(-2i/head_dim))."""
+        ids, position, start = self._position(body, set())
+        m, n = self.cfg.model, position + 1 - start
+        view = {
+            "kind": m.positions,
+            "offset": start,
+            "position": position - start,  # where the token sits in the window the model read
+            "token": self.token(ids[position]),
+            "n": n,
+            "tokens": [self.label(i) for i in ids[start : position + 1]],
+        }
+        if m.positions == "rope":
+            width = m.head_dim // 2
+            rows = max(n, min(m.block_size, MAX_TABLE // width))
+            return {
+                **view,
+                "base": m.rope_base,
+                "head_dim": m.head_dim,
+                "angles": numbers(rotary_angles(rows, m.head_dim, m.rope_base)),
+            }
+        rows = max(n, min(m.block_size, MAX_TABLE // m.n_embd))
+        table = self.model.wpe(rows).float().cpu()  # (rows, C): the module's own forward, what it adds
+        token = self.model.wte.weight[ids[position]].float().cpu()  # (C,)
+        norms = {"position": float(table[position - start].norm()), "token": float(token.norm())}
+        return {**view, "table": numbers(table), "norms": {k: round(v, DIGITS) for k, v in norms.items()}}
+
+
+def budget_words(tc: TrainConfig) -> str:
+    """What ended or would end the training, for the page: a time budget (max_steps is then only a
+    cap, unless a typical machine reaches it first), or max_steps."""
+    if tc.max_seconds is None:
+        return f"{tc.max_steps} steps"
+    expected = budget_steps(tc)
+    cap = f" or {tc.max_steps} steps" if expected and tc.max_steps < expected else ""
+    return f"{tc.max_seconds:g} s{cap} budget"
+
+
+def attention_view(ins: Inspection, query: int, layer: int, head: int) -> dict:
+    """The page's view of an inspection: for the query token, its weights over the tokens up to it
+    in every layer x head ("grid"); the chosen head's T x T weights ("heatmap", null where the
+    causal mask hides a later key); and that head's steps for the query, from q and k to the
+    weighted sum of the values ("steps"; masked scores are null, as -inf has no JSON)."""
+    s = ins.layers[layer]
+    hidden = s.masked[head].isneginf()  # (T, T): the later keys
+    return {
+        "ids": ins.ids,
+        "tokens": [token_label(t) for t in ins.tokens],
+        "query": query,
+        "layer": layer,
+        "head": head,
+        "grid": [[numbers(steps.weights[h, query, : query + 1]) for h in range(ins.n_head)] for steps in ins.layers],
+        "heatmap": numbers(s.weights[head].masked_fill(hidden, -math.inf)),
+        "steps": {
+            "d": s.q.size(-1),
+            "q": numbers(s.q[head, query]),
+            "k": numbers(s.k[head]),
+            "scores": numbers(s.scores[head, query]),
+            "scaled": numbers(s.scaled[head, query]),
+            "masked": numbers(s.masked[head, query]),
+            "weights": numbers(s.weights[head, query]),
+            "v": numbers(s.v[head]),
+            "out": numbers(s.heads[head, query]),
+        },
+    }
+
+
+def entropy_bits(p: torch.Tensor) -> float:
+    """-sum p log2 p over the tokens with p > 0: 0 when one token has it all, log2 V when all are equal."""
+    p = p[p > 0]
+    return float(-(p * p.log2()).sum())
+
+
+def numbers(t: torch.Tensor):
+    """A tensor as (nested) lists of floats rounded to DIGITS places; -inf and nan as None."""
+
+    def rounded(x):
+        return [rounded(y) for y in x] if isinstance(x, list) else round(x, DIGITS) if math.isfinite(x) else None
+
+    return rounded(t.tolist())
+
+
+def check_keys(body: dict, known: set[str]) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise BadRequest(f"unknown field {unknown[0]!r}; expected some of {', '.join(sorted(known))}")
+
+
+def number(body: dict, name: str, kind: type, lo=None, hi=None, default=None):
+    """body[name] as an int or a float within [lo, hi] (bools, text and infinities refused)."""
+    x = body.get(name, default)
+    what = "a whole number" if kind is int else "a number"
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or (kind is int and x != int(x)):
+        raise BadRequest(f"{name} must be {what}, got {x!r}")
+    x = kind(x)
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise BadRequest(f"{name} is {x}; it must be {bounds}")
+    return x

@@ -1,0 +1,19 @@
+"""An OpenAI-compatible server for a trained run: `minitf serve`, then any OpenAI client.
+
+    from openai import OpenAI
+    client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="unused")
+    client.completions.create(model="shakespeare", prompt="Romeo.\\n", max_tokens=50, seed=0)
+
+Only completions: /v1/chat/completions answers as OpenAI's API answers for a completions-only model
+(404, "not a chat model"), because a minitf model learns plain text and no chat format; a
+conversation that it should continue goes into the prompt, in the corpus's own form.
+
+completions.py speaks the protocol over the loaded run (checking requests, sampling with minitf's
+own sampler, shaping responses and errors); server.py carries it over HTTP with a bounded number of
+threads; the command line is minitf/cli/serve.py.
+"""
+
+from .completions import APIError, Completions
+from .server import CompletionServer, Limits
+
+__all__ = ["APIError", "CompletionServer", "Completions", "Limits"]

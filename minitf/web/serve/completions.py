@@ -1,0 +1,393 @@
+"""The OpenAI completions protocol over one loaded run: a request body (a dict) in, a response or a
+stream of chunks (dicts) out. server.py carries them over HTTP; here everything is plain calls.
+
+Every field a request may send is checked (type and range) and an unknown field is refused, as
+OpenAI's API does; a problem raises APIError, which carries OpenAI's error shape and HTTP status.
+The text is minitf's own: the tokens come from `generate_tokens` (the sampler of
+`minitf.generate`, with the same settings and seed the same tokens), turned into text by the same
+assembler, so a completion equals `minitf.generate(...)` for the same prompt, settings and seed.
+
+Fields left out take the run's `sample.*` settings (config.yaml), as scripts/generate.py does:
+temperature, top_k, top_p, repetition_penalty, and max_tokens (sample.max_new_tokens). The seed
+is the exception: without one, each request draws a fresh random seed (the process-wide torch
+generator is never used), so two requests without a seed differ, as they do on OpenAI's API.
+
+What the fields mean here:
+- prompt: a string or a list of them (each completed n times; choice p*n+j is prompt p's j-th);
+  "" starts a new document (from <|endoftext|>). At most block_size tokens: a longer prompt is
+  refused (context_length_exceeded), since the model would not see its start. The completion
+  may be longer than block_size: the window slides as it does in minitf.generate.
+- max_tokens: 1 to the server's --max-tokens (default 1024). Extensions: top_k (0 or null: off)
+  and repetition_penalty, minitf's own.
+- logprobs: N (0..20): for every generated token, its logprob and the N likeliest of its step,
+  in the distribution it was drawn from (after repetition_penalty, temperature, top_k, top_p:
+  a token these drop has no entry; at temperature 0, the model's own softmax). <|endoftext|>
+  has no text and no entry.
+- usage.completion_tokens counts every token sampled, the <|endoftext|> or the token that
+  completed a stop string included; finish_reason is "stop" (either) or "length".
+- Refused with a clear 400: prompts as token ids, suffix, best_of > 1, frequency or presence
+  penalties, logit_bias, and echo together with logprobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from ...config import SampleConfig
+from ...errors import MinitfError
+from ...generate import _TextAssembler, generate_tokens, prompt_ids, sample_settings, token_probs
+from ...training.checkpoint import BEST, WEIGHTS, load_run
+
+MAX_CHOICES = 16  # prompts x n in one request: each is a row of the batch and a KV cache
+MAX_STOPS = 4  # as OpenAI's API
+MAX_LOGPROBS = 20
+MAX_TOKENS = 1024  # default bound on max_tokens; past block_size the window slides, as in minitf.generate
+SEED_RANGE = (0, 2**63 - 1)
+
+# OpenAI's completion fields that minitf has no counterpart for: accepted only at their neutral value
+NEUTRAL = {"frequency_penalty": (0, 0.0, None), "presence_penalty": (0, 0.0, None), "best_of": (1, None)}
+
+
+class APIError(MinitfError):
+    """A request that cannot be answered, in OpenAI's error shape: status is the HTTP status."""
+
+    def __init__(self, message: str, status: int = 400, type: str = "invalid_request_error", param=None, code=None):
+        super().__init__(message)
+        self.status, self.type, self.param, self.code = status, type, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": str(self), "type": self.type, "param": self.param, "code": self.code}}
+
+
+class Cancelled(Exception):
+    """The client went away: its completion stopped."""
+
+
+def bad(param: str, message: str, code: str | None = None) -> APIError:
+    return APIError(message, 400, param=param, code=code)
+
+
+@dataclasses.dataclass
+class Request:
+    """A checked completion request."""
+
+    prompts: list[str]
+    settings: SampleConfig  # max_new_tokens = max_tokens, and the seed every prompt starts from
+    n: int
+    stop: list[str]
+    stream: bool
+    logprobs: int | None  # how many top tokens per generated token; None = no logprobs
+    echo: bool
+    include_usage: bool  # stream_options.include_usage: a last chunk with the token counts
+
+
+class Completions:
+    """One loaded run and the completions asked of it.
+
+    The model is only read: each completion makes its own KV cache and random generator inside
+    generate_tokens, so several may run at once in different threads. `slots` bounds how many: a
+    completion waits up to `wait` seconds for one, then is refused as busy (503).
+    on_token(completion_id, steps), when given, is called after every sampled step (tests use it
+    to hold a generation at a known point); on_finish(summary) when a completion ends, however it
+    ends (summary: id, completion tokens sampled, reason: "done" or "cancelled").
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        best: bool = False,
+        device: str = "cpu",
+        max_tokens: int = MAX_TOKENS,
+        max_generations: int = 4,
+        wait: float = 60.0,
+        on_token: Callable[[str, int], None] | None = None,
+        on_finish: Callable[[dict], None] | None = None,
+    ):
+        self.run_dir = Path(run_dir)
+        self.model, self.tok, self.cfg = load_run(run_dir, best=best, device=device)
+        self.name = self.run_dir.resolve().name
+        self.created = int((self.run_dir / (BEST if best else WEIGHTS)).stat().st_mtime)
+        self.max_tokens, self.block = max_tokens, self.cfg.model.block_size
+        self.slots, self.wait = threading.BoundedSemaphore(max_generations), wait
+        self.on_token, self.on_finish = on_token, on_finish
+
+    # ---- /v1/models
+
+    def model_card(self) -> dict:
+        return {"id": self.name, "object": "model", "created": self.created, "owned_by": "minitf"}
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [self.model_card()]}
+
+    def check_model(self, name) -> None:
+        if name != self.name:
+            raise APIError(
+                f"The model {name!r} does not exist; this server has {self.name!r} (GET /v1/models lists it)",
+                404,
+                param="model",
+                code="model_not_found",
+            )
+
+    # ---- /v1/completions: checking a request
+
+    def parse(self, body: dict) -> Request:
+        known = {
+            "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "n", "stop",
+            "seed", "stream", "stream_options", "logprobs", "echo", "user", "suffix", "logit_bias", *NEUTRAL,
+        }  # fmt: skip
+        unknown = sorted(set(body) - known)
+        if unknown:
+            raise bad(unknown[0], f"Unrecognized request argument supplied: {unknown[0]}")
+        if "model" not in body:
+            raise bad("model", "you must provide a model parameter")
+        self.check_model(body["model"])
+        for name, neutral in NEUTRAL.items():
+            if body.get(name) not in neutral:
+                raise bad(name, f"{name} is not supported by minitf; leave it out")
+        if body.get("suffix") not in (None, ""):
+            raise bad("suffix", "suffix (insertion) is not supported by minitf; leave it out")
+        if body.get("logit_bias") not in (None, {}):
+            raise bad("logit_bias", "logit_bias is not supported by minitf; leave it out")
+        if not isinstance(body.get("user", ""), str):
+            raise bad("user", "user must be a string")
+
+        prompts = self._prompts(body.get("prompt", ""))
+        n = integer(body, "n", 1, MAX_CHOICES, default=1)
+        if n * len(prompts) > MAX_CHOICES:
+            raise bad("n", f"{len(prompts)} prompts x n={n} is {n * len(prompts)} completions; at most {MAX_CHOICES}")
+        run = self.cfg.sample
+        given = {"max_new_tokens": integer(body, "max_tokens", 1, self.max_tokens, default=None)}
+        if given["max_new_tokens"] is None:
+            given["max_new_tokens"] = min(run.max_new_tokens, self.max_tokens)
+        given["temperature"] = number(body, "temperature", 0, 2, default=run.temperature)
+        given["top_p"] = number(body, "top_p", 0, 1, default=run.top_p, low_open=True)
+        given["top_k"] = integer(body, "top_k", 0, None, default=run.top_k)
+        given["repetition_penalty"] = number(body, "repetition_penalty", 0, None, run.repetition_penalty, low_open=True)
+        seed = integer(body, "seed", *SEED_RANGE, default=None)
+        given["seed"] = secrets.randbelow(SEED_RANGE[1]) if seed is None else seed
+        settings = sample_settings(run, **given)
+
+        stop = body.get("stop")
+        stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise bad("stop", "stop must be a string or a list of strings")
+        if len(stop) > MAX_STOPS:
+            raise bad("stop", f"stop has {len(stop)} strings; at most {MAX_STOPS}")
+        stream, echo = flag(body, "stream"), flag(body, "echo")
+        logprobs = integer(body, "logprobs", 0, MAX_LOGPROBS, default=None)
+        if echo and logprobs is not None:
+            raise bad("echo", "echo with logprobs (the prompt's own logprobs) is not supported; send one of them")
+        options = body.get("stream_options")
+        if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}):
+            raise bad("stream_options", 'stream_options is {"include_usage": true/false}, with stream=true only')
+        include_usage = flag(options or {}, "include_usage")
+        return Request(prompts, settings, n, stop, stream, logprobs, echo, include_usage)
+
+    def _prompts(self, prompt) -> list[str]:
+        prompts = [prompt] if isinstance(prompt, str) else prompt
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
+            raise bad("prompt", "prompt must be a string or a non-empty list of strings (token ids are not supported)")
+        if len(prompts) > MAX_CHOICES:
+            raise bad("prompt", f"{len(prompts)} prompts in one request; at most {MAX_CHOICES}")
+        for p in prompts:
+            try:
+                p.encode("utf-8")
+            except UnicodeEncodeError:
+                raise bad("prompt", "the prompt is not valid UTF-8 text (a lone surrogate)") from None
+            if len(self.tok.encode(p)) > self.block:  # the body's size bound keeps this encoding short
+                raise bad(
+                    "prompt",
+                    f"This model's maximum context length is {self.block} tokens (block_size), and your prompt is "
+                    f"longer; shorten it (the completion may be longer: the window slides as it grows)",
+                    code="context_length_exceeded",
+                )
+        return prompts
+
+    # ---- /v1/completions: answering
+
+    def complete(self, req: Request, cancelled: Callable[[], bool] = lambda: False) -> dict:
+        """The whole response; cancelled() is asked after every token (a client that went away)."""
+        cid, created = new_id(), int(time.time())
+        choices = [{"text": "", "index": i, "logprobs": None, "finish_reason": None} for i in range(n_choices(req))]
+        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        for event in self._events(req, cid, cancelled, usage):
+            c = choices[event["index"]]
+            c["text"] += event["text"]
+            c["finish_reason"] = event["finish_reason"] or c["finish_reason"]
+            if event["logprobs"] is not None:
+                if c["logprobs"] is None:
+                    c["logprobs"] = no_logprobs()
+                for k, v in event["logprobs"].items():
+                    c["logprobs"][k] += v
+        if req.logprobs is not None:  # a choice cut short by a stop string keeps the offsets inside its text
+            for c in choices:
+                lp = c["logprobs"] or no_logprobs()
+                lp["text_offset"] = [min(o, len(c["text"])) for o in lp["text_offset"]]
+                c["logprobs"] = lp
+        return {**header(cid, created, self.name), "choices": choices, "usage": total(usage)}
+
+    def stream(self, req: Request, cancelled: Callable[[], bool] = lambda: False):
+        """The chunks of a streamed response (dicts), one per piece of text of one choice; the
+        last of each choice carries its finish_reason. The caller writes each as a server-sent
+        event and ends with [DONE]; closing this generator stops the generation."""
+        cid, created = new_id(), int(time.time())
+        usage = {"prompt_tokens": 0, "completion_tokens": 0}
+        for event in self._events(req, cid, cancelled, usage):
+            yield {**header(cid, created, self.name), "choices": [event]}
+        if req.include_usage:
+            yield {**header(cid, created, self.name), "choices": [], "usage": total(usage)}
+
+    def _events(self, req: Request, cid: str, cancelled, usage: dict):
+        """Choice events {"text", "index", "logprobs", "finish_reason"}: the prompts one after the
+        other, each sampled n times at once (one batch), as minitf.generate(num_samples=n) does."""
+        if not self.slots.acquire(timeout=self.wait):
+            raise APIError(
+                "The server is busy with other completions; retry in a moment", 503, "server_error", code="busy"
+            )
+        reason = "cancelled"
+        try:
+            for p, prompt in enumerate(req.prompts):
+                ids = prompt_ids(self.tok, prompt, self.block)
+                usage["prompt_tokens"] += len(ids)
+                first = p * req.n
+                if req.echo:
+                    for j in range(req.n):
+                        yield event(first + j, prompt)
+                for step in self._sample(req, ids, cid, cancelled, usage):
+                    for j, text, logprobs, finish in step:
+                        yield event(first + j, text, logprobs, finish)
+            reason = "done"
+        finally:
+            self.slots.release()
+            if self.on_finish:
+                self.on_finish({"id": cid, "tokens": usage["completion_tokens"], "reason": reason})
+
+    @torch.inference_mode()
+    def _sample(self, req: Request, ids: list[int], cid: str, cancelled, usage: dict):
+        """Per sampled step, a list of (row, new text, logprobs or None, finish_reason or None)
+        for the rows still going; ends when every row has finished."""
+        s, n = req.settings, req.n
+        texts = [_TextAssembler(self.tok, req.stop) for _ in range(n)]
+        history = torch.tensor([ids], device=next(self.model.parameters()).device).repeat(n, 1)  # (n, P)
+        tokens = generate_tokens(self.model, ids, s, n, with_logits=True)
+        try:
+            for count, (nxt, logits) in enumerate(tokens, 1):
+                # the distribution each token was drawn from, as the sampler saw it: (n, V)
+                probs = token_probs(logits, s, history) if req.logprobs is not None else None
+                out = []
+                for j, (t, i) in enumerate(zip(texts, nxt.tolist())):
+                    if t.done:
+                        continue
+                    offset = len(t.text)  # where this token's text begins in the completion
+                    piece = t.push(i)
+                    usage["completion_tokens"] += 1
+                    lp = None if probs is None else self._logprobs(probs[j], i, offset, req)
+                    out.append((j, piece, lp, "stop" if t.done else None))
+                history = torch.cat([history, nxt[:, None]], dim=1)
+                if self.on_token:
+                    self.on_token(cid, count)
+                if out:
+                    yield out
+                if all(t.done for t in texts):
+                    return
+                if cancelled():
+                    raise Cancelled(cid)
+            lp = None if req.logprobs is None else no_logprobs()
+            yield [(j, t.flush(), lp, "length") for j, t in enumerate(texts) if not t.done]
+        finally:
+            tokens.close()  # the model back in its mode, the cache freed
+
+    def _logprobs(self, probs: torch.Tensor, token: int, offset: int, req: Request) -> dict:
+        """OpenAI's completions logprobs for one token: its own, and the req.logprobs likeliest
+        of its step plus itself, in the distribution it was drawn from (probs: (V,)).
+        <|endoftext|> has no text in the completion, so it has no entry either."""
+        if token == self.tok.eot_id:
+            return no_logprobs()
+        best = probs.topk(min(req.logprobs, probs.numel())) if req.logprobs else None
+        top = {}
+        if best is not None:
+            for p, j in zip(best.values.tolist(), best.indices.tolist()):
+                if p > 0:  # a token top_k or top_p dropped has no logprob (log 0)
+                    top[self.tok.decode([j])] = math.log(p)
+        text, own = self.tok.decode([token]), math.log(float(probs[token]))
+        top.setdefault(text, own)
+        return {"tokens": [text], "token_logprobs": [own], "top_logprobs": [top], "text_offset": [offset]}
+
+    # ---- /v1/chat/completions
+
+    def chat(self, body: dict) -> None:
+        """A minitf model is trained on plain text, with no chat format to continue: answered as
+        OpenAI's API answers a completions-only model."""
+        self.check_model(body.get("model"))
+        raise APIError(
+            "This is not a chat model and thus not supported in the v1/chat/completions endpoint. "
+            "Did you mean to use v1/completions?",
+            404,
+            param="model",
+        )
+
+
+def no_logprobs() -> dict:
+    return {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+
+
+def n_choices(req: Request) -> int:
+    return len(req.prompts) * req.n
+
+
+def event(index: int, text: str, logprobs: dict | None = None, finish: str | None = None) -> dict:
+    return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish}
+
+
+def header(cid: str, created: int, model: str) -> dict:
+    return {"id": cid, "object": "text_completion", "created": created, "model": model}
+
+
+def total(usage: dict) -> dict:
+    return {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
+
+
+def new_id() -> str:
+    return "cmpl-" + secrets.token_hex(12)
+
+
+def flag(body: dict, name: str) -> bool:
+    x = body.get(name, False)
+    if x is None:
+        return False
+    if not isinstance(x, bool):
+        raise bad(name, f"{name} must be true or false, got {x!r}")
+    return x
+
+
+def integer(body: dict, name: str, lo, hi, default):
+    """body[name] as an int in [lo, hi] (hi None: no upper bound); null or absent: default."""
+    x = body.get(name)
+    if x is None:
+        return default
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise bad(name, f"{name} must be a whole number, got {x!r}")
+    if x < lo or (hi is not None and x > hi):
+        raise bad(name, f"{name} is {x}; it must be {lo}..{hi}" if hi is not None else f"{name} must be >= {lo}")
+    return x
+
+
+def number(body: dict, name: str, lo, hi, default, low_open: bool = False):
+    """body[name] as a float in [lo, hi] ((lo, hi] with low_open; hi None: no upper bound)."""
+    x = body.get(name)
+    if x is None:
+        return default
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise bad(name, f"{name} must be a number, got {x!r}")
+    if x < lo or (low_open and x == lo) or (hi is not None and x > hi):
+        span = f"{'(' if low_open else '['}{lo}, {hi if hi is not None else 'inf'}]"
+        raise bad(name, f"{name} is {x}; it must be in {span}")
+    return float(x)
