@@ -40,11 +40,6 @@ def _yaml(value) -> str:
     return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def n_kv_head(cfg: ModelConfig) -> int:
-    """Key/value heads: model.n_kv_head (grouped-query attention), else n_head."""
-    return cfg.kv_heads
-
-
 # per format: key -> (the values it accepts, the value to suggest); the suggestion is the first
 # accepted value, or for a yes/no key the one that keeps the model closest to what it is
 _REQUIREMENTS: dict[str, dict[str, tuple[tuple, object]]] = {
@@ -91,8 +86,8 @@ def blocking_keys(cfg: ModelConfig, fmt: str) -> dict[str, tuple[object, object]
         for key, (accepted, suggest) in _REQUIREMENTS[fmt].items()
         if getattr(cfg, key) not in accepted
     }
-    if fmt in ("gpt2", "gptneox") and n_kv_head(cfg) != cfg.n_head:  # one key/value head per query head
-        blocked["n_kv_head"] = (n_kv_head(cfg), cfg.n_head)
+    if fmt in ("gpt2", "gptneox") and cfg.kv_heads != cfg.n_head:  # one key/value head per query head
+        blocked["n_kv_head"] = (cfg.kv_heads, cfg.n_head)
     return blocked
 
 

@@ -29,7 +29,7 @@ import torch
 from ..errors import MinitfError
 from ..model import Transformer
 from ..tokenizer import Tokenizer, check_vocab
-from .architecture import export_format, n_kv_head
+from .architecture import export_format
 
 DTYPES = ("f32", "f16", "q8_0")
 # the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
@@ -124,7 +124,7 @@ def rope_pairs_to_interleaved(w: torch.Tensor, n_head: int) -> torch.Tensor:
 def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
     """GGUF tensor name -> float32 tensor, in llama.cpp's layout for `fmt`."""
     cfg = model.config
-    V, C, H, KV, D = cfg.vocab_size, cfg.n_embd, cfg.n_head, n_kv_head(cfg), cfg.head_dim
+    V, C, H, KV, D = cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.kv_heads, cfg.head_dim
     sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
     out = {"token_embd.weight": sd["wte.weight"][:V]}  # without the padding rows
     if fmt == "gpt2":
@@ -240,7 +240,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
         writer.add_embedding_length(cfg.n_embd)
         writer.add_block_count(cfg.n_layer)
         writer.add_head_count(cfg.n_head)
-        writer.add_head_count_kv(n_kv_head(cfg))
+        writer.add_head_count_kv(cfg.kv_heads)
         writer.add_feed_forward_length(tensors["blk.0.ffn_up.weight"].shape[0])
         if fmt in ("gpt2", "gptneox"):
             writer.add_layer_norm_eps(_norm_eps(model))
