@@ -494,7 +494,7 @@ def test_the_page_ships_in_a_built_package(tmp_path):
     )
     path, size = r.stdout.split()
     assert path.startswith(str(target)) and int(size) == sum(
-        (ROOT / "minitf" / "explore" / "static" / n).stat().st_size for n, _ in STATIC.values()
+        (ROOT / "minitf" / "web" / "explore" / "static" / n).stat().st_size for n, _ in STATIC.values()
     )
 
 
