@@ -30,6 +30,7 @@ from ..errors import MinitfError
 from ..model import Transformer
 from ..tokenizer import Tokenizer, check_vocab
 from .architecture import export_format
+from .weights import TABLES, Weight, exported, minitf_tensors
 
 DTYPES = ("f32", "f16", "q8_0")
 # the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
@@ -112,72 +113,28 @@ def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
 # the weights
 
 
-def rope_pairs_to_interleaved(w: torch.Tensor, n_head: int) -> torch.Tensor:
-    """Rows of a q or k projection (n_head * D, ...) or its bias (n_head * D,), reordered inside
-    each head from minitf's rotate-half pairing (i, i + D/2) to llama.cpp's consecutive pairs
-    (2i, 2i + 1): new row 2i + s is old row s * D/2 + i."""
-    rest = w.shape[1:]
-    d = w.shape[0] // n_head
-    return w.reshape(n_head, 2, d // 2, *rest).transpose(1, 2).reshape(w.shape)
-
-
 def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
-    """GGUF tensor name -> float32 tensor, in llama.cpp's layout for `fmt`."""
-    cfg = model.config
-    V, C, H, KV, D = cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.kv_heads, cfg.head_dim
-    sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
-    out = {"token_embd.weight": sd["wte.weight"][:V]}  # without the padding rows
-    if fmt == "gpt2":
-        # learned: the trained table; sinusoidal: the fixed one minitf adds, which is the same thing
-        out["position_embd.weight"] = sd["wpe.wpe.weight"] if cfg.positions == "learned" else model.wpe.table.float()
+    """GGUF tensor name -> float32 tensor, named and laid out as minitf.export.weights says for `fmt`,
+    in the file's order: the embeddings, each layer, the final norm and head."""
+    cfg, table = model.config, TABLES[fmt]
+    tensors = minitf_tensors(model)
+    if cfg.tie_embeddings and not table.gguf_tied_head:
+        del tensors["lm_head.weight"]  # llama.cpp reuses token_embd as the output matrix
 
-    def bias(prefix: str, size: int) -> torch.Tensor:  # GPT-2 and GPT-NeoX require biases: zeros add nothing
-        return sd.get(f"{prefix}.bias", torch.zeros(size))
+    def made(weights: tuple[Weight, ...], prefix: str = "") -> dict[str, torch.Tensor]:
+        return {
+            name: t
+            for w in weights
+            for name, t in zip(w.gguf, exported(w, w.minitf and prefix + w.minitf, tensors, table, w.gguf_layout, cfg))
+        }
 
+    out = made(table.embeddings)
     for i in range(cfg.n_layer):
-        p, b = f"blocks.{i}.", f"blk.{i}."
-        qkv, qkv_b = sd[p + "attn.c_attn.weight"], sd.get(p + "attn.c_attn.bias")
-        if qkv.shape[0] != (H + 2 * KV) * D:
-            raise RuntimeError(f"attn.c_attn has {qkv.shape[0]} rows, expected (n_head + 2 n_kv_head) * head_dim")
-        out[b + "attn_norm.weight"] = sd[p + "ln_1.weight"]
-        out[b + "ffn_norm.weight"] = sd[p + "ln_2.weight"]
-        out[b + "attn_output.weight"] = sd[p + "attn.c_proj.weight"]
-        out[b + "ffn_down.weight"] = sd[p + "mlp.c_proj.weight"]
-        if fmt in ("gpt2", "gptneox"):
-            out[b + "attn_norm.bias"] = bias(p + "ln_1", C)
-            out[b + "attn_qkv.weight"] = qkv  # (3C, C): q, k, v rows in turn, as llama.cpp splits them
-            out[b + "attn_qkv.bias"] = bias(p + "attn.c_attn", 3 * C)
-            out[b + "attn_output.bias"] = bias(p + "attn.c_proj", C)
-            out[b + "ffn_norm.bias"] = bias(p + "ln_2", C)
-            out[b + "ffn_up.weight"] = sd[p + "mlp.c_fc.weight"]
-            out[b + "ffn_up.bias"] = bias(p + "mlp.c_fc", sd[p + "mlp.c_fc.weight"].shape[0])
-            out[b + "ffn_down.bias"] = bias(p + "mlp.c_proj", C)
-            continue
-        sizes = (H * D, KV * D, KV * D)
-        q, k, v = qkv.split(sizes)
-        if fmt == "llama":
-            q, k = rope_pairs_to_interleaved(q, H), rope_pairs_to_interleaved(k, KV)
-        out[b + "attn_q.weight"], out[b + "attn_k.weight"], out[b + "attn_v.weight"] = q, k, v
-        gate, up = sd[p + "mlp.c_fc.weight"].chunk(2)  # silu(x W_gate) * (x W_up), fused in minitf
-        out[b + "ffn_gate.weight"], out[b + "ffn_up.weight"] = gate, up
-        if qkv_b is not None:  # llama only: formats.py refuses biases for qwen3
-            qb, kb, vb = qkv_b.split(sizes)
-            out[b + "attn_q.bias"] = rope_pairs_to_interleaved(qb, H)
-            out[b + "attn_k.bias"] = rope_pairs_to_interleaved(kb, KV)
-            out[b + "attn_v.bias"] = vb
-            out[b + "attn_output.bias"] = sd[p + "attn.c_proj.bias"]
-            gate_b, up_b = sd[p + "mlp.c_fc.bias"].chunk(2)
-            out[b + "ffn_gate.bias"], out[b + "ffn_up.bias"] = gate_b, up_b
-            out[b + "ffn_down.bias"] = sd[p + "mlp.c_proj.bias"]
-        if fmt == "qwen3":  # minitf's q/k norm has no weight: Qwen3's, set to one, multiplies by 1
-            out[b + "attn_q_norm.weight"] = torch.ones(D)
-            out[b + "attn_k_norm.weight"] = torch.ones(D)
-    out["output_norm.weight"] = sd["ln_f.weight"]
-    if fmt in ("gpt2", "gptneox"):
-        out["output_norm.bias"] = bias("ln_f", C)
-    # tied: llama.cpp reuses token_embd as the output matrix, except in gptneox, which needs its own
-    if not cfg.tie_embeddings or fmt == "gptneox":
-        out["output.weight"] = sd["lm_head.weight"][:V]
+        layer = made(table.layer, f"blocks.{i}.")
+        out.update((f"blk.{i}.{name}", layer.pop(name)) for name in table.gguf_layer_order if name in layer)
+        if layer:
+            raise RuntimeError(f"{', '.join(layer)} missing from the {fmt} table's gguf_layer_order")
+    out.update(made(table.final))
     return out
 
 

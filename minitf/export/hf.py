@@ -36,18 +36,12 @@ from ..model import Transformer, ffn_hidden, swiglu_hidden
 from ..tokenizer import EOT, Tokenizer, check_vocab
 from ..training import checkpoint as ckpt
 from .architecture import FORMAT_NAMES, FORMATS, export_format
+from .layouts import VOCAB_ROWS
+from .weights import TABLES, exported, hf_weights, minitf_tensors
 
 # minitf format -> the transformers classes that hold it, and HF model_type -> minitf format
-HF_CLASSES = {
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
-    "llama": ("LlamaConfig", "LlamaForCausalLM"),
-    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
-    "gptneox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"),
-}
-MODEL_TYPES = {"gpt2": "gpt2", "llama": "llama", "qwen3": "qwen3", "gpt_neox": "gptneox"}
-# the prefix of the base model's weights in each *ForCausalLM (hub files sometimes hold the base model only)
-PREFIX = {"gpt2": "transformer.", "llama": "model.", "qwen3": "model.", "gptneox": "gpt_neox."}
-CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+HF_CLASSES = {fmt: table.hf_classes for fmt, table in TABLES.items()}
+MODEL_TYPES = {table.model_type: fmt for fmt, table in TABLES.items()}
 # HF activation names -> model.gelu; gelu_new, gelu_fast and gelu_pytorch_tanh are one formula
 HF_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
 # what torch.save and pickle write: never loaded (unpickling can run code), but named when they are all there is
@@ -125,96 +119,15 @@ def hf_config(cfg: ModelConfig, fmt: str, eot_id: int) -> dict:
     return llama if fmt == "qwen3" else dict(llama, mlp_bias=cfg.bias)
 
 
-def _neox_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
-    """Fused q|k|v rows (3 H D, ...), q for all heads then k then v -> GPT-NeoX's head by head (q_h k_h v_h)."""
-    return w.reshape(3, n_head, -1, *w.shape[1:]).transpose(0, 1).reshape(w.shape)
-
-
-def _from_neox_rows(w: torch.Tensor, n_head: int) -> torch.Tensor:
-    """The inverse of _neox_rows."""
-    return w.reshape(n_head, 3, -1, *w.shape[1:]).transpose(0, 1).reshape(w.shape)
-
-
 def hf_state(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
-    """`fmt`'s *ForCausalLM state dict (float32, CPU) holding `model`'s weights. A model on the
-    meta device gives meta tensors: the names and shapes a checkpoint of its config holds."""
-    cfg = model.config
-    V, C, H, KV, D = cfg.vocab_size, cfg.n_embd, cfg.n_head, cfg.kv_heads, cfg.head_dim
-    F = ffn_hidden(cfg)
-    sd = {k: v.detach().float().to(v.device if v.is_meta else "cpu") for k, v in model.state_dict().items()}
-    zeros = {  # the bias each minitf weight would have: zeros where model.bias=false
-        "ln_1": C,
-        "ln_2": C,
-        "attn.c_attn": (H + 2 * KV) * D,
-        "attn.c_proj": C,
-        "mlp.c_fc": 2 * F if cfg.ffn == "swiglu" else F,
-        "mlp.c_proj": C,
-    }
-
-    def bias(p: str, part: str) -> torch.Tensor:
-        return sd.get(f"{p}{part}.bias", torch.zeros(zeros[part]))
-
+    """`fmt`'s *ForCausalLM state dict (float32, CPU) holding `model`'s weights, named and laid out as
+    minitf.export.weights says. A model on the meta device gives meta tensors: the names and shapes
+    a checkpoint of its config holds."""
+    cfg, table = model.config, TABLES[fmt]
+    tensors = minitf_tensors(model)
     out: dict[str, torch.Tensor] = {}
-    base = PREFIX[fmt]
-    head = sd["lm_head.weight"][:V]  # the padding rows dropped; the same tensor as wte when tied
-    for i in range(cfg.n_layer):
-        p = f"blocks.{i}."
-        if fmt == "gpt2":
-            h = f"{base}h.{i}."
-            for part, name in (("ln_1", "ln_1"), ("ln_2", "ln_2")):
-                out[h + name + ".weight"], out[h + name + ".bias"] = sd[p + part + ".weight"], bias(p, part)
-            for part in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
-                out[h + part + ".weight"] = sd[p + part + ".weight"].t()  # Linear (out, in) -> Conv1D (in, out)
-                out[h + part + ".bias"] = bias(p, part)
-        elif fmt == "gptneox":
-            h = f"{base}layers.{i}."
-            out[h + "input_layernorm.weight"], out[h + "input_layernorm.bias"] = sd[p + "ln_1.weight"], bias(p, "ln_1")
-            out[h + "post_attention_layernorm.weight"] = sd[p + "ln_2.weight"]
-            out[h + "post_attention_layernorm.bias"] = bias(p, "ln_2")
-            out[h + "attention.query_key_value.weight"] = _neox_rows(sd[p + "attn.c_attn.weight"], H)
-            out[h + "attention.query_key_value.bias"] = _neox_rows(bias(p, "attn.c_attn"), H)
-            out[h + "attention.dense.weight"], out[h + "attention.dense.bias"] = (
-                sd[p + "attn.c_proj.weight"],
-                bias(p, "attn.c_proj"),
-            )
-            out[h + "mlp.dense_h_to_4h.weight"], out[h + "mlp.dense_h_to_4h.bias"] = (
-                sd[p + "mlp.c_fc.weight"],
-                bias(p, "mlp.c_fc"),
-            )
-            out[h + "mlp.dense_4h_to_h.weight"], out[h + "mlp.dense_4h_to_h.bias"] = (
-                sd[p + "mlp.c_proj.weight"],
-                bias(p, "mlp.c_proj"),
-            )
-        else:  # llama, qwen3
-            h = f"{base}layers.{i}."
-            out[h + "input_layernorm.weight"] = sd[p + "ln_1.weight"]
-            out[h + "post_attention_layernorm.weight"] = sd[p + "ln_2.weight"]
-            sizes = (H * D, KV * D, KV * D)
-            for suffix in ("weight", "bias") if cfg.bias else ("weight",):
-                q, k, v = sd[f"{p}attn.c_attn.{suffix}"].split(sizes)
-                gate, up = sd[f"{p}mlp.c_fc.{suffix}"].chunk(2)  # silu(x W_gate) * (x W_up), fused in minitf
-                out[f"{h}self_attn.q_proj.{suffix}"] = q
-                out[f"{h}self_attn.k_proj.{suffix}"] = k
-                out[f"{h}self_attn.v_proj.{suffix}"] = v
-                out[f"{h}self_attn.o_proj.{suffix}"] = sd[f"{p}attn.c_proj.{suffix}"]
-                out[f"{h}mlp.gate_proj.{suffix}"], out[f"{h}mlp.up_proj.{suffix}"] = gate, up
-                out[f"{h}mlp.down_proj.{suffix}"] = sd[f"{p}mlp.c_proj.{suffix}"]
-            if fmt == "qwen3":  # minitf's q/k norm has no weight: Qwen3's, set to one, multiplies by 1
-                out[h + "self_attn.q_norm.weight"] = torch.ones(D)
-                out[h + "self_attn.k_norm.weight"] = torch.ones(D)
-    if fmt == "gpt2":
-        out[base + "wte.weight"] = sd["wte.weight"][:V]
-        # learned: the trained table; sinusoidal: the fixed one minitf adds, which is the same thing
-        out[base + "wpe.weight"] = sd["wpe.wpe.weight"] if cfg.positions == "learned" else model.wpe.table.float()
-        out[base + "ln_f.weight"], out[base + "ln_f.bias"] = sd["ln_f.weight"], sd.get("ln_f.bias", torch.zeros(C))
-    elif fmt == "gptneox":
-        out[base + "embed_in.weight"] = sd["wte.weight"][:V]
-        out[base + "final_layer_norm.weight"] = sd["ln_f.weight"]
-        out[base + "final_layer_norm.bias"] = sd.get("ln_f.bias", torch.zeros(C))
-    else:
-        out[base + "embed_tokens.weight"] = sd["wte.weight"][:V]
-        out[base + "norm.weight"] = sd["ln_f.weight"]
-    out["lm_head.weight"] = head
+    for name, hf_names, w in hf_weights(table, cfg.n_layer):
+        out.update(zip(hf_names, exported(w, name, tensors, table, w.hf_layout, cfg)))
     return {k: v.contiguous() for k, v in out.items()}
 
 
@@ -444,96 +357,26 @@ def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
     ), problems
 
 
-def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, attention_bias: bool, mlp_bias: bool, missing=None):
-    """minitf parameter name -> tensor, from `fmt`'s HF state dict (padding rows not included).
-    Pops what it uses from `state`, so what is left over is what minitf has no place for.
-    missing: (a list, the expected HF shapes): a tensor the checkpoint lacks is added to the list and
-    stands in as zeros, so that every missing name can be reported at once; None: the first raises."""
-    H, KV, D, C = cfg.n_head, cfg.kv_heads, cfg.head_dim, cfg.n_embd
-    base = PREFIX[fmt]
-    F = ffn_hidden(cfg)
-
-    def take(name: str, size: int | None = None) -> torch.Tensor:
-        """HF tensor `name` (a missing optional bias of `size`: zeros)."""
-        if name in state:
-            return state.pop(name).float()
-        if size is not None:
-            return torch.zeros(size)
-        if missing is not None and name in missing[1]:
-            missing[0].append(name)
-            return torch.zeros(missing[1][name])
-        raise MinitfError(f"the checkpoint has no {name}; is it a complete {FORMAT_NAMES[fmt]} model?")
-
+def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, config: dict, expected: dict, missing: list[str]) -> dict:
+    """minitf parameter name -> tensor, from `fmt`'s HF state dict (padding rows not included), as
+    minitf.export.weights names and lays them out. Pops what it uses from `state`, so what is left
+    over is what minitf has no place for. expected: {HF name: shape} of cfg's checkpoint. A tensor
+    the checkpoint lacks is added to `missing` (so that every missing name can be reported at
+    once); one the format may lack (where config.json's attention_bias is false, say) stands in as
+    zeros."""
+    with torch.device("meta"):
+        params = {k for k, _ in Transformer(cfg).named_parameters()}  # a tied head is listed once, as wte
     out = {}
-    for i in range(cfg.n_layer):
-        p = f"blocks.{i}."
-        if fmt == "gpt2":
-            h = f"{base}h.{i}."
-            for part in ("ln_1", "ln_2", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
-                w = take(h + part + ".weight")
-                out[p + part + ".weight"] = w.t() if (part + ".weight").endswith(CONV1D) else w
-                out[p + part + ".bias"] = take(h + part + ".bias")
-        elif fmt == "gptneox":
-            h = f"{base}layers.{i}."
-            out[p + "ln_1.weight"], out[p + "ln_1.bias"] = (
-                take(h + "input_layernorm.weight"),
-                take(h + "input_layernorm.bias"),
-            )
-            out[p + "ln_2.weight"], out[p + "ln_2.bias"] = (
-                take(h + "post_attention_layernorm.weight"),
-                take(h + "post_attention_layernorm.bias"),
-            )
-            out[p + "attn.c_attn.weight"] = _from_neox_rows(take(h + "attention.query_key_value.weight"), H)
-            out[p + "attn.c_attn.bias"] = _from_neox_rows(take(h + "attention.query_key_value.bias", 3 * C), H)
-            out[p + "attn.c_proj.weight"] = take(h + "attention.dense.weight")
-            out[p + "attn.c_proj.bias"] = take(h + "attention.dense.bias", C)
-            out[p + "mlp.c_fc.weight"], out[p + "mlp.c_fc.bias"] = (
-                take(h + "mlp.dense_h_to_4h.weight"),
-                take(h + "mlp.dense_h_to_4h.bias"),
-            )
-            out[p + "mlp.c_proj.weight"], out[p + "mlp.c_proj.bias"] = (
-                take(h + "mlp.dense_4h_to_h.weight"),
-                take(h + "mlp.dense_4h_to_h.bias"),
-            )
-        else:
-            h = f"{base}layers.{i}."
-            out[p + "ln_1.weight"] = take(h + "input_layernorm.weight")
-            out[p + "ln_2.weight"] = take(h + "post_attention_layernorm.weight")
-            for suffix in ("weight", "bias") if cfg.bias else ("weight",):
-                a = suffix == "weight" or attention_bias  # a missing bias (bias only in the MLP, say) is zero
-                m = suffix == "weight" or mlp_bias
-                q = take(f"{h}self_attn.q_proj.{suffix}", None if a else H * D)
-                k = take(f"{h}self_attn.k_proj.{suffix}", None if a else KV * D)
-                v = take(f"{h}self_attn.v_proj.{suffix}", None if a else KV * D)
-                out[f"{p}attn.c_attn.{suffix}"] = torch.cat((q, k, v))
-                out[f"{p}attn.c_proj.{suffix}"] = take(f"{h}self_attn.o_proj.{suffix}", None if a else C)
-                gate = take(f"{h}mlp.gate_proj.{suffix}", None if m else F)
-                up = take(f"{h}mlp.up_proj.{suffix}", None if m else F)
-                out[f"{p}mlp.c_fc.{suffix}"] = torch.cat((gate, up))
-                out[f"{p}mlp.c_proj.{suffix}"] = take(f"{h}mlp.down_proj.{suffix}", None if m else C)
-            if fmt == "qwen3":
-                for norm in ("q_norm", "k_norm"):
-                    w = take(f"{h}self_attn.{norm}.weight")
-                    if missing is not None and f"{h}self_attn.{norm}.weight" in missing[0]:
-                        continue
-                    if not torch.equal(w, torch.ones_like(w)):
-                        raise MinitfError(
-                            f"{h}self_attn.{norm}.weight is not all ones; minitf's q/k norm has no weight, "
-                            f"so only Qwen3 models with unit q_norm/k_norm weights import"
-                        )
-    if fmt == "gpt2":
-        out["wte.weight"] = take(base + "wte.weight")
-        out["wpe.wpe.weight"] = take(base + "wpe.weight")
-        out["ln_f.weight"], out["ln_f.bias"] = take(base + "ln_f.weight"), take(base + "ln_f.bias")
-    elif fmt == "gptneox":
-        out["wte.weight"] = take(base + "embed_in.weight")
-        out["ln_f.weight"] = take(base + "final_layer_norm.weight")
-        out["ln_f.bias"] = take(base + "final_layer_norm.bias")
-    else:
-        out["wte.weight"] = take(base + "embed_tokens.weight")
-        out["ln_f.weight"] = take(base + "norm.weight")
-    if not cfg.tie_embeddings:
-        out["lm_head.weight"] = take("lm_head.weight")
+    for name, hf_names, w in hf_weights(TABLES[fmt], cfg.n_layer):
+        if name is not None and name not in params:
+            continue  # a bias of a model without biases, a tied head: nothing of minitf's to fill
+        optional = w.optional is True or (bool(w.optional) and not config.get(w.optional, False))
+        absent = [n for n in hf_names if n not in state and not optional]
+        missing += absent
+        parts = [state.pop(n).float() if n in state else torch.zeros(expected[n]) for n in hf_names]
+        t = None if absent else w.hf_layout.join(parts, hf_names, cfg)
+        if name is not None and t is not None:
+            out[name] = t
     return out
 
 
@@ -568,7 +411,7 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
         raise MinitfError(f"{where}: the tokenizer has {vocab_size} tokens but the model only {hf_vocab} rows")
     cfg = ModelConfig(vocab_size=vocab_size or hf_vocab, dropout=0.0, **options)
     state = dict(state)
-    base = PREFIX[fmt]
+    base = TABLES[fmt].hf_prefix
     if not any(k.startswith(base) for k in state):  # a base-model checkpoint (gpt2 on the hub): names unprefixed
         state = {k if k == "lm_head.weight" else base + k: v for k, v in state.items()}
     if "embed_out.weight" in state:  # older GPT-NeoX files name the head embed_out
@@ -582,14 +425,7 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
         sorted(state.items()), where, "it cannot be fine-tuned from; fetch or convert the model again"
     )
     missing: list[str] = []
-    weights = _minitf_state(
-        state,
-        cfg,
-        fmt,
-        attention_bias=bool(config.get("attention_bias", False)),
-        mlp_bias=bool(config.get("mlp_bias", False)),
-        missing=(missing, expected),
-    )
+    weights = _minitf_state(state, cfg, fmt, config, expected, missing)
     left = sorted(k for k in state if not k.endswith(IGNORED))
     if missing or left:
         raise MinitfError(
@@ -636,7 +472,7 @@ def _check_shapes(state: dict, expected: dict, vocab: int, fmt: str, where) -> N
     """Every tensor of the checkpoint that the config knows has the shape the config gives it (an
     embedding or head may hold more rows than the tokenizer's vocab: the extra ones are dropped).
     All that differ are named together, with the file's names and shapes."""
-    rows = {PREFIX[fmt] + e for e in ("wte.weight", "embed_in.weight", "embed_tokens.weight")} | {"lm_head.weight"}
+    rows = {n for _, names, w in hf_weights(TABLES[fmt], 0) if w.hf_layout is VOCAB_ROWS for n in names}
     wrong = []
     for name in sorted(state.keys() & expected.keys()):
         have, want = tuple(state[name].shape), expected[name]

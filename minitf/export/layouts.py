@@ -1,0 +1,128 @@
+"""How another format stores one minitf tensor: whole, transposed, split into parts, regrouped.
+
+A layout's `split` turns minitf's tensor into the format's tensors, in the order of the names the
+weight map (minitf.export.weights) gives them; its `join` turns the format's tensors back into
+minitf's (the Hugging Face import; GGUF files are only written, so a GGUF-only layout has none).
+
+What minitf keeps, and the layouts start from:
+- every projection as nn.Linear keeps it, (out, in);
+- q|k|v fused in one matrix: q's rows (n_head heads), then k's and v's (n_kv_head heads each);
+- SwiGLU's gate|up fused in another, gate's rows first;
+- rotary pairs dimension i with i + D/2 inside each head (HF's rotate_half);
+- the embedding and the head padded to a multiple of 64 rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import ModelConfig
+from ..errors import MinitfError
+
+
+class Whole:
+    """Stored as minitf stores it."""
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        return [t]
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor | None:
+        return parts[0]
+
+
+class VocabRows(Whole):
+    """The embedding or the head: only the tokenizer's rows leave minitf, so no padding id can
+    ever be generated. An imported file may hold more rows: all are read, and from_hf keeps the
+    first vocab_size when it copies them."""
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        return [t[: cfg.vocab_size]]
+
+
+class Transposed(Whole):
+    """GPT-2's Conv1D, which keeps a projection as (in, out) where nn.Linear keeps (out, in)."""
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        return [t.t()]
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor:
+        return parts[0].t()
+
+
+class HeadByHead(Whole):
+    """GPT-NeoX's fused q|k|v, whose rows go head by head (q_0 k_0 v_0 q_1 ...) where minitf's
+    hold every q head, then every k head, then every v head. The same for the bias."""
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        return [t.reshape(3, cfg.n_head, -1, *t.shape[1:]).transpose(0, 1).reshape(t.shape)]
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor:
+        w = parts[0]
+        return w.reshape(cfg.n_head, 3, -1, *w.shape[1:]).transpose(0, 1).reshape(w.shape)
+
+
+class QKV:
+    """q, k and v as three tensors (Llama's q_proj, k_proj, v_proj; llama.cpp's attn_q, attn_k, attn_v)."""
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        sizes = (cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim)
+        if t.shape[0] != sum(sizes):  # the model's own shape: only a changed model could break it
+            raise RuntimeError(f"attn.c_attn has {t.shape[0]} rows, expected (n_head + 2 n_kv_head) * head_dim")
+        return list(t.split(sizes))
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor:
+        return torch.cat(parts)
+
+
+class QKVAdjacentPairs(QKV):
+    """q, k and v for llama.cpp's llama graph, which rotates consecutive pairs (2i, 2i + 1) where
+    minitf rotates (i, i + D/2): each head's q and k rows (and biases) are reordered to 0, D/2, 1,
+    D/2 + 1, ..., as llama.cpp's own converter does for HF checkpoints. q @ k^T is unchanged,
+    because both sides move alike. Written only (GGUF): there is no join."""
+
+    join = None
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        q, k, v = super().split(t, cfg)
+        return [rope_pairs_to_interleaved(q, cfg.n_head), rope_pairs_to_interleaved(k, cfg.kv_heads), v]
+
+
+def rope_pairs_to_interleaved(w: torch.Tensor, n_head: int) -> torch.Tensor:
+    """Rows of a q or k projection (n_head * D, ...) or its bias (n_head * D,), reordered inside
+    each head from minitf's rotate-half pairing (i, i + D/2) to llama.cpp's consecutive pairs
+    (2i, 2i + 1): new row 2i + s is old row s * D/2 + i."""
+    rest = w.shape[1:]
+    d = w.shape[0] // n_head
+    return w.reshape(n_head, 2, d // 2, *rest).transpose(1, 2).reshape(w.shape)
+
+
+class GateUp:
+    """SwiGLU's silu(x W_gate) * (x W_up) as two tensors (gate_proj and up_proj; ffn_gate and ffn_up)."""
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        return list(t.chunk(2))
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor:
+        return torch.cat(parts)
+
+
+class UnitNorm:
+    """Qwen3's per-head q/k RMS norm weight, which minitf's q/k norm lacks: written as ones (a
+    multiplication by 1), and imported only when it is all ones (minitf has no place for others)."""
+
+    def split(self, t: None, cfg: ModelConfig) -> list[torch.Tensor]:
+        return [torch.ones(cfg.head_dim)]
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> None:
+        if not torch.equal(parts[0], torch.ones_like(parts[0])):
+            raise MinitfError(
+                f"{names[0]} is not all ones; minitf's q/k norm has no weight, "
+                f"so only Qwen3 models with unit q_norm/k_norm weights import"
+            )
+        return None
+
+
+WHOLE, VOCAB_ROWS, TRANSPOSED, HEAD_BY_HEAD = Whole(), VocabRows(), Transposed(), HeadByHead()
+QKV_SPLIT, QKV_ADJACENT_PAIRS, GATE_UP, UNIT_NORM = QKV(), QKVAdjacentPairs(), GateUp(), UnitNorm()
+
+Layout = Whole | QKV | GateUp | UnitNorm  # VocabRows, Transposed and HeadByHead are a Whole, QKVAdjacentPairs a QKV
