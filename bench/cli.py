@@ -37,6 +37,39 @@ SEPARATE = ("memory", "serve", "profile", "nanogpt-speed", "nanogpt-quality")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    p = _parser(prog)
+    args = _parse(p, argv)
+    from bench.core import run_bench
+    from minitf.system.runtime import keep_freed_memory
+
+    if not args.system_malloc:
+        keep_freed_memory()  # as minitf train does
+    # the quick parts run together and print as they go; a generated corpus (--data-size) replaces
+    # the data part's own corpus, and each separate part runs after them, on its own
+    parts = [w for w in args.only if not (w == "data" and args.data_size) and w not in SEPARATE]
+    results = run_bench(
+        args.config, args.overrides, args.device, args.vocab, parts, args.run, args.new_tokens, args.steps, args.rounds
+    )
+    results["keep_freed_memory"] = not args.system_malloc
+    if args.data_size:
+        results["data_scaling"] = _data_scaling(args)
+    if "memory" in args.only:
+        from bench.memory import memory_per_rank
+
+        results["memory_per_rank"] = memory_per_rank(args.memory_procs)
+    if "serve" in args.only:
+        results["serve"] = _serve(args)
+    if "profile" in args.only:
+        results["profile"] = _profile(args)
+    nanogpt_parts = [w for w in args.only if w.startswith("nanogpt-")]
+    if nanogpt_parts:
+        results.update(_against_nanogpt(args, nanogpt_parts, p))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+def _parser(prog: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="shakespeare", help="a recipe's name or a YAML path (default: shakespeare)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda", "mps"])
@@ -83,6 +116,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         help="leave glibc's allocator as it is (minitf train calls keep_freed_memory): compare both",
     )
     p.add_argument("overrides", nargs="*", metavar="section.key=value")
+    return p
+
+
+def _parse(p: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     # --only takes several words, so overrides written after it land there: move them back
     args.overrides += [w for w in args.only if "=" in w]
@@ -90,49 +127,40 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     unknown = [w for w in args.only if w not in PARTS]
     if unknown:
         p.error(f"--only {unknown[0]}: not a part; choose from {', '.join(PARTS)}")
-    from bench.core import run_bench
-    from minitf.system.runtime import keep_freed_memory
+    return args
 
-    if not args.system_malloc:
-        keep_freed_memory()  # as minitf train does
-    parts = [w for w in args.only if not (w == "data" and args.data_size) and w not in SEPARATE]
-    results = run_bench(
-        args.config, args.overrides, args.device, args.vocab, parts, args.run, args.new_tokens, args.steps, args.rounds
+
+def _data_scaling(args) -> list[dict]:
+    """--data-size: data preparation on a generated corpus, one line per timed preparation."""
+    from bench.data import data_scaling, describe
+
+    rows = data_scaling(
+        args.data_size, args.data_files, args.data_procs or [None], args.data_rounds, parquet=args.parquet
     )
-    results["keep_freed_memory"] = not args.system_malloc
-    if args.data_size:
-        from bench.data import data_scaling, describe
+    for r in rows:
+        print(describe(r))
+    return rows
 
-        results["data_scaling"] = data_scaling(
-            args.data_size, args.data_files, args.data_procs or [None], args.data_rounds, parquet=args.parquet
-        )
-        for r in results["data_scaling"]:
-            print(describe(r))
-    if "memory" in args.only:
-        from bench.memory import memory_per_rank
 
-        results["memory_per_rank"] = memory_per_rank(args.memory_procs)
-    if "serve" in args.only:
-        from bench.serve import describe as describe_serve
-        from bench.serve import serve_speed
-        from minitf.cli.common import newest_run
+def _serve(args) -> dict:
+    """The OpenAI-compatible server's first token and tokens/s, for one client and several at once."""
+    from bench.serve import describe, serve_speed
+    from minitf.cli.common import newest_run
 
-        results["serve"] = serve_speed(args.run or newest_run(), args.new_tokens, args.rounds)
-        print("\n".join(describe_serve(results["serve"])))
-    if "profile" in args.only:
-        from bench.profile import describe as describe_profile
-        from bench.profile import profile_step
-        from minitf.config import load_config
-        from minitf.system.runtime import resolve_device
+    r = serve_speed(args.run or newest_run(), args.new_tokens, args.rounds)
+    print("\n".join(describe(r)))
+    return r
 
-        results["profile"] = profile_step(load_config(args.config, args.overrides), resolve_device(args.device))
-        print("\n".join(describe_profile(results["profile"])))
-    nanogpt_parts = [w for w in args.only if w.startswith("nanogpt-")]
-    if nanogpt_parts:
-        results.update(_against_nanogpt(args, nanogpt_parts, p))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+
+def _profile(args) -> dict:
+    """The recipe's training step by phase and by operator."""
+    from bench.profile import describe, profile_step
+    from minitf.config import load_config
+    from minitf.system.runtime import resolve_device
+
+    r = profile_step(load_config(args.config, args.overrides), resolve_device(args.device))
+    print("\n".join(describe(r)))
+    return r
 
 
 def _against_nanogpt(args, parts: list[str], p: argparse.ArgumentParser) -> dict:

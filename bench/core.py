@@ -59,13 +59,13 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
     model = Transformer(cfg.model).to(device)
     tc: TrainConfig = cfg.train
     B, T, V = tc.batch_size, cfg.model.block_size, cfg.model.vocab_size
-    run = Session.create(cfg, model, OneBatch(torch.randint(0, V, (B, T + 1), device=device)), device)
-    dtype = run.dtype
+    session = Session.create(cfg, model, OneBatch(torch.randint(0, V, (B, T + 1), device=device)), device)
+    dtype = session.dtype
     if tc.compile:
         model.compile_regions()
 
     def step():
-        train_step(run, tc.lr, interrupted=False)
+        train_step(session, tc.lr, interrupted=False)
 
     t0 = time.perf_counter()
     for _ in range(warmup):
@@ -244,37 +244,13 @@ def run_bench(
     device = resolve_device(device_name, what="--device")
     res = {"machine": machine(device), "config": str(config_path), "overrides": list(overrides)}
     log(" | ".join(f"{k} {v}" for k, v in res["machine"].items()))
+    # each part is logged as soon as it is measured: a long bench shows its numbers as it goes
     if "train" in parts:
-        r = res["train"] = train_throughput(cfg, device, steps=steps)
-        log(
-            f"train     {r['tokens_per_s']:>10,} tokens/s  {r['ms_per_step']} ms/step  ({r['params']:,} params, "
-            f"batch {r['batch']} x {r['block']}, vocab {r['vocab']}, {r['dtype']}, compile {r['compile']}"
-            + (f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else "")
-            + ")"
-        )
-        if "matmul_ceiling_tokens_per_s" in r:
-            log(
-                f"train     this machine's float32 matmuls run at {r['matmul_gflops']} GFLOP/s: a step with "
-                f"no other cost would give {r['matmul_ceiling_tokens_per_s']:,} tokens/s; measured "
-                f"{100 * r['tokens_per_s'] / r['matmul_ceiling_tokens_per_s']:.0f}% of that"
-            )
+        res["train"] = train_throughput(cfg, device, steps=steps)
+        _log_train(res["train"], log)
     if "generate" in parts:
         res["generate"] = generation_speed(cfg, device, new_tokens, rounds)
-        for r in res["generate"]:
-            log(
-                f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {r['batch']}, "
-                f"{'KV cache' if r['cache'] else 'no cache'}{', compiled' if r['compile'] else ''}, "
-                f"{r['new_tokens']} new tokens, median of {r['rates']}"
-                + (f" (first call, compiling: {r['first_call_s']} s)" if r["compile"] else "")
-            )
-        rate = {(r["batch"], r["cache"], r["compile"]): r for r in res["generate"]}
-        for batch, compile in [(1, False), (8, False), (1, True)]:
-            on, off = rate[batch, True, compile]["rates"], rate[batch, False, False]["rates"]
-            ratios = sorted(a / b for a, b in zip(on, off))  # per round: the two ran minutes apart at most
-            log(
-                f"generate  KV cache speed-up at batch {batch}{' (compiled)' if compile else ''}: "
-                f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{x:.1f}' for x in ratios)})"
-            )
+        _log_generate(res["generate"], log)
         from bench.llamacpp import llamacpp_decode  # logs why when it cannot run
 
         res["generate_llamacpp"] = llamacpp_decode(cfg, device, new_tokens, rounds, log)
@@ -292,14 +268,56 @@ def run_bench(
         r = res["startup"] = startup_to_first_token(run_dir or newest_run())
         log(f"startup   first generated character {r['first_token_s']} s after launch ({r['run']})")
     if "explore" in parts:
-        r = res["explore"] = explore_first_token(run_dir or newest_run())
-        for name in ("prompt", "long_prompt"):
-            log(
-                f"explore   first token {r[name]['first_token_s']} s after the request (median of "
-                f"{len(r[name]['times'])}, max {r[name]['max_s']}), {r[name]['tokens']}-token prompt ({r['run']})"
-            )
+        res["explore"] = explore_first_token(run_dir or newest_run())
+        _log_explore(res["explore"], log)
     if not parts:  # only the separate parts were asked for: they report their own
         return res
     res["peak_memory_mb"] = round(peak_memory_mb(device), 1)
     log(f"memory    peak {'RSS' if device.type == 'cpu' else 'CUDA allocated'} {res['peak_memory_mb']} MB")
     return res
+
+
+def _log_train(r: dict, log) -> None:
+    """Tokens/s with the model and step it measured; on a CPU, also how close that is to the
+    machine's own matmul rate (there is no datasheet peak to give an MFU against)."""
+    log(
+        f"train     {r['tokens_per_s']:>10,} tokens/s  {r['ms_per_step']} ms/step  ({r['params']:,} params, "
+        f"batch {r['batch']} x {r['block']}, vocab {r['vocab']}, {r['dtype']}, compile {r['compile']}"
+        + (f", MFU {100 * r['mfu']:.1f}%" if "mfu" in r else "")
+        + ")"
+    )
+    if "matmul_ceiling_tokens_per_s" in r:
+        log(
+            f"train     this machine's float32 matmuls run at {r['matmul_gflops']} GFLOP/s: a step with "
+            f"no other cost would give {r['matmul_ceiling_tokens_per_s']:,} tokens/s; measured "
+            f"{100 * r['tokens_per_s'] / r['matmul_ceiling_tokens_per_s']:.0f}% of that"
+        )
+
+
+def _log_generate(rows: list[dict], log) -> None:
+    """Each generation run's tokens/s, then the KV cache's speed-up as the median of per-round
+    ratios: a ratio of medians would pair rounds taken minutes apart on a drifting machine."""
+    for r in rows:
+        log(
+            f"generate  {r['tokens_per_s']:>10,.1f} tokens/s  batch {r['batch']}, "
+            f"{'KV cache' if r['cache'] else 'no cache'}{', compiled' if r['compile'] else ''}, "
+            f"{r['new_tokens']} new tokens, median of {r['rates']}"
+            + (f" (first call, compiling: {r['first_call_s']} s)" if r["compile"] else "")
+        )
+    rate = {(r["batch"], r["cache"], r["compile"]): r for r in rows}
+    for batch, compile in [(1, False), (8, False), (1, True)]:
+        on, off = rate[batch, True, compile]["rates"], rate[batch, False, False]["rates"]
+        ratios = sorted(a / b for a, b in zip(on, off))  # per round: the two ran minutes apart at most
+        log(
+            f"generate  KV cache speed-up at batch {batch}{' (compiled)' if compile else ''}: "
+            f"{statistics.median(ratios):.1f}x (rounds: {', '.join(f'{x:.1f}' for x in ratios)})"
+        )
+
+
+def _log_explore(r: dict, log) -> None:
+    """The explorer's first token for the run's own prompt and for the longest prompt it takes."""
+    for name in ("prompt", "long_prompt"):
+        log(
+            f"explore   first token {r[name]['first_token_s']} s after the request (median of "
+            f"{len(r[name]['times'])}, max {r[name]['max_s']}), {r[name]['tokens']}-token prompt ({r['run']})"
+        )

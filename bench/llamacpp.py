@@ -54,86 +54,30 @@ def llamacpp_decode(
 ) -> dict | None:
     """Tokens/s of minitf eager, minitf compiled (unless compile=False), llama.cpp f32 and q8_0 at
     batch 1, in turns; None (with the reason logged) where llama.cpp cannot run this model."""
-    try:
-        import llama_cpp
+    reason = _why_not(cfg, device)
+    if reason:
+        log(f"generate  llama.cpp rows skipped: {reason}")
+        return None
+    import llama_cpp
 
-        from minitf.export.gguf import write_gguf
-    except ImportError:
-        log(f"generate  llama.cpp rows skipped: llama-cpp-python is not installed ({INSTALL})")
-        return None
-    if device.type != "cpu":
-        log("generate  llama.cpp rows skipped: they compare CPU decoding (--device cpu)")
-        return None
     fmt = format_or_none(cfg.model)
-    if fmt is None:
-        log(
-            "generate  llama.cpp rows skipped: no GGUF architecture computes this model "
-            "(see minitf.export.architecture)"
-        )
-        return None
-    if cfg.model.vocab_size < MIN_VOCAB:  # a byte-level tokenizer has at least the 256 bytes and <|endoftext|>
-        log(f"generate  llama.cpp rows skipped: a GGUF tokenizer needs a vocabulary of at least {MIN_VOCAB}")
-        return None
     # the context holds the prompt token and every new one: llama.cpp's and minitf's windows alike
     n = min(new_tokens, cfg.model.block_size - 1)
     torch.manual_seed(0)
     model = Transformer(cfg.model).eval()
-    tokenizer = synthetic_tokenizer(cfg.model.vocab_size)
     threads = torch.get_num_threads()
     settings = SampleConfig(max_new_tokens=n, temperature=1.0, top_k=50, seed=0)
-
-    def minitf_run(compile):
-        def run():
-            return sum(1 for _ in generate_tokens(model, [1], settings, compile=compile))
-
-        return run
-
-    def llama_run(llm):
-        def run():
-            llm.reset()
-            count = 0
-            for _ in llm.generate([1], top_k=50, top_p=1.0, min_p=0.0, temp=1.0):
-                count += 1
-                if count == n:
-                    break
-            return count
-
-        return run
-
     with tempfile.TemporaryDirectory() as tmp:
-        llms = {}
-        for dtype in ("f32", "q8_0"):
-            path = Path(tmp) / f"model-{dtype}.gguf"
-            write_gguf(model, tokenizer, path, dtype)
-            llms[dtype] = llama_cpp.Llama(
-                model_path=str(path),
-                n_ctx=cfg.model.block_size,
-                n_threads=threads,
-                n_threads_batch=threads,
-                verbose=False,
-            )
+        llms = _llamas(model, synthetic_tokenizer(cfg.model.vocab_size), Path(tmp), cfg.model.block_size, threads)
         variants = {
-            "minitf eager": minitf_run(False),
-            **({"minitf compiled": minitf_run(True)} if compile else {}),
-            "llama.cpp f32": llama_run(llms["f32"]),
-            "llama.cpp q8_0": llama_run(llms["q8_0"]),
+            "minitf eager": lambda: _minitf_decode(model, settings, compile=False),
+            **({"minitf compiled": lambda: _minitf_decode(model, settings, compile=True)} if compile else {}),
+            "llama.cpp f32": lambda: _llama_decode(llms["f32"], n),
+            "llama.cpp q8_0": lambda: _llama_decode(llms["q8_0"], n),
         }
-        rates = {name: [] for name in variants}
-        first_compile_s = None
-        for name, run in variants.items():  # warm-up; the compiled one compiles here
-            t0 = time.perf_counter()
-            run()
-            if name == "minitf compiled":
-                first_compile_s = round(time.perf_counter() - t0, 1)
-        for _ in range(rounds):
-            for name, run in variants.items():
-                t0 = time.perf_counter()
-                count = run()
-                rates[name].append(round(count / (time.perf_counter() - t0), 1))
+        rates, first_compile_s = _in_turns(variants, rounds)
         for llm in llms.values():
             llm.close()
-
-    base = rates["minitf eager"]
     out = {
         "format": fmt,
         "new_tokens": n,
@@ -142,6 +86,8 @@ def llamacpp_decode(
         "compile_first_call_s": first_compile_s,
         "rows": {},
     }
+    # each variant against minitf eager, as the median of per-round ratios: the machine drifts between rounds
+    base = rates["minitf eager"]
     for name, r in rates.items():
         ratios = sorted(a / b for a, b in zip(r, base))
         out["rows"][name] = {"tokens_per_s": statistics.median(r), "rates": r, "vs_eager": statistics.median(ratios)}
@@ -150,3 +96,71 @@ def llamacpp_decode(
             f"{threads} threads), median of {r}; {statistics.median(ratios):.2f}x minitf eager"
         )
     return out
+
+
+def _why_not(cfg: Config, device: torch.device) -> str | None:
+    """Why llama.cpp cannot decode this model here, or None: the rows are skipped with a reason,
+    never an error, since the rest of the generate part measures without them."""
+    try:
+        import llama_cpp  # noqa: F401
+
+        from minitf.export.gguf import write_gguf  # noqa: F401
+    except ImportError:
+        return f"llama-cpp-python is not installed ({INSTALL})"
+    if device.type != "cpu":
+        return "they compare CPU decoding (--device cpu)"
+    if format_or_none(cfg.model) is None:
+        return "no GGUF architecture computes this model (see minitf.export.architecture)"
+    if cfg.model.vocab_size < MIN_VOCAB:  # a byte-level tokenizer has at least the 256 bytes and <|endoftext|>
+        return f"a GGUF tokenizer needs a vocabulary of at least {MIN_VOCAB}"
+    return None
+
+
+def _llamas(model: Transformer, tokenizer: Tokenizer, tmp: Path, n_ctx: int, threads: int) -> dict:
+    """The model written as GGUF in f32 and in q8_0, each loaded by llama.cpp with torch's thread count."""
+    import llama_cpp
+
+    from minitf.export.gguf import write_gguf
+
+    llms = {}
+    for dtype in ("f32", "q8_0"):
+        path = tmp / f"model-{dtype}.gguf"
+        write_gguf(model, tokenizer, path, dtype)
+        llms[dtype] = llama_cpp.Llama(
+            model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
+    return llms
+
+
+def _minitf_decode(model: Transformer, settings: SampleConfig, compile: bool) -> int:
+    """Tokens decoded by minitf from one prompt token."""
+    return sum(1 for _ in generate_tokens(model, [1], settings, compile=compile))
+
+
+def _llama_decode(llm, n: int) -> int:
+    """Tokens decoded by llama.cpp from one prompt token, with the same sampling, stopped after n."""
+    llm.reset()
+    count = 0
+    for _ in llm.generate([1], top_k=50, top_p=1.0, min_p=0.0, temp=1.0):
+        count += 1
+        if count == n:
+            break
+    return count
+
+
+def _in_turns(variants: dict, rounds: int) -> tuple[dict, float | None]:
+    """Each variant's tokens/s per round, the variants taking turns so a drifting machine moves them
+    all alike; and the compiled variant's first call in seconds (its warm-up, mostly compiling)."""
+    rates = {name: [] for name in variants}
+    first_compile_s = None
+    for name, decode in variants.items():  # warm-up; the compiled one compiles here
+        t0 = time.perf_counter()
+        decode()
+        if name == "minitf compiled":
+            first_compile_s = round(time.perf_counter() - t0, 1)
+    for _ in range(rounds):
+        for name, decode in variants.items():
+            t0 = time.perf_counter()
+            count = decode()
+            rates[name].append(round(count / (time.perf_counter() - t0), 1))
+    return rates, first_compile_s

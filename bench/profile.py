@@ -29,15 +29,15 @@ def profile_step(cfg: Config, device: torch.device, steps: int = 20, warmup: int
     cfg.model.vocab_size = data.tokenizer.vocab_size
     torch.manual_seed(cfg.run.seed)
     model = Transformer(cfg.model).to(device)
-    run = Session.create(cfg, model, data, device)
+    session = Session.create(cfg, model, data, device)
     if cfg.train.compile:
         model.compile_regions()
     for _ in range(warmup):
-        train_step(run, cfg.train.lr, interrupted=False)
+        train_step(session, cfg.train.lr, interrupted=False)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         t0 = time.perf_counter()
         for _ in range(steps):
-            train_step(run, cfg.train.lr, interrupted=False)
+            train_step(session, cfg.train.lr, interrupted=False)
         wall = time.perf_counter() - t0
     events = prof.key_averages()
     ms = lambda us: us / 1000 / steps  # noqa: E731 (total microseconds -> ms per step)
@@ -54,7 +54,7 @@ def profile_step(cfg: Config, device: torch.device, steps: int = 20, warmup: int
         reverse=True,
     )
     return {
-        "dtype": str(run.dtype).split(".")[-1],
+        "dtype": str(session.dtype).split(".")[-1],
         "compile": cfg.train.compile,
         "ms_per_step": round(step_ms, 2),
         "tokens_per_s": round(cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum / wall * steps),
