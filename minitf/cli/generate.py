@@ -20,6 +20,25 @@ from minitf.training.checkpoint import load_run, weights_step
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    args = _parser(prog).parse_args(argv)
+    if args.num_samples < 1:  # checked before loading anything, so the error is the only line
+        raise ConfigError(f"--num-samples must be at least 1, got {args.num_samples}")
+    prompt = read_prompt(args.prompt_file) if args.prompt_file else args.prompt
+    if prompt is not None:
+        check_prompt_text(prompt)
+    run = args.run or newest_run()
+    model, tok, cfg = load_run(run, best=args.best, device=args.device)
+    # the run's own sampling settings, with those given here on top
+    settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
+    weights = Path(run) / ("best.safetensors" if args.best else "model.safetensors")
+    print(f"[sampling from {run}: {weights.name}, step {weights_step(weights)}]", file=sys.stderr)
+    prompt = settings.prompt if prompt is None else prompt
+    typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
+    for text in stdin_prompts() if args.interactive else [prompt]:
+        _sample(model, tok, text, settings, args, echo="" if typed else text)
+
+
+def _parser(prog: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", help="run directory (default: the newest under runs/)")
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
@@ -43,40 +62,27 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         help="torch.compile the decode step: seconds to compile, then faster tokens (long outputs)",
     )
     p.add_argument("--verbose", action="store_true", help="print tokens/s to stderr")
-    args = p.parse_args(argv)
-    if args.num_samples < 1:  # checked before loading anything, so the error is the only line
-        raise ConfigError(f"--num-samples must be at least 1, got {args.num_samples}")
-    prompt = read_prompt(args.prompt_file) if args.prompt_file else args.prompt
-    if prompt is not None:
-        check_prompt_text(prompt)
-    run = args.run or newest_run()
-    model, tok, cfg = load_run(run, best=args.best, device=args.device)
-    # the run's own sampling settings, with those given here on top
-    settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
+    return p
+
+
+def _sample(model, tok, prompt: str, settings, args: argparse.Namespace, echo: str) -> None:
+    """Print the samples for one prompt, each after `echo` (the prompt, unless the terminal shows it)."""
+    t0, info = time.time(), {}
     opts = dict(stop=args.stop, compile=args.compile)
-    weights = Path(run) / ("best.safetensors" if args.best else "model.safetensors")
-    print(f"[sampling from {run}: {weights.name}, step {weights_step(weights)}]", file=sys.stderr)
-    prompt = settings.prompt if prompt is None else prompt
-    typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
-    for text in stdin_prompts() if args.interactive else [prompt]:
-        prompt = text
-        t0, info = time.time(), {}
-        echo = "" if typed else prompt
-        if args.stream and args.num_samples == 1:
-            print(echo, end="", flush=True)
-            text = ""
-            for piece in stream(model, tok, prompt, settings, info=info, **opts):
-                print(piece, end="", flush=True)
-                text += piece
-            print()
-            texts = [text]
-        else:
-            texts = generate(model, tok, prompt, settings, num_samples=args.num_samples, info=info, **opts)
-            texts = [texts] if args.num_samples == 1 else texts
-            for i, text in enumerate(texts):
-                if args.num_samples > 1:
-                    print(f"---------- sample {i + 1} ----------")
-                print(echo + text)
-        if args.verbose:
-            n = sum(info["tokens"])  # as sampled (re-encoding the text can merge or split tokens)
-            print(f"[{n} tokens in {time.time() - t0:.2f}s: {n / (time.time() - t0):.1f} tokens/s]", file=sys.stderr)
+    if args.stream and args.num_samples == 1:  # one sample can be printed piece by piece
+        print(echo, end="", flush=True)
+        text = ""
+        for piece in stream(model, tok, prompt, settings, info=info, **opts):
+            print(piece, end="", flush=True)
+            text += piece
+        print()
+    else:
+        texts = generate(model, tok, prompt, settings, num_samples=args.num_samples, info=info, **opts)
+        texts = [texts] if args.num_samples == 1 else texts
+        for i, text in enumerate(texts):
+            if args.num_samples > 1:
+                print(f"---------- sample {i + 1} ----------")
+            print(echo + text)
+    if args.verbose:
+        n = sum(info["tokens"])  # as sampled (re-encoding the text can merge or split tokens)
+        print(f"[{n} tokens in {time.time() - t0:.2f}s: {n / (time.time() - t0):.1f} tokens/s]", file=sys.stderr)
