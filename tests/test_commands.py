@@ -93,6 +93,26 @@ def test_every_command_has_a_script():
     assert scripts == {m for m, _ in COMMANDS.values()}
 
 
+def test_bench_outside_a_clone_is_one_line(monkeypatch, tmp_path, capsys):
+    """bench/ is not in the wheel: an installed minitf with no clone around it says so in one line."""
+    import minitf.cli.bench
+
+    monkeypatch.setattr(minitf.cli.bench, "CLONE", tmp_path)  # a top with no bench/cli.py, as site-packages
+    assert _exit_code(["bench", "--only", "train"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: minitf bench runs from a clone of the repository") and err.count("\n") == 1
+
+
+def test_the_bench_script_finds_bench_with_the_clone_already_on_the_path():
+    """python scripts/bench.py puts scripts/ first on the path, and its bench.py is no package: the
+    clone's bench/ must still be the one imported when the clone is on the path too (PYTHONPATH)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run(
+        [sys.executable, "scripts/bench.py", "--help"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+    )
+    assert r.returncode == 0 and r.stdout.startswith("usage: bench.py"), r.stderr[-2000:]
+
+
 def test_datasets_is_imported_only_for_hf_sources(tmp_path):
     """Configuring, training's imports and preparing a local text never import datasets (a slow
     import); an hf: source (here a local parquet directory) does."""
