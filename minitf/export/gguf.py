@@ -11,11 +11,9 @@ has to travel with it. The writer is the `gguf` package (the `gguf` extra: pip i
 Layout facts the file depends on (each checked by tests/test_gguf.py against llama.cpp itself):
 - GGUF stores a (rows, cols) array as ne = (cols, rows): nn.Linear's (out, in) weight and the
   embedding's (vocab, n_embd) are written as they are.
-- llama.cpp's llama graph rotates consecutive pairs (2i, 2i+1) where minitf rotates (i, i + D/2),
-  so each head's q and k rows (and biases) are reordered to 0, D/2, 1, D/2+1, ...; q @ k^T is
-  unchanged because both sides move alike. Its qwen3 and gptneox graphs rotate halves, as minitf.
-- The padding rows minitf adds to the embedding (to a multiple of 64) are dropped: the file has
-  exactly the tokenizer's vocabulary.
+- The tensors' names and layouts are minitf.export.weights' GGUF side: there, llama.cpp's llama
+  graph gets its q and k rows in consecutive rotary pairs, and the padding rows minitf adds to
+  the embedding (to a multiple of 64) are dropped: the file has exactly the tokenizer's vocabulary.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from ..errors import MinitfError
 from ..model import Transformer
 from ..tokenizer import Tokenizer, check_vocab
 from .architecture import export_format
-from .weights import TABLES, Weight, exported, minitf_tensors
+from .weights import HEAD, TABLES, Weight, exported, minitf_tensors
 
 DTYPES = ("f32", "f16", "q8_0")
 # the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
@@ -119,7 +117,7 @@ def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
     cfg, table = model.config, TABLES[fmt]
     tensors = minitf_tensors(model)
     if cfg.tie_embeddings and not table.gguf_tied_head:
-        del tensors["lm_head.weight"]  # llama.cpp reuses token_embd as the output matrix
+        del tensors[HEAD.minitf]  # llama.cpp reuses token_embd as the output matrix
 
     def made(weights: tuple[Weight, ...], prefix: str = "") -> dict[str, torch.Tensor]:
         return {
@@ -168,20 +166,9 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
     check_tokenizer(tokenizer)
     gguf = _gguf()
-    arch = {
-        "gpt2": gguf.MODEL_ARCH.GPT2,
-        "llama": gguf.MODEL_ARCH.LLAMA,
-        "qwen3": gguf.MODEL_ARCH.QWEN3,
-        "gptneox": gguf.MODEL_ARCH.GPTNEOX,
-    }[fmt]
+    arch = gguf.MODEL_ARCH[TABLES[fmt].gguf_arch]
     tensors = _tensors(model, fmt)
-    known = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[arch]}
-    for name in tensors:  # checked against gguf's own table of what each architecture holds
-        parts = name.split(".")
-        base = f"blk.{{bid}}.{parts[2]}" if parts[0] == "blk" else parts[0]
-        if base not in known:
-            raise RuntimeError(f"{name} is not a tensor of gguf's {fmt} architecture")
-
+    _check_names(tensors, arch, fmt)
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
     try:
         writer.add_name("minitf")
@@ -192,24 +179,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
         )
         if dtype != "f32":
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        writer.add_vocab_size(cfg.vocab_size)
-        writer.add_context_length(cfg.block_size)
-        writer.add_embedding_length(cfg.n_embd)
-        writer.add_block_count(cfg.n_layer)
-        writer.add_head_count(cfg.n_head)
-        writer.add_head_count_kv(cfg.kv_heads)
-        writer.add_feed_forward_length(tensors["blk.0.ffn_up.weight"].shape[0])
-        if fmt in ("gpt2", "gptneox"):
-            writer.add_layer_norm_eps(_norm_eps(model))
-        else:
-            writer.add_layer_norm_rms_eps(_norm_eps(model))
-        if fmt == "gptneox":
-            writer.add_parallel_residual(False)  # minitf's sublayers run one after the other
-        if cfg.positions == "rope":
-            writer.add_rope_freq_base(cfg.rope_base)
-            writer.add_rope_dimension_count(cfg.head_dim)
-            writer.add_key_length(cfg.head_dim)
-            writer.add_value_length(cfg.head_dim)
+        _add_hyperparameters(writer, model, fmt, ffn=tensors["blk.0.ffn_up.weight"].shape[0])
         add_tokenizer(writer, tokenizer)
         for name, t in tensors.items():
             array, raw = _encode(t, dtype)
@@ -220,6 +190,40 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     finally:
         writer.close()
     return fmt
+
+
+def _check_names(tensors: dict[str, torch.Tensor], arch, fmt: str) -> None:
+    """Every tensor name is one gguf's own table lists for the architecture (llama.cpp loads no other)."""
+    gguf = _gguf()
+    known = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[arch]}
+    for name in tensors:
+        parts = name.split(".")
+        base = f"blk.{{bid}}.{parts[2]}" if parts[0] == "blk" else parts[0]
+        if base not in known:
+            raise RuntimeError(f"{name} is not a tensor of gguf's {fmt} architecture")
+
+
+def _add_hyperparameters(writer, model: Transformer, fmt: str, ffn: int) -> None:
+    """The shape and settings llama.cpp's graph for `fmt` reads; ffn: the feed-forward width."""
+    cfg = model.config
+    writer.add_vocab_size(cfg.vocab_size)
+    writer.add_context_length(cfg.block_size)
+    writer.add_embedding_length(cfg.n_embd)
+    writer.add_block_count(cfg.n_layer)
+    writer.add_head_count(cfg.n_head)
+    writer.add_head_count_kv(cfg.kv_heads)
+    writer.add_feed_forward_length(ffn)
+    if cfg.norm == "layernorm":  # GPT-2 and GPT-NeoX; Llama and Qwen3 use RMSNorm
+        writer.add_layer_norm_eps(_norm_eps(model))
+    else:
+        writer.add_layer_norm_rms_eps(_norm_eps(model))
+    if TABLES[fmt].gguf_parallel_residual:
+        writer.add_parallel_residual(False)  # minitf's sublayers run one after the other
+    if cfg.positions == "rope":
+        writer.add_rope_freq_base(cfg.rope_base)
+        writer.add_rope_dimension_count(cfg.head_dim)
+        writer.add_key_length(cfg.head_dim)
+        writer.add_value_length(cfg.head_dim)
 
 
 def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = False) -> tuple[Path, str]:

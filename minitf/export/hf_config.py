@@ -1,0 +1,235 @@
+"""config.json both ways: the transformers config that describes a minitf model (export), and the
+minitf model an HF config.json describes (import), with every setting minitf cannot compute named.
+
+    option set (minitf.export.architecture)          written as
+    positions=learned|sinusoidal layernorm gelu tanh  GPT2LMHeadModel
+    positions=rope rmsnorm swiglu (bias either way)   LlamaForCausalLM (attention_bias = mlp_bias = model.bias)
+    the same with qk_norm=true bias=false             Qwen3ForCausalLM (q_norm/k_norm weights one)
+    positions=rope layernorm gelu tanh                GPTNeoXForCausalLM (use_parallel_residual=false)
+
+The tensors' names and layouts are minitf.export.weights'; this module reads and writes only the
+settings.
+"""
+
+from __future__ import annotations
+
+from ..config import ModelConfig
+from ..errors import MinitfError
+from ..model import ffn_hidden, swiglu_hidden
+from .architecture import FORMAT_NAMES
+from .weights import TABLES
+
+# HF model_type -> minitf format
+MODEL_TYPES = {table.model_type: fmt for fmt, table in TABLES.items()}
+# HF activation names -> model.gelu; gelu_new, gelu_fast and gelu_pytorch_tanh are one formula
+HF_GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh", "gelu": "exact"}
+# the config.json keys that fix a model's shape: without them a default (GPT-2 small, say) would not fit the weights
+SHAPE_KEYS = {
+    "gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
+    "llama": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# minitf -> Hugging Face
+
+
+def hf_config(cfg: ModelConfig, fmt: str, eot_id: int) -> dict:
+    """The keyword arguments of `fmt`'s transformers config class that describe `cfg`'s model."""
+    common = dict(vocab_size=cfg.vocab_size, bos_token_id=eot_id, eos_token_id=eot_id)
+    common["tie_word_embeddings"] = cfg.tie_embeddings
+    if fmt == "gpt2":
+        return dict(
+            common,
+            n_positions=cfg.block_size,
+            n_embd=cfg.n_embd,
+            n_layer=cfg.n_layer,
+            n_head=cfg.n_head,
+            n_inner=ffn_hidden(cfg),
+            activation_function="gelu_new",
+            layer_norm_epsilon=cfg.norm_eps,
+            resid_pdrop=cfg.dropout,
+            embd_pdrop=cfg.dropout,
+            attn_pdrop=cfg.dropout,
+        )
+    rope = {"rope_type": "default", "rope_theta": cfg.rope_base}
+    shape = dict(
+        common,
+        hidden_size=cfg.n_embd,
+        intermediate_size=ffn_hidden(cfg),
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        max_position_embeddings=cfg.block_size,
+        attention_dropout=cfg.dropout,
+    )
+    if fmt == "gptneox":
+        return dict(
+            shape,
+            hidden_act="gelu_pytorch_tanh",  # F.gelu(approximate="tanh"), minitf's own op
+            layer_norm_eps=cfg.norm_eps,
+            use_parallel_residual=False,  # minitf runs attention, then the MLP on its result
+            rope_parameters={**rope, "partial_rotary_factor": 1.0},  # every dimension rotates
+            attention_bias=True,
+            hidden_dropout=cfg.dropout,
+        )
+    llama = dict(
+        shape,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_dim,
+        hidden_act="silu",
+        rms_norm_eps=cfg.norm_eps,
+        rope_parameters=rope,
+        attention_bias=cfg.bias,
+    )
+    return llama if fmt == "qwen3" else dict(llama, mlp_bias=cfg.bias)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face -> minitf
+
+
+def model_config(config: dict, vocab_size: int | None, where) -> tuple[str, ModelConfig]:
+    """(the format, the ModelConfig) that config.json describes, dropout off; vocab_size: that
+    many rows of the embedding and head (the tokenizer's), where the file may hold more. Every
+    setting minitf cannot compute is named in one MinitfError."""
+    model_type = config.get("model_type")
+    if model_type not in MODEL_TYPES:
+        raise MinitfError(
+            f"{where} holds a {model_type!r} model; minitf imports {', '.join(sorted(MODEL_TYPES))} "
+            f"(GPT-2, Llama, Qwen3, GPT-NeoX)"
+        )
+    fmt = MODEL_TYPES[model_type]
+    _check_shape_keys(config, fmt, where)
+    options, problems = _options(config, fmt)
+    if problems:
+        verb = "has" if len(problems) == 1 else "have"
+        raise MinitfError(
+            f"{where}: {FORMAT_NAMES[fmt]} config {', '.join(problems)} {verb} no minitf equivalent; "
+            f"minitf imports the plain architecture only"
+        )
+    hf_vocab = config["vocab_size"]
+    if vocab_size is not None and vocab_size > hf_vocab:
+        raise MinitfError(f"{where}: the tokenizer has {vocab_size} tokens but the model only {hf_vocab} rows")
+    return fmt, ModelConfig(vocab_size=vocab_size or hf_vocab, dropout=0.0, **options)
+
+
+def _check_shape_keys(config: dict, fmt: str, where) -> None:
+    """The config.json keys that fix the model's shape are there, as positive integers: a minimal
+    config.json would otherwise give transformers' defaults, which do not fit the weights."""
+    keys = SHAPE_KEYS["gpt2" if fmt == "gpt2" else "llama"]
+    absent = [k for k in keys if k not in config]
+    if absent:
+        raise MinitfError(
+            f"{where}: config.json lacks {', '.join(absent)}, which fix the model's shape; "
+            f"use the config.json that save_pretrained wrote beside the weights"
+        )
+    wrong = [f"{k}={config[k]!r}" for k in keys if type(config[k]) is not int or config[k] < 1]
+    if wrong:
+        raise MinitfError(f"{where}: config.json has {', '.join(wrong)}; each must be a positive integer")
+
+
+def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
+    """(ModelConfig keyword arguments, problems: the settings minitf cannot compute) of an HF config."""
+    problems: list[str] = []
+
+    def need(bad: bool, text: str) -> None:
+        if bad:
+            problems.append(text)
+
+    if fmt == "gpt2":
+        return _gpt2_options(c, need), problems
+    theta, rope_problems = _rope(c)
+    problems += rope_problems
+    hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    common = dict(
+        block_size=c.get("max_position_embeddings", 2048),
+        n_layer=c["num_hidden_layers"],
+        n_head=heads,
+        n_embd=hidden,
+        positions="rope",
+        rope_base=theta,
+        tie_embeddings=c.get("tie_word_embeddings", False),
+    )
+    need(hidden % heads != 0, f"hidden_size={hidden} not divisible by num_attention_heads={heads}")
+    rest = _gptneox_options(c, need) if fmt == "gptneox" else _llama_options(c, fmt, need)
+    return dict(common, **rest), problems
+
+
+def _gpt2_options(c: dict, need) -> dict:
+    """GPT-2's ModelConfig keyword arguments; need(bad, text) collects what minitf cannot compute."""
+    n_embd = c.get("n_embd", 768)
+    act = c.get("activation_function", "gelu_new")
+    need(act not in HF_GELU, f"activation_function={act!r}")
+    need(not c.get("scale_attn_weights", True), "scale_attn_weights=False")
+    need(c.get("scale_attn_by_inverse_layer_idx", False), "scale_attn_by_inverse_layer_idx=True")
+    need(c.get("reorder_and_upcast_attn", False), "reorder_and_upcast_attn=True")
+    need(c.get("add_cross_attention", False), "add_cross_attention=True")
+    inner = c.get("n_inner") or 4 * n_embd
+    return dict(
+        block_size=c.get("n_positions", 1024),
+        n_layer=c.get("n_layer", 12),
+        n_head=c.get("n_head", 12),
+        n_embd=n_embd,
+        positions="learned",
+        norm="layernorm",
+        ffn="gelu",
+        gelu=HF_GELU.get(act, "tanh"),
+        ffn_hidden=None if inner == 4 * n_embd else inner,
+        norm_eps=c.get("layer_norm_epsilon", 1e-5),
+        bias=True,
+        tie_embeddings=c.get("tie_word_embeddings", True),
+    )
+
+
+def _rope(c: dict) -> tuple[float, list[str]]:
+    """(rope_theta, problems) from rope_parameters (transformers 5) or rope_theta/rope_scaling (older files)."""
+    params = dict(c.get("rope_parameters") or {})
+    scaling = c.get("rope_scaling") or {}
+    theta = params.get("rope_theta", c.get("rope_theta", c.get("rotary_emb_base", 10000.0)))
+    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
+    problems = [] if kind == "default" else [f"rope_scaling (rope_type={kind!r})"]
+    return float(theta), problems
+
+
+def _gptneox_options(c: dict, need) -> dict:
+    """GPT-NeoX's keyword arguments beyond the rotary models' common ones."""
+    hidden, inter = c["hidden_size"], c["intermediate_size"]
+    act = c.get("hidden_act", "gelu")
+    need(act not in HF_GELU, f"hidden_act={act!r}")
+    need(c.get("use_parallel_residual", True), "use_parallel_residual=True (attention and MLP side by side)")
+    factor = (c.get("rope_parameters") or {}).get("partial_rotary_factor", c.get("rotary_pct", 0.25))
+    need(factor != 1.0, f"partial_rotary_factor={factor} (minitf rotates every dimension)")
+    return dict(
+        norm="layernorm",
+        ffn="gelu",
+        gelu=HF_GELU.get(act, "tanh"),
+        ffn_hidden=None if inter == 4 * hidden else inter,
+        norm_eps=c.get("layer_norm_eps", 1e-5),
+        bias=True,  # GPT-NeoX's norms and MLP always have biases (attention_bias=false: zeros)
+    )
+
+
+def _llama_options(c: dict, fmt: str, need) -> dict:
+    """Llama's and Qwen3's keyword arguments beyond the rotary models' common ones."""
+    hidden, heads, inter = c["hidden_size"], c["num_attention_heads"], c["intermediate_size"]
+    act = c.get("hidden_act", "silu")
+    need(act != "silu", f"hidden_act={act!r} (minitf's SwiGLU gates with silu)")
+    head_dim = c.get("head_dim") or hidden // heads
+    need(head_dim != hidden // heads, f"head_dim={head_dim} (minitf's is hidden_size / num_attention_heads)")
+    kv = c.get("num_key_value_heads") or heads
+    need(heads % kv != 0, f"num_key_value_heads={kv} not dividing num_attention_heads={heads}")
+    need(bool(c.get("use_sliding_window")), "use_sliding_window=True (sliding-window attention)")
+    need(c.get("sliding_window") is not None and fmt != "qwen3", f"sliding_window={c.get('sliding_window')}")
+    layer_types = set(c.get("layer_types") or ["full_attention"])
+    need(layer_types != {"full_attention"}, f"layer_types={sorted(layer_types)}")
+    # one model.bias for every linear layer: a Llama with only some biases is minitf's with the rest zero
+    bias = bool(c.get("attention_bias", False) or c.get("mlp_bias", False))
+    return dict(
+        n_kv_head=None if kv == heads else kv,
+        norm="rmsnorm",
+        ffn="swiglu",
+        ffn_hidden=None if inter == swiglu_hidden(hidden) else inter,
+        norm_eps=c.get("rms_norm_eps", 1e-6),
+        bias=bias,
+        qk_norm=fmt == "qwen3",
+    )

@@ -1,0 +1,99 @@
+"""What a local Hugging Face directory holds, read without transformers and never unpickled:
+config.json, the safetensors files (one, or shards with their index), the tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..errors import MinitfError, first_line
+from ..tokenizer import EOT, Tokenizer
+
+# what torch.save and pickle write: never loaded (unpickling can run code), but named when they are all there is
+PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def read(path_or_model, what: str) -> tuple[dict, dict[str, torch.Tensor], str]:
+    """(config dict, state dict, where) from a transformers model object or a local directory."""
+    if isinstance(path_or_model, torch.nn.Module):
+        if not hasattr(path_or_model, "config") or not hasattr(path_or_model.config, "to_dict"):
+            raise MinitfError(
+                f"{what} takes a transformers model or its directory, got a {type(path_or_model).__name__}"
+            )
+        return path_or_model.config.to_dict(), path_or_model.state_dict(), type(path_or_model).__name__
+    where = Path(path_or_model)
+    if not where.is_dir():
+        raise MinitfError(
+            f"could not load a model from {str(where)!r} (not a directory); pass a local directory written by "
+            f"save_pretrained (config.json, model.safetensors)"
+        )
+    config, state = _read_dir(where)
+    return config, state, str(where)
+
+
+def _read_dir(where: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(config.json as a dict, every tensor of the directory's safetensors files)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    if not (where / "config.json").is_file():
+        raise MinitfError(
+            f"{where} has no config.json; pass a directory written by save_pretrained (config.json, model.safetensors)"
+        )
+    config = _json(where / "config.json", "a save_pretrained config.json")
+    if not isinstance(config, dict):
+        raise MinitfError(f"{where / 'config.json'} holds a JSON {type(config).__name__}, not a model config object")
+    index = where / "model.safetensors.index.json"
+    pickles = sorted(p.name for p in where.iterdir() if p.suffix in PICKLES)
+    if index.is_file():  # sharded: the index names each tensor's file
+        listing = _json(index, "a save_pretrained index")
+        weight_map = listing.get("weight_map") if isinstance(listing, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+            raise MinitfError(f"{index} has no weight_map of tensor names to files; is it a save_pretrained index?")
+        files = sorted(set(weight_map.values()))
+    elif (where / "model.safetensors").is_file():
+        files = ["model.safetensors"]
+    elif pickles:
+        raise MinitfError(
+            f"{where} holds its weights as a pickle ({', '.join(pickles[:3])}), which minitf never loads (it can run "
+            f"code); convert it to safetensors first: AutoModelForCausalLM.from_pretrained(dir).save_pretrained(dir)"
+        )
+    else:
+        raise MinitfError(f"{where} has no model.safetensors; pass a directory written by save_pretrained")
+    state = {}
+    for name in files:
+        try:
+            state.update(load_file(str(where / name)))
+        except (SafetensorError, OSError) as e:
+            raise MinitfError(f"{where / name} is unreadable ({first_line(e, 120)})") from None
+    return config, state
+
+
+def _json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise MinitfError(f"{path} is not valid JSON ({first_line(e, 80)}); is it {what}?") from None
+
+
+def read_tokenizer(where: Path) -> Tokenizer:
+    """The directory's tokenizer.json, or GPT-2's classic vocab.json + merges.txt (what
+    GPT2Tokenizer.save_pretrained writes), read as the byte-level BPE they describe."""
+    if (where / "tokenizer.json").is_file():
+        return Tokenizer.load(where / "tokenizer.json")
+    if (where / "vocab.json").is_file() and (where / "merges.txt").is_file():
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, models, pre_tokenizers
+
+        backend = HFTokenizer(models.BPE.from_file(str(where / "vocab.json"), str(where / "merges.txt")))
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+        backend.decoder = decoders.ByteLevel()
+        if backend.token_to_id(EOT) is not None:
+            backend.add_special_tokens([EOT])  # so a literal <|endoftext|> in text is the separator, as in GPT-2
+        return Tokenizer(backend)
+    raise MinitfError(
+        f"{where} holds no tokenizer (tokenizer.json, or vocab.json and merges.txt); "
+        f"save the model's tokenizer into it with save_pretrained"
+    )
