@@ -4,7 +4,6 @@ language model. The attention formula itself is attention.py's; positions are po
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import torch.nn as nn
@@ -16,6 +15,7 @@ from .config import ModelConfig
 from .errors import ConfigError
 from .lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
+from .system.memory import physical_memory, size_words
 
 VOCAB_MULTIPLE = 64  # embedding rows are padded to this for faster matmuls
 
@@ -193,61 +193,6 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))
 
 
-def model_floats(cfg: ModelConfig) -> int:
-    """How many float32 numbers Transformer(cfg) holds: its parameters (a tied head counted once)
-    and its position buffers (sinusoidal table, rotary cos and sin). Counted from the config
-    alone, so a model too big to build is refused before a byte is allocated."""
-    C, V, T = cfg.n_embd, padded_vocab(cfg.vocab_size or 0), cfg.block_size
-    bias = int(cfg.bias)
-    norm = C * (1 + bias) if cfg.norm == "layernorm" else C
-    hidden = ffn_hidden(cfg)
-    qkv = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
-    block = (
-        2 * norm
-        + C * qkv
-        + qkv * bias  # c_attn
-        + C * C
-        + C * bias  # attention's c_proj
-        + C * hidden * (2 if cfg.ffn == "swiglu" else 1)
-        + hidden * (2 if cfg.ffn == "swiglu" else 1) * bias
-        + hidden * C
-        + C * bias  # the feed-forward's c_proj
-    )
-    positions = T * C if cfg.positions in ("learned", "sinusoidal") else T * 2 * (cfg.head_dim // 2)
-    head = 0 if cfg.tie_embeddings else V * C
-    return V * C + positions + cfg.n_layer * block + norm + head
-
-
-def check_fits_in_memory(cfg: ModelConfig) -> None:
-    """A model whose weights alone outgrow this machine's memory is refused in one line with the
-    size it would need (model.block_size=10**15, model.n_layer=10**7), instead of a failed
-    allocation deep in torch or minutes spent building layers first."""
-    need = 4 * model_floats(cfg)
-    have = physical_memory()
-    if have is not None and need > have:
-        raise ConfigError(
-            f"this model (n_layer={cfg.n_layer}, n_embd={cfg.n_embd}, block_size={cfg.block_size}, vocabulary "
-            f"{cfg.vocab_size}) needs {_bytes(need)} for its float32 weights alone, more than this machine's "
-            f"{_bytes(have)} of memory; choose smaller model.* values"
-        )
-
-
-def physical_memory() -> int | None:
-    """This machine's memory in bytes (None where the system does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def _bytes(n: int) -> str:
-    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB", "EB"):
-        if n < 1000 or unit == "EB":
-            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1000
-    raise AssertionError
-
-
 class Transformer(nn.Module):
     """Token embedding + positions -> n_layer blocks -> final norm -> LM head (tied by default)."""
 
@@ -312,17 +257,6 @@ class Transformer(nn.Module):
             n -= self.wpe.wpe.weight.numel()
         return n
 
-    def _check_ids(self, ids: torch.Tensor, what: str) -> None:
-        """Ids outside 0 .. vocab_size - 1 would index a padding row or crash deep inside torch."""
-        if not ids.numel():
-            return
-        low, high = (int(v) for v in torch.aminmax(ids))  # one pass over the ids
-        if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(
-                f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {low}, max {high}); "
-                f"encode with the model's own tokenizer"
-            )
-
     def flops_per_token(self) -> float:
         """Training FLOPs per token: 6N for the matmuls forward and backward, plus 12·L·C·T for
         attention's scores and weighted sum."""
@@ -346,22 +280,9 @@ class Transformer(nn.Module):
         targets, what training asks): the logits are not kept, (None, loss), and the loss may come
         from the fused head (lm_loss), which never holds them whole.
         """
-        if idx.dim() != 2:
-            raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
-        # on the CPU only (a GPU check would wait for the device), and not while decoding with a
-        # cache, where the ids come from the sampler and every token would pay for the check
-        if cache is None and idx.device.type == "cpu" and not torch.compiler.is_compiling():
-            self._check_ids(idx, "idx")
-            if targets is not None:
-                self._check_ids(targets[targets != IGNORE], "targets")
+        self._check_inputs(idx, targets, cache)
         B, T = idx.shape
         offset = cache.pos if cache is not None else 0
-        # a static cache's position is a tensor: checking it would cost a device sync per step
-        if isinstance(offset, int) and offset + T > self.config.block_size:
-            raise ValueError(
-                f"sequence of {offset + T} tokens exceeds block_size "
-                f"{self.config.block_size}; crop the input to the last block_size tokens"
-            )
         x = self.wte(idx)  # (B, T, C)
         if self.wpe is not None:
             x = x + self.wpe(T, offset)  # (B, T, C) + (T, C)
@@ -379,6 +300,37 @@ class Transformer(nn.Module):
             h = self.ln_f(x).reshape(B * T, -1)  # (B*T, C)
             return None, linear_cross_entropy(h, self.lm_head.weight[: self.config.vocab_size], targets.reshape(-1))
         return None, self.logits_and_loss(x, targets)[1]
+
+    def _check_inputs(self, idx: torch.Tensor, targets: torch.Tensor | None, cache) -> None:
+        """forward's inputs, refused in one line: ids that are not (B, T), outside the vocabulary,
+        or a sequence longer than block_size."""
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
+        # on the CPU only (a GPU check would wait for the device), and not while decoding with a
+        # cache, where the ids come from the sampler and every token would pay for the check
+        if cache is None and idx.device.type == "cpu" and not torch.compiler.is_compiling():
+            self._check_ids(idx, "idx")
+            if targets is not None:
+                self._check_ids(targets[targets != IGNORE], "targets")
+        T = idx.size(1)
+        offset = cache.pos if cache is not None else 0
+        # a static cache's position is a tensor: checking it would cost a device sync per step
+        if isinstance(offset, int) and offset + T > self.config.block_size:
+            raise ValueError(
+                f"sequence of {offset + T} tokens exceeds block_size "
+                f"{self.config.block_size}; crop the input to the last block_size tokens"
+            )
+
+    def _check_ids(self, ids: torch.Tensor, what: str) -> None:
+        """Ids outside 0 .. vocab_size - 1 would index a padding row or crash deep inside torch."""
+        if not ids.numel():
+            return
+        low, high = (int(v) for v in torch.aminmax(ids))  # one pass over the ids
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(
+                f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {low}, max {high}); "
+                f"encode with the model's own tokenizer"
+            )
 
     def fused_loss_applies(self, x: torch.Tensor) -> bool:
         """The fused head computes the plain float32 loss for a step that will run backward: not
@@ -414,3 +366,46 @@ class Transformer(nn.Module):
             block.compile()
         self.logits_and_loss = torch.compile(self.logits_and_loss)
         self.compiled = True
+
+
+# ---------------------------------------------------------------- the model's size, from its config alone
+
+
+def model_floats(cfg: ModelConfig) -> int:
+    """How many float32 numbers Transformer(cfg) holds: its parameters (a tied head counted once)
+    and its position buffers (sinusoidal table, rotary cos and sin)."""
+    C, V, T = cfg.n_embd, padded_vocab(cfg.vocab_size or 0), cfg.block_size
+    bias = int(cfg.bias)
+    norm = C * (1 + bias) if cfg.norm == "layernorm" else C
+    hidden = ffn_hidden(cfg)
+    qkv = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
+    block = (
+        2 * norm
+        + C * qkv
+        + qkv * bias  # c_attn
+        + C * C
+        + C * bias  # attention's c_proj
+        + C * hidden * (2 if cfg.ffn == "swiglu" else 1)
+        + hidden * (2 if cfg.ffn == "swiglu" else 1) * bias
+        + hidden * C
+        + C * bias  # the feed-forward's c_proj
+    )
+    positions = T * C if cfg.positions in ("learned", "sinusoidal") else T * 2 * (cfg.head_dim // 2)
+    head = 0 if cfg.tie_embeddings else V * C
+    return V * C + positions + cfg.n_layer * block + norm + head
+
+
+def check_fits_in_memory(cfg: ModelConfig) -> None:
+    """Refuse, in one line, a model whose float32 weights alone outgrow this machine's memory.
+
+    Counted from the config (model_floats), so model.block_size=10**15 or model.n_layer=10**7 is
+    refused before a byte is allocated, not by a failed allocation deep in torch or after minutes
+    spent building layers."""
+    need = 4 * model_floats(cfg)
+    have = physical_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"this model (n_layer={cfg.n_layer}, n_embd={cfg.n_embd}, block_size={cfg.block_size}, vocabulary "
+            f"{cfg.vocab_size}) needs {size_words(need)} for its float32 weights alone, more than this machine's "
+            f"{size_words(have)} of memory; choose smaller model.* values"
+        )
