@@ -436,7 +436,7 @@ def record_eval(run: Session, lr: float, norm: float, elapsed: float, write, on_
     val = fsdp.rank0_value(result["val"], run.device) if run.sharded else result["val"]
     if val < run.best_val:  # sharded, every rank takes this branch together: the weights are gathered
         run.best_val = val
-        fsdp.save_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash, run.dist.main)
+        fsdp.save_full_weights(run.raw_model, run.run_dir / ckpt.BEST, run.step, run.data.tokenizer.hash, run.dist.main)
 
 
 def _progress_bar(run: Session):

@@ -78,18 +78,18 @@ def train_with_snapshot(cfg, snapshot: Path, at_step: int, monkeypatch) -> Path:
 
     from minitf.training import checkpoint as ckpt
 
-    real_save = ckpt.save_checkpoint
+    real_save = ckpt.write_checkpoint
 
     def save_and_snapshot(run_dir, model, state, step):
         real_save(run_dir, model, state, step)
         if step == at_step and not snapshot.exists():
             shutil.copytree(run_dir, snapshot)
 
-    monkeypatch.setattr(ckpt, "save_checkpoint", save_and_snapshot)
+    monkeypatch.setattr(ckpt, "write_checkpoint", save_and_snapshot)
     try:
         return minitf.train(cfg, log=lambda *a: None)
     finally:
-        monkeypatch.setattr(ckpt, "save_checkpoint", real_save)
+        monkeypatch.setattr(ckpt, "write_checkpoint", real_save)
 
 
 def join_gloo(rank: int, world: int, init_file: str) -> None:

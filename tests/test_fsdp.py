@@ -93,7 +93,7 @@ def _reload_worker(rank, world, init_file, run_dir):
     optimizer = make_optimizer(model, TC, torch.device("cpu"))
     fsdp.load_sharded(Path(run_dir), model, optimizer, print, rank == 0)
     exp_avg = _exp_avg(model, optimizer)
-    fsdp.save_weights(model, Path(run_dir) / "reloaded.safetensors", 1, "t", rank == 0)
+    fsdp.save_full_weights(model, Path(run_dir) / "reloaded.safetensors", 1, "t", rank == 0)
     if rank == 0:
         torch.save(exp_avg, Path(run_dir) / "reloaded-exp-avg.pt")
     leave_gloo()

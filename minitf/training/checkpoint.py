@@ -2,7 +2,7 @@
 
     runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
                 state.pt  metrics.jsonl  steps.jsonl  loss.png  (tensorboard/)
-                (train.parallel=fsdp: sharded-<step>/, see parallel.py)
+                (train.parallel=fsdp: sharded-<step>/, see fsdp.py)
 
 Every file but metrics.jsonl and steps.jsonl (appended a line at a time) is written to a temporary name in the
 same directory and moved into place with os.replace. A checkpoint is committed by one rename:
@@ -63,7 +63,7 @@ def weights_step(path: Path) -> int | None:
     return int(step) if step is not None and step.isdigit() else None
 
 
-def save_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
+def write_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
     """Commit a checkpoint: state.pt (training state + the weights) in one rename, then
     model.safetensors from the same weights for the readers. state["tokenizer"]: its hash."""
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
@@ -174,12 +174,13 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
             f"{run_dir / TOKENIZER} is not the tokenizer this model was trained with (its hash "
             f"differs from the one recorded in {weights.name}); restore the run's own tokenizer.json"
         )
-    model = Transformer(cfg.model).to(_device(device))
+    model = Transformer(cfg.model).to(_as_device(device))
     load_weights(model, weights)
     return model.eval(), tok, cfg
 
 
-def _device(device: str | torch.device) -> torch.device:
+def _as_device(device: str | torch.device) -> torch.device:
+    """load_run's device argument as a torch.device: a name is resolved, and refused if unknown."""
     if isinstance(device, str) and ":" not in device:
         return resolve_device(device)  # names it, if it is unknown or not there
     try:
@@ -257,7 +258,7 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
     for name in sorted(RUN_FILES):  # before any training time is spent: every write there would be refused
         refuse_symlink(run_dir / name)
-    for path in sorted(run_dir.glob("sharded-*")):  # fsdp's checkpoint folders (parallel.py)
+    for path in sorted(run_dir.glob("sharded-*")):  # fsdp's checkpoint folders (fsdp.py)
         refuse_symlink(path)
     if resume and not (run_dir / STATE).is_file():
         if any((run_dir / n).is_file() for n in (WEIGHTS, BEST)):

@@ -128,7 +128,7 @@ def rank0_value(x: float, device: torch.device) -> float:
     return t.item()
 
 
-def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str, main: bool) -> None:
+def save_full_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str, main: bool) -> None:
     """Full weights as safetensors, written by rank 0. Sharded, every process must call it: the
     weights are gathered to rank 0's CPU, then put into a Transformer on the meta device (no
     memory, no init) to be saved exactly as an unsharded model is (the tied head once)."""
@@ -170,7 +170,7 @@ def save_sharded(run_dir: Path, model: nn.Module, optimizer, state: dict, step: 
         shutil.rmtree(final, ignore_errors=True)  # complete but never committed: a kill came before state.pt
         os.replace(tmp, final)
         ckpt.write_state(run_dir, {**state, "sharded": name, "optimizer_groups": optim["param_groups"]}, step)
-    save_weights(model, run_dir / ckpt.WEIGHTS, step, state["tokenizer"], main)
+    save_full_weights(model, run_dir / ckpt.WEIGHTS, step, state["tokenizer"], main)
     if main:
         for old in run_dir.glob("*sharded-*"):
             if old.name != name and (SHARDED.fullmatch(old.name) or old.name.endswith(".tmp")):
@@ -220,15 +220,15 @@ def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) ->
             f"{folder} does not load ({_dcp_first_line(e)}); the checkpoint is damaged or not this "
             f"run's, start a new run.out_dir"
         ) from None
-    _refuse_non_finite(model, folder)
+    _refuse_non_finite_shards(model, folder)
     found = ckpt.weights_step(run_dir / ckpt.WEIGHTS)
-    if rank0_value(float(found != state["step"]), _device(model)):
+    if rank0_value(float(found != state["step"]), _device_of(model)):
         log(f"repairing {run_dir / ckpt.WEIGHTS}: it holds step {found}, the committed checkpoint step {state['step']}")
-        save_weights(model, run_dir / ckpt.WEIGHTS, state["step"], state.get("tokenizer"), main)
+        save_full_weights(model, run_dir / ckpt.WEIGHTS, state["step"], state.get("tokenizer"), main)
     return state
 
 
-def _refuse_non_finite(model: nn.Module, folder: Path) -> None:
+def _refuse_non_finite_shards(model: nn.Module, folder: Path) -> None:
     """ckpt.refuse_non_finite over the loaded weights, on every process together: each checks its
     own shards, and all raise if any found a NaN or infinity (one raising alone would leave the
     others waiting in the next collective)."""
@@ -238,7 +238,7 @@ def _refuse_non_finite(model: nn.Module, folder: Path) -> None:
     except MinitfError as e:
         error = e
     if dist.is_initialized() and dist.get_world_size() > 1:
-        flag = torch.tensor([float(error is not None)], device=_device(model))
+        flag = torch.tensor([float(error is not None)], device=_device_of(model))
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item() and error is None:
             error = MinitfError(f"{folder}: another process's shard holds NaN/inf values; {ckpt.DIVERGED_STATE}")
@@ -250,7 +250,7 @@ def _compact(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size()
 
 
-def _device(model: nn.Module) -> torch.device:
+def _device_of(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 

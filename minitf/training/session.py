@@ -163,7 +163,7 @@ def save_checkpoint(run: Session) -> None:
     if sharded:
         fsdp.save_sharded(run.run_dir, run.raw_model, run.optimizer, state, run.step, run.dist.main)
     else:
-        ckpt.save_checkpoint(run.run_dir, run.raw_model, {**state, "optimizer": run.optimizer.state_dict()}, run.step)
+        ckpt.write_checkpoint(run.run_dir, run.raw_model, {**state, "optimizer": run.optimizer.state_dict()}, run.step)
     run.saved_step = run.step
 
 
