@@ -9,9 +9,7 @@ import torch.nn as nn
 
 from .config import TrainConfig
 from .system import runtime
-
-# the wall-clock budget train.typical_steps is measured for: the default recipe's train.max_seconds
-TYPICAL_SECONDS: float = TrainConfig.__dataclass_fields__["max_seconds"].default
+from .training.budget import budget_steps
 
 
 def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):
@@ -177,15 +175,6 @@ def warmup_share(tc: TrainConfig) -> float:
         return share
     expected = budget_steps(tc)
     return min(1.0, max(share, tc.warmup_steps / expected if expected else 0.1))
-
-
-def budget_steps(tc: TrainConfig) -> int | None:
-    """The steps this run's time budget buys on a typical 2-core CPU: train.typical_steps is
-    measured for the default recipe's budget (TYPICAL_SECONDS), so another max_seconds scales it.
-    None when the budget is not wall-clock or typical_steps is not known."""
-    if tc.max_seconds is None or not tc.typical_steps:
-        return None
-    return max(1, round(tc.typical_steps * tc.max_seconds / TYPICAL_SECONDS))
 
 
 def schedule_progress(step: int, elapsed: float, tc: TrainConfig) -> float:

@@ -33,7 +33,7 @@ from .evaluate import evaluate
 from .export import hf
 from .export.architecture import FORMAT_NAMES, format_or_none
 from .model import Transformer
-from .optim import budget_steps, lr_at, schedule_progress, set_lr
+from .optim import lr_at, schedule_progress, set_lr
 from .system import runtime
 from .system.progress import progress_bar
 from .tokenizer import Tokenizer
@@ -47,7 +47,6 @@ from .training.session import (
     last_good,
     restore_checkpoint,
     save_checkpoint,
-    train_longer,
 )
 
 
@@ -99,25 +98,14 @@ def _train(cfg, resume: bool, log, on_eval, overrides) -> Path:
     run.log(
         f"stopped at step {run.step} ({run.stop_reason}) after {run.elapsed():.0f}s; best val loss {run.best_val:.4f}"
     )
-    _warn_if_short(run)
+    note = budget.short_run_note(run.cfg.train, run.step, run.stop_reason, run.run_dir)
+    if note is not None:
+        run.log(note)
     run.log(f"run directory: {run.run_dir}\nsample from it: minitf generate --run {shlex.quote(str(run.run_dir))}")
     if run.dist.world > 1:
         dist.barrier()
         dist.destroy_process_group()
     return run.run_dir
-
-
-def _warn_if_short(run: Session) -> None:
-    """A time budget that bought far fewer steps than it buys on a typical machine trains a weaker
-    model than the recipe promises: say so, and how to give it more time."""
-    tc = run.cfg.train
-    expected = budget_steps(tc)
-    if run.stop_reason == "time budget" and expected and run.step < expected / 2:
-        run.log(
-            f"note: this machine did {run.step} steps in train.max_seconds={tc.max_seconds:g}, under half the "
-            f"~{expected} this recipe gets in that time on a typical 2-core CPU, so the model is weaker than "
-            f"the recipe's. To train longer: {train_longer(run.run_dir, tc, out_of_time=True)}"
-        )
 
 
 def _loop(run: Session, on_eval) -> None:

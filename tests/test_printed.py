@@ -21,6 +21,7 @@ from minitf.config import TrainConfig
 from minitf.data import prepare_data
 from minitf.system import progress
 from minitf.training import session
+from minitf.training.budget import budget_steps
 from minitf.training.metrics import METRICS, STEPS, read_rows
 from minitf.web import figures as plotting
 from minitf.web.explore import api as explore_api
@@ -190,11 +191,11 @@ def test_a_slow_machine_trains_on_the_whole_schedule(tmp_path, corpus, monkeypat
 
 
 def test_the_short_run_note_compares_with_what_the_budget_buys(tmp_path, corpus, monkeypatch):
-    assert optim.budget_steps(TrainConfig()) == 1100
-    assert optim.budget_steps(TrainConfig(max_seconds=420)) == 2200
-    assert optim.budget_steps(TrainConfig(max_seconds=60)) == 314
-    assert optim.budget_steps(TrainConfig(max_seconds=None)) is None
-    assert optim.budget_steps(TrainConfig(typical_steps=None)) is None
+    assert budget_steps(TrainConfig()) == 1100
+    assert budget_steps(TrainConfig(max_seconds=420)) == 2200
+    assert budget_steps(TrainConfig(max_seconds=60)) == 314
+    assert budget_steps(TrainConfig(max_seconds=None)) is None
+    assert budget_steps(TrainConfig(typical_steps=None)) is None
 
     def notes(name: str, seconds_per_step: float) -> list[str]:
         """2 s of the 210 s recipe (1100 steps): a typical machine does 10 steps in them."""

@@ -1,23 +1,72 @@
-"""The default model's depth for a short time budget, chosen by a few timed steps.
+"""The time budget (train.max_seconds): what it buys, what a run does when it buys little, and
+how to give a run more.
 
-At equal wall time a smaller model takes more steps, and on two CPU cores a budget of a minute or
-two buys only a few hundred steps of the default model (3 layers x 128). There 2 layers at 1.5x
-the peak learning rates end lower: ~0.04 bits per byte at 100 s in float32, while at ~1,750 steps
-3 layers end 0.009 lower (docs/performance.md, "A depth for the budget"). So before a new run of
-the default model under a time budget, a few steps of it are timed on this machine; if the budget
-buys fewer than SHORT_STEPS of them, the run trains SHORT_LAYERS layers at LR_SCALE times its
-learning rates (peaks and floor) instead. The choice is written into the run's config.yaml, so a
-resume, an export or generate sees the model that was trained; train.fit_budget=false keeps 3.
+- `budget_steps`: the steps a budget buys on a typical 2-core CPU (train.typical_steps, measured
+  in the default recipe's TYPICAL_SECONDS): the LR warmup's share of the budget (optim.py) and
+  the note of `short_run_note` compare with it.
+- `spent`: whether the loop's time is up. `train_longer`: the command that resumes a run with
+  twice the budget that ended it.
+- A depth for the budget: at equal wall time a smaller model takes more steps, and on two CPU
+  cores a budget of a minute or two buys only a few hundred steps of the default model (3 layers
+  x 128). There 2 layers at 1.5x the peak learning rates end lower: ~0.04 bits per byte at 100 s
+  in float32, while at ~1,750 steps 3 layers end 0.009 lower (docs/performance.md, "A depth for
+  the budget"). So before a new run of the default model under a time budget, a few steps of it
+  are timed on this machine (`seconds_per_step`); if the budget buys fewer than SHORT_STEPS of
+  them, `fit` makes the run train SHORT_LAYERS layers at LR_SCALE times its learning rates (peaks
+  and floor) instead. The choice is written into the run's config.yaml, so a resume, an export or
+  generate sees the model that was trained; train.fit_budget=false keeps 3.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shlex
 import time
+from pathlib import Path
 
 import torch
 
-from ..config import Config, ModelConfig
+from ..config import Config, ModelConfig, TrainConfig
+
+# the budget train.typical_steps is measured in: the default recipe's train.max_seconds
+TYPICAL_SECONDS: float = TrainConfig.__dataclass_fields__["max_seconds"].default
+OUT_OF_TIME = "time budget"  # the stop reason of a run the budget ended
+
+
+def budget_steps(tc: TrainConfig) -> int | None:
+    """The steps this run's time budget buys on a typical 2-core CPU: train.typical_steps, scaled
+    from TYPICAL_SECONDS to max_seconds. None without a time budget or a typical_steps."""
+    if tc.max_seconds is None or not tc.typical_steps:
+        return None
+    return max(1, round(tc.typical_steps * tc.max_seconds / TYPICAL_SECONDS))
+
+
+def spent(tc: TrainConfig, elapsed: float) -> bool:
+    """The time budget is used up after `elapsed` seconds of training."""
+    return tc.max_seconds is not None and elapsed >= tc.max_seconds
+
+
+def short_run_note(tc: TrainConfig, steps: int, stop_reason: str, run_dir: Path) -> str | None:
+    """The note for a run the time budget ended after under half the steps it buys on a typical
+    machine: its model is weaker than the recipe's, and how to give it more time. None otherwise."""
+    expected = budget_steps(tc)
+    if stop_reason != OUT_OF_TIME or not expected or steps >= expected / 2:
+        return None
+    return (
+        f"note: this machine did {steps} steps in train.max_seconds={tc.max_seconds:g}, under half the "
+        f"~{expected} this recipe gets in that time on a typical 2-core CPU, so the model is weaker than "
+        f"the recipe's. To train longer: {train_longer(run_dir, tc, out_of_time=True)}"
+    )
+
+
+def train_longer(run_dir: Path, tc: TrainConfig, out_of_time: bool) -> str:
+    """The command, as a user can paste it into a shell, that resumes run_dir with twice the budget
+    that ended it: the time budget, or max_steps."""
+    longer = f"train.max_seconds={2 * tc.max_seconds:g}" if out_of_time else f"train.max_steps={2 * tc.max_steps}"
+    return f"minitf train --resume {shlex.quote(str(run_dir))} {longer}"
+
+
+# ---------------------------------------------------------------- a depth for the budget
 
 SHORT_STEPS = 1300  # below this many steps of the default model, the budget is short
 SHORT_LAYERS = 2

@@ -4,7 +4,6 @@ to and comes back from the run directory (checkpoints, resume, what a resume cha
 from __future__ import annotations
 
 import contextlib
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ..config import Config, TrainConfig, load_config
+from ..config import Config, load_config
 from ..data import TokenData
 from ..errors import MinitfError, first_line
 from ..model import Transformer
@@ -22,6 +21,7 @@ from ..optim import lr_at, make_optimizer, schedule_progress
 from ..system import runtime
 from . import checkpoint as ckpt
 from . import fsdp, metrics
+from .budget import train_longer
 
 
 @dataclass(kw_only=True)
@@ -119,13 +119,6 @@ def finished(run: Session) -> bool:
         f"{train_longer(run.run_dir, tc, out_of_time=run.step < tc.max_steps)}"
     )
     return True
-
-
-def train_longer(run_dir: Path, tc: TrainConfig, out_of_time: bool) -> str:
-    """The command that resumes run_dir with twice the budget that ended it (the time budget, or
-    max_steps), as a user can paste it into a shell."""
-    budget = f"train.max_seconds={2 * tc.max_seconds:g}" if out_of_time else f"train.max_steps={2 * tc.max_steps}"
-    return f"minitf train --resume {shlex.quote(str(run_dir))} {budget}"
 
 
 def save_checkpoint(run: Session) -> None:

@@ -24,10 +24,10 @@ from ...config import TrainConfig
 from ...errors import MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
 from ...inspection import Inspection, inspect, logit_lens, token_label
-from ...optim import budget_steps
 from ...positions import rotary_angles
 from ...sampling import SETTINGS, sampler_distribution, window_start
 from ...system.runtime import eval_mode
+from ...training.budget import budget_steps
 from ...training.checkpoint import BEST, WEIGHTS, load_run, weights_step
 from ...training.metrics import METRICS, read_rows
 
