@@ -28,7 +28,7 @@ from ..errors import MinitfError
 from ..model import Transformer
 from ..tokenizer import Tokenizer, check_vocab
 from .architecture import export_format
-from .weights import HEAD, TABLES, Weight, exported, minitf_tensors
+from .weights import HEAD, TABLES, Weight, exported, minitf_name, minitf_tensors
 
 DTYPES = ("f32", "f16", "q8_0")
 # the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
@@ -119,16 +119,17 @@ def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
     if cfg.tie_embeddings and not table.gguf_tied_head:
         del tensors[HEAD.minitf]  # llama.cpp reuses token_embd as the output matrix
 
-    def made(weights: tuple[Weight, ...], prefix: str = "") -> dict[str, torch.Tensor]:
-        return {
-            name: t
-            for w in weights
-            for name, t in zip(w.gguf, exported(w, w.minitf and prefix + w.minitf, tensors, table, w.gguf_layout, cfg))
-        }
+    def made(weights: tuple[Weight, ...], layer: int | None = None) -> dict[str, torch.Tensor]:
+        """GGUF name (a layer's without "blk.{i}.") -> tensor, for these weights of the model or of `layer`."""
+        out = {}
+        for w in weights:
+            parts = exported(w, minitf_name(w, layer), tensors, table, w.gguf_layout, cfg)
+            out.update(zip(w.gguf, parts))
+        return out
 
     out = made(table.embeddings)
     for i in range(cfg.n_layer):
-        layer = made(table.layer, f"blocks.{i}.")
+        layer = made(table.layer, i)
         out.update((f"blk.{i}.{name}", layer.pop(name)) for name in table.gguf_layer_order if name in layer)
         if layer:
             raise RuntimeError(f"{', '.join(layer)} missing from the {fmt} table's gguf_layer_order")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import ModelConfig
+from ..model import Transformer
 from .layouts import (
     GATE_UP,
     HEAD_BY_HEAD,
@@ -251,7 +253,7 @@ TABLES = {"gpt2": GPT2, "llama": LLAMA, "qwen3": QWEN3, "gptneox": GPTNEOX}
 # reading the tables
 
 
-def minitf_tensors(model) -> dict[str, torch.Tensor]:
+def minitf_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     """A model's tensors as every export reads them: its state dict in float32 on the CPU (a
     model on the meta device stays there: its tensors then give only names and shapes), with
     sinusoidal positions' fixed table standing as the learned table, which holds the same values."""
@@ -261,8 +263,15 @@ def minitf_tensors(model) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def exported(w: Weight, name: str | None, tensors: dict, table: Table, layout: Layout, cfg) -> list[torch.Tensor]:
-    """The format's tensors for w, whose minitf tensor is `name` (w.minitf, inside its layer), as
+def minitf_name(w: Weight, layer: int | None = None) -> str | None:
+    """w's name in minitf's state dict, in block `layer` (None: a weight of the model's, not a layer's)."""
+    return w.minitf if w.minitf is None or layer is None else f"blocks.{layer}.{w.minitf}"
+
+
+def exported(
+    w: Weight, name: str | None, tensors: dict[str, torch.Tensor], table: Table, layout: Layout, cfg: ModelConfig
+) -> list[torch.Tensor]:
+    """The format's tensors for w, whose minitf tensor is `name` (minitf_name's), as
     `layout`'s parts: made from the model's own tensor; from zeros for a bias the model lacks where
     the format always has biases; by the layout alone for a weight minitf has none of (name None);
     none ([]) where neither minitf nor the format has it."""
@@ -283,6 +292,6 @@ def hf_weights(table: Table, n_layer: int) -> Iterator[tuple[str | None, tuple[s
     for i in range(n_layer):
         layer = table.hf_prefix + table.hf_layer.format(i=i)
         for w in table.layer:
-            yield (None if w.minitf is None else f"blocks.{i}.{w.minitf}"), tuple(layer + n for n in w.hf), w
+            yield minitf_name(w, i), tuple(layer + n for n in w.hf), w
     for w in table.embeddings + table.final:
-        yield w.minitf, tuple(n if w.beside_base else table.hf_prefix + n for n in w.hf), w
+        yield minitf_name(w), tuple(n if w.beside_base else table.hf_prefix + n for n in w.hf), w
