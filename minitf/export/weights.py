@@ -69,7 +69,9 @@ class Table:
     layer: tuple[Weight, ...]
     embeddings: tuple[Weight, ...]
     final: tuple[Weight, ...]  # the final norm and the head
-    gguf_layer_order: tuple[str, ...]  # a layer's GGUF tensors in the order the file holds them
+    # a layer's GGUF tensors in the order the file holds them: llama.cpp reads them by name, but the
+    # order minitf has always written keeps every file byte for byte what it was
+    gguf_layer_order: tuple[str, ...]
     zero_biases: bool = False  # the architecture always has biases: those minitf lacks are written as zeros
     gguf_tied_head: bool = False  # llama.cpp's graph reads output.weight even when the head is tied
     gguf_parallel_residual: bool = False  # the graph can run both sublayers side by side: the file says it does not
