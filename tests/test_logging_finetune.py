@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import minitf
+from minitf.export import hf as minitf_hf
 from minitf.training.metrics import METRICS, STEPS, read_rows
 
 from .helpers import tiny_config, tiny_gpt2_config
@@ -60,7 +61,7 @@ def _gpt2_dir(tmp_path, corpus):
 
 def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
     gpt2, hf, tok = _gpt2_dir(tmp_path, corpus)
-    model, loaded_tok = minitf.export.hf.load_pretrained(gpt2)
+    model, loaded_tok = minitf_hf.load_pretrained(gpt2)
     assert loaded_tok.encode("Romeo.\nO soft<|endoftext|>") == tok.encode("Romeo.\nO soft<|endoftext|>")
     ids = torch.tensor([tok.encode("But soft, what light")])
     with torch.no_grad():
@@ -76,7 +77,7 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
     assert first["train_loss"] < math.log(300) + 0.3  # trained from the pretrained weights, and they moved:
     assert not torch.equal(tuned.wte.weight[:300], model.wte.weight[:300])
     assert len(minitf.generate(tuned, tuned_tok, "Romeo.\n", max_new_tokens=10, seed=0)) > 0
-    back = minitf.export.hf.to_hf_gpt2(tuned, tuned_tok, tmp_path / "back")
+    back = minitf_hf.to_hf_gpt2(tuned, tuned_tok, tmp_path / "back")
     tf = pytest.importorskip("transformers", reason="pip install -e '.[hf]'")
     again = tf.GPT2LMHeadModel.from_pretrained(back).eval()
     with torch.no_grad():
