@@ -20,7 +20,7 @@ from minitf.cli.train import _resume_dir
 from minitf.config import TrainConfig
 from minitf.data import prepare_data
 from minitf.system import progress
-from minitf.training import session
+from minitf.training import naming, session, setup
 from minitf.training.budget import budget_steps
 from minitf.training.metrics import METRICS, STEPS, read_rows
 from minitf.web import figures as plotting
@@ -60,7 +60,7 @@ def slow_clock(monkeypatch, seconds_per_step: float) -> FakeClock:
     machine of that speed, with evaluations and checkpoints taking no time."""
     clock = FakeClock()
     monkeypatch.setattr(session, "time", clock)
-    monkeypatch.setattr(trainer, "time", clock)
+    monkeypatch.setattr(setup, "time", clock)
     real = trainer.forward_backward
 
     def step(*args, **kw):
@@ -295,16 +295,16 @@ class Chars:
 
 
 def test_a_fitting_prompt_is_a_line_or_the_first_words_of_the_validation_text():
-    assert trainer.fitting_prompt(Chars("CHAPTER ONE\nIt was a dark night.\x00next", False)) == "CHAPTER ONE\n"
+    assert naming.fitting_prompt(Chars("CHAPTER ONE\nIt was a dark night.\x00next", False)) == "CHAPTER ONE\n"
     # one document cut mid-line: its first whole line
-    assert trainer.fitting_prompt(Chars("ter of it.\nMARY:\nNo.", True)) == "MARY:\n"
+    assert naming.fitting_prompt(Chars("ter of it.\nMARY:\nNo.", True)) == "MARY:\n"
     long = "It was the best of times, it was the worst of times, it was the age of wisdom\n"
-    assert trainer.fitting_prompt(Chars(long, False)) == "It was the best of"
+    assert naming.fitting_prompt(Chars(long, False)) == "It was the best of"
     assert (
-        trainer.fitting_prompt(Chars("ACGTACGTACGTACGTACGTACGTACGTACGTACGTACGTACGTACGT", False))
+        naming.fitting_prompt(Chars("ACGTACGTACGTACGTACGTACGTACGTACGTACGTACGTACGTACGT", False))
         == "ACGTACGTACGTACGTACGT"
     )
-    assert trainer.fitting_prompt(Chars("\x00", False)) == ""
+    assert naming.fitting_prompt(Chars("\x00", False)) == ""
 
 
 def test_own_text_gets_its_own_prompt_and_the_run_the_name_of_its_directory(tmp_path, corpus):

@@ -31,7 +31,7 @@ class Session:
 
     cfg: Config
     run_dir: Path | None  # None: a run that writes nothing (the training benchmark)
-    dist: runtime.Dist
+    procs: runtime.Dist  # this process's rank among the run's processes (torchrun), and how many
     device: torch.device
     dtype: torch.dtype  # train.dtype resolved: float32 or the autocast dtype
     data: TokenData
@@ -65,16 +65,19 @@ class Session:
         run_dir: Path | None = None,
         log: Callable = print,
     ) -> Session:
-        """A run over `model` (on device; under fsdp already sharded, since the optimizer must hold
-        the shards) and `data`, at step 0: the optimizer, the gradient scaler and autocast for
-        dtype (default: train.dtype resolved), this rank's batch generator and the speed meter."""
+        """A run over `model` (on device) and `data` at step 0, with what a step needs around them.
+
+        That is the optimizer, the gradient scaler and autocast for dtype (default: train.dtype
+        resolved), this rank's batch generator and the speed meter. Under fsdp the model comes
+        already sharded, since the optimizer must hold the shards.
+        """
         procs = procs or runtime.Dist()
         dtype = dtype or runtime.resolve_dtype(cfg.train.dtype, device)
         tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
         return cls(
             cfg=cfg,
             run_dir=run_dir,
-            dist=procs,
+            procs=procs,
             device=device,
             dtype=dtype,
             data=data,
@@ -107,115 +110,128 @@ class Session:
         )
 
 
-def finished(run: Session) -> bool:
+def finished(session: Session) -> bool:
     """A resumed run whose budget is already spent: say so instead of training one more step."""
-    tc = run.cfg.train
-    if run.step < tc.max_steps and (tc.max_seconds is None or run.elapsed_before < tc.max_seconds):
+    tc = session.cfg.train
+    if session.step < tc.max_steps and (tc.max_seconds is None or session.elapsed_before < tc.max_seconds):
         return False
-    run.stop_reason = "already finished"
-    run.log(
-        f"{run.run_dir} already finished (step {run.step} of train.max_steps={tc.max_steps}, "
-        f"{run.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer: "
-        f"{train_longer(run.run_dir, tc, out_of_time=run.step < tc.max_steps)}"
+    session.stop_reason = "already finished"
+    session.log(
+        f"{session.run_dir} already finished (step {session.step} of train.max_steps={tc.max_steps}, "
+        f"{session.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer: "
+        f"{train_longer(session.run_dir, tc, out_of_time=session.step < tc.max_steps)}"
     )
     return True
 
 
-def save_checkpoint(run: Session) -> None:
-    """Commit the weights and training state at run.step, unless they are not trusted: the latest
-    step was non-finite (training has not recovered), or a weight is not finite. Then the last
-    good checkpoint stays. Every rank's torch RNG and batch generator are gathered, so each resumes
-    its own stream; rank 0 writes (under fsdp every rank writes its shards: fsdp.py)."""
-    finite = all(torch.isfinite(fsdp.local(p)).all() for p in run.raw_model.parameters())  # this rank's shard
-    per_rank = [
-        torch.cat([torch.get_rng_state(), run.batch_gen.get_state(), torch.tensor([finite], dtype=torch.uint8)]).to(
-            run.device
-        )
-    ]  # uint8
-    if run.dist.world > 1:
-        mine, per_rank = per_rank[0], [torch.empty_like(per_rank[0]) for _ in range(run.dist.world)]
-        dist.all_gather(per_rank, mine)
-    sharded = run.cfg.train.parallel == "fsdp"
-    if not (run.dist.main or sharded):
+def save_checkpoint(session: Session) -> None:
+    """Commit the weights and training state at session.step, unless they are not trusted.
+
+    They are not when the latest step was non-finite (training has not recovered) or a weight is
+    not finite: then the last good checkpoint stays. Rank 0 writes; under fsdp every rank writes
+    its shards (fsdp.py).
+    """
+    per_rank = _rank_states(session)
+    sharded = session.cfg.train.parallel == "fsdp"
+    if not (session.procs.main or sharded):
         return
-    if run.bad_steps or not all(t[-1] for t in per_rank):  # every rank sees the same: under fsdp they all skip
-        run.log(
-            f"warning: no checkpoint at step {run.step}: training has not recovered from non-finite steps "
-            f"({run.bad_steps} in a row); {last_good(run)}"
+    if session.bad_steps or not all(t[-1] for t in per_rank):  # every rank sees the same: under fsdp they all skip
+        session.log(
+            f"warning: no checkpoint at step {session.step}: training has not recovered from non-finite steps "
+            f"({session.bad_steps} in a row); {last_good(session)}"
         )
         return
     state = {
-        "scaler": run.scaler.state_dict(),
+        "scaler": session.scaler.state_dict(),
         "rng": runtime.host_rng_state(),
         "rank_rng": [t[:-1].cpu() for t in per_rank],
-        "elapsed": run.elapsed(),
-        "best_val": run.best_val,
-        "tokenizer": run.data.tokenizer.hash,
-        "data": run.data.meta["fingerprint"],  # what the corpus was, for the resume check (check_run_dir)
+        "elapsed": session.elapsed(),
+        "best_val": session.best_val,
+        "tokenizer": session.data.tokenizer.hash,
+        "data": session.data.meta["fingerprint"],  # what the corpus was, for the resume check (check_run_dir)
     }
     if sharded:
-        fsdp.save_sharded(run.run_dir, run.raw_model, run.optimizer, state, run.step, run.dist.main)
+        fsdp.save_sharded(
+            session.run_dir, session.raw_model, session.optimizer, state, session.step, session.procs.main
+        )
     else:
-        ckpt.write_checkpoint(run.run_dir, run.raw_model, {**state, "optimizer": run.optimizer.state_dict()}, run.step)
-    run.saved_step = run.step
+        ckpt.write_checkpoint(
+            session.run_dir, session.raw_model, {**state, "optimizer": session.optimizer.state_dict()}, session.step
+        )
+    session.saved_step = session.step
 
 
-def last_good(run: Session) -> str:
-    if run.saved_step is None:
-        return f"no checkpoint was written in {run.run_dir}"
-    return f"the last good checkpoint (step {run.saved_step}) in {run.run_dir} is intact"
+def _rank_states(session: Session) -> list[torch.Tensor]:
+    """Every rank's torch RNG and batch-generator states, so each resumes its own streams, with a
+    last byte that says whether its weights are all finite: uint8 tensors, gathered on every rank."""
+    finite = all(torch.isfinite(fsdp.local(p)).all() for p in session.raw_model.parameters())  # this rank's shard
+    rng = [torch.get_rng_state(), session.batch_gen.get_state(), torch.tensor([finite], dtype=torch.uint8)]
+    mine = torch.cat(rng).to(session.device)
+    if session.procs.world == 1:
+        return [mine]
+    per_rank = [torch.empty_like(mine) for _ in range(session.procs.world)]
+    dist.all_gather(per_rank, mine)
+    return per_rank
 
 
-def restore_checkpoint(run: Session, log) -> None:
+def last_good(session: Session) -> str:
+    if session.saved_step is None:
+        return f"no checkpoint was written in {session.run_dir}"
+    return f"the last good checkpoint (step {session.saved_step}) in {session.run_dir} is intact"
+
+
+def restore_checkpoint(session: Session, log) -> None:
     """Weights, optimizer, counters and RNG streams from the run directory's last checkpoint."""
-    sharded = run.cfg.train.parallel == "fsdp"
+    sharded = session.cfg.train.parallel == "fsdp"
     if sharded:  # the model and AdamW come from the sharded folder, resharded to this many ranks
-        state = fsdp.load_sharded(run.run_dir, run.raw_model, run.optimizer, log, run.dist.main)
+        state = fsdp.load_sharded(session.run_dir, session.raw_model, session.optimizer, log, session.procs.main)
     else:
-        state = ckpt.load_checkpoint(run.run_dir, run.raw_model, log, repair=run.dist.main)
+        state = ckpt.load_checkpoint(session.run_dir, session.raw_model, log, repair=session.procs.main)
     try:
         if not sharded:
-            run.optimizer.load_state_dict(state["optimizer"])
-        run.scaler.load_state_dict(state["scaler"])
+            session.optimizer.load_state_dict(state["optimizer"])
+        session.scaler.load_state_dict(state["scaler"])
     except (ValueError, KeyError, RuntimeError) as e:
         raise MinitfError(
-            f"{run.run_dir / ckpt.STATE}: the optimizer state does not fit this model "
+            f"{session.run_dir / ckpt.STATE}: the optimizer state does not fit this model "
             f"({first_line(e, 100)}); start a new run.out_dir"
         ) from None
-    run.step, run.elapsed_before, run.best_val = state["step"], state["elapsed"], state["best_val"]
-    run.saved_step = run.step
+    session.step, session.elapsed_before, session.best_val = state["step"], state["elapsed"], state["best_val"]
+    session.saved_step = session.step
     runtime.set_host_rng_state(state["rng"])
-    if len(state["rank_rng"]) == run.dist.world:
-        torch_rng, data_rng = state["rank_rng"][run.dist.rank].split(len(torch.get_rng_state()))
+    if len(state["rank_rng"]) == session.procs.world:
+        torch_rng, data_rng = state["rank_rng"][session.procs.rank].split(len(torch.get_rng_state()))
         torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
-        run.batch_gen.set_state(data_rng.clone())
+        session.batch_gen.set_state(data_rng.clone())
     else:  # another world size: fresh, distinct streams per rank
         log(
-            f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {run.dist.world}; "
+            f"warning: checkpoint from {len(state['rank_rng'])} processes resumed on {session.procs.world}; "
             f"batches are reseeded"
         )
-        run.batch_gen.manual_seed(run.cfg.run.seed + run.dist.rank + 1000 * run.step)
-    if run.dist.main:
-        metrics.truncate(run.run_dir, run.step)
-    log(f"resuming {run.run_dir} at step {run.step}")
+        session.batch_gen.manual_seed(session.cfg.run.seed + session.procs.rank + 1000 * session.step)
+    if session.procs.main:
+        metrics.truncate(session.run_dir, session.step)
+    log(f"resuming {session.run_dir} at step {session.step}")
 
 
-def explain_changes(run: Session, changed: dict[str, tuple]) -> None:
+def explain_changes(session: Session, changed: dict[str, tuple]) -> None:
     """A resume that changes permitted keys: say what changed and how the LR schedule goes on,
     and make config.yaml state the config that now drives the run."""
     for key, (old, new) in changed.items():
-        run.log(f"resume: {key} {old!r} -> {new!r}")
+        session.log(f"resume: {key} {old!r} -> {new!r}")
     if any(key in ckpt.BUDGET for key in changed):
         # the schedule is a function of the budget, so a longer budget stretches the cosine: the
         # LR goes back up to where the longer run would be now. That is what a run planned this
         # long from the start would do; keeping min_lr instead would leave the added steps with
         # little to learn from.
-        before = load_config(run.run_dir / ckpt.CONFIG).train
-        then = lr_at(run.step - 1, schedule_progress(run.step - 1, run.elapsed_before, before), before)
-        now = lr_at(run.step, schedule_progress(run.step, run.elapsed_before, run.cfg.train), run.cfg.train)
-        run.log(
+        before = load_config(session.run_dir / ckpt.CONFIG).train
+        then = lr_at(session.step - 1, schedule_progress(session.step - 1, session.elapsed_before, before), before)
+        now = lr_at(
+            session.step, schedule_progress(session.step, session.elapsed_before, session.cfg.train), session.cfg.train
+        )
+        session.log(
             f"resume: the budget changed, so the LR follows the schedule of the new budget: "
-            f"{then:.2e} at the last step, {now:.2e} now, annealing to train.min_lr={run.cfg.train.min_lr:.2e} "
+            f"{then:.2e} at the last step, {now:.2e} now, annealing to train.min_lr={session.cfg.train.min_lr:.2e} "
             f"at the new end"
         )
-    ckpt.write_config(run.run_dir, run.cfg)
+    ckpt.write_config(session.run_dir, session.cfg)

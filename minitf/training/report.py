@@ -1,0 +1,86 @@
+"""What a training run shows its user: progress and a steps.jsonl row while it trains
+(`StepReport`), and how it ended (`say_how_it_ended`)."""
+
+from __future__ import annotations
+
+import shlex
+
+from ..system.progress import progress_bar
+from . import budget
+from .session import Session
+
+
+class StepReport:
+    """The progress bar, and a row of steps.jsonl every train.log_every steps (rank 0's)."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.bar = _progress_bar(session)
+
+    def step(self, loss: float, lr: float, norm: float, elapsed: float) -> None:
+        """Show the step just taken (session.step): the bar moves, and every log_every steps the
+        loss, LR and speed are shown and logged."""
+        session, tc = self.session, self.session.cfg.train
+        self.bar.update(min(elapsed, tc.max_seconds) - self.bar.n if tc.max_seconds else 1)
+        if session.step % tc.log_every and session.step != tc.max_steps:
+            return
+        self.bar.set_postfix(session.meter.update(session.step, loss, lr))
+        if session.logger is not None:
+            session.logger.log_step(
+                {
+                    "step": session.step,
+                    "loss": loss,
+                    "lr": lr,
+                    "grad_norm": norm,
+                    "tokens_per_s": round(session.meter.tok_s),
+                    "elapsed_s": round(elapsed, 2),
+                    **({"mfu": session.meter.mfu} if session.meter.peak else {}),
+                }
+            )
+
+    def write(self, line: str) -> None:
+        """A line above the bar, on rank 0."""
+        if self.session.procs.main:
+            self.bar.write(line)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress_bar(session: Session):
+    """A bar on a terminal, a line every 10 s in a log file or a pipe. It counts seconds under a
+    time budget, so its ETA is the budget's, not max_steps'."""
+    tc = session.cfg.train
+    if tc.max_seconds is None:
+        return progress_bar(
+            tc.max_steps,
+            "training",
+            unit="step",
+            initial=session.step,
+            disable=not session.procs.main,
+            dynamic_ncols=True,
+        )
+    return progress_bar(
+        tc.max_seconds,
+        "training",
+        unit="s",
+        initial=session.elapsed_before,
+        disable=not session.procs.main,
+        dynamic_ncols=True,
+        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f}{unit} [{elapsed}<{remaining}{postfix}]",
+    )
+
+
+def say_how_it_ended(session: Session) -> None:
+    """The closing lines: where and why the run stopped, a note if the budget bought too few steps,
+    and the run directory with the command that samples from it."""
+    session.log(
+        f"stopped at step {session.step} ({session.stop_reason}) after {session.elapsed():.0f}s; "
+        f"best val loss {session.best_val:.4f}"
+    )
+    note = budget.short_run_note(session.cfg.train, session.step, session.stop_reason, session.run_dir)
+    if note is not None:
+        session.log(note)
+    session.log(
+        f"run directory: {session.run_dir}\nsample from it: minitf generate --run {shlex.quote(str(session.run_dir))}"
+    )
