@@ -159,9 +159,11 @@ class CausalSelfAttention(nn.Module):
         return self.project(y)
 
     def steps(self, x: torch.Tensor, rope=None) -> dict:
-        """forward() for a whole sequence (no cache, no dropout), every step kept: q, k, v
-        (B, H, T, D), scores/scaled/masked/weights (B, H, T, T), heads (B, H, T, D), out (B, T, C).
-        With grouped heads, a query head's k and v are its group's key/value head."""
+        """forward() for a whole sequence (no cache, no dropout), with every step kept.
+
+        q, k, v (B, H, T, D), scores/scaled/masked/weights (B, H, T, T), heads (B, H, T, D), out
+        (B, T, C). With grouped heads, a query head's k and v are its group's key/value head.
+        """
         q, k, v = self.qkv(x, rope)
         k, v = self.expand(k), self.expand(v)  # (B, H, T, D)
         s = attention_steps(q, k, v, causal=True)
@@ -358,10 +360,12 @@ class Transformer(nn.Module):
         return logits, loss
 
     def compile_regions(self) -> None:
-        """torch.compile what a training step spends its time on, each block and the head with its
-        loss, and leave the token embedding eager: inductor's embedding backward adds gradient rows
-        with atomic adds from several threads, in an order that changes from run to run, which
-        would end bit-exact resume. The blocks share one compiled graph (their code is the same)."""
+        """torch.compile what a training step spends its time on: each block, and the head with its loss.
+
+        The token embedding stays eager: inductor's embedding backward adds gradient rows with atomic
+        adds from several threads, in an order that changes from run to run, which would end
+        bit-exact resume. The blocks share one compiled graph (their code is the same).
+        """
         for block in self.blocks:
             block.compile()
         self.logits_and_loss = torch.compile(self.logits_and_loss)

@@ -51,12 +51,13 @@ def _adamw(model: nn.Module, params: list, tc: TrainConfig, device: torch.device
 
 
 def orthogonalise(g: torch.Tensor, dtype: torch.dtype, steps: int = 5) -> torch.Tensor:
-    """Newton-Schulz iteration: a matrix with g's singular vectors whose singular values are pushed
-    toward 1. The quintic's coefficients (Keller Jordan's) make small values grow fast, at the price
-    of landing in about 0.5 .. 1.5 instead of exactly 1, which trains as well.
+    """Newton-Schulz iteration: g's singular vectors, with its singular values pushed toward 1.
 
-    g is one matrix (r, c) or a stack of same-shape matrices (n, r, c), each orthogonalised on its
-    own: a stack runs every iteration as one batched matmul instead of n small ones."""
+    The quintic's coefficients (Keller Jordan's) make small values grow fast, at the price of
+    landing in about 0.5 .. 1.5 instead of exactly 1, which trains as well. g is one matrix (r, c)
+    or a stack of same-shape matrices (n, r, c), each orthogonalised on its own: a stack runs every
+    iteration as one batched matmul instead of n small ones.
+    """
     a, b, c = 3.4445, -4.7750, 2.0315
     x = g.to(dtype)
     one = x.dim() == 2
@@ -77,13 +78,15 @@ def orthogonalise(g: torch.Tensor, dtype: torch.dtype, steps: int = 5) -> torch.
 
 
 class Muon(torch.optim.Optimizer):
-    """Muon: Nesterov momentum whose update of each 2-D matrix is orthogonalised (all its
-    directions move by about the same amount), scaled by sqrt(max(1, rows / cols)), with decoupled
-    weight decay. The rule of torch.optim.Muon (tests/test_optim.py checks that the steps are equal),
-    except that the Newton-Schulz matmuls run in ns_dtype: torch's always uses bfloat16, which a
-    CPU without native bfloat16 multiplies several times slower than float32. Matrices of one shape
-    (the same weight in every block) are orthogonalised together, one batched matmul per iteration:
-    a small model's step otherwise spends much of its optimizer time on the calls themselves."""
+    """Muon: Nesterov momentum whose update of each 2-D matrix is orthogonalised (all directions move alike).
+
+    The update is scaled by sqrt(max(1, rows / cols)), with decoupled weight decay: the rule of
+    torch.optim.Muon (tests/test_optim.py checks that the steps are equal). Two differences make it
+    faster on a CPU. The Newton-Schulz matmuls run in ns_dtype: torch's always uses bfloat16, which
+    a CPU without native bfloat16 multiplies several times slower than float32. And matrices of one
+    shape (the same weight in every block) are orthogonalised together, one batched matmul per
+    iteration: a small model's step otherwise spends much of its optimizer time on the calls.
+    """
 
     def __init__(
         self, params, lr: float, weight_decay: float = 0.0, momentum: float = 0.95, ns_dtype: str = "bfloat16"
@@ -112,9 +115,12 @@ class Muon(torch.optim.Optimizer):
 
 
 class Optimizers:
-    """Several optimizers stepped as one, each over its own parameters. It offers what training
-    uses of an optimizer: param_groups (all of them, so one LR schedule drives every group),
-    step, zero_grad, and a state_dict holding each optimizer's state under its name."""
+    """Several optimizers stepped as one, each over its own parameters.
+
+    It offers what training uses of an optimizer: param_groups (all of them, so one LR schedule
+    drives every group), step, zero_grad, and a state_dict holding each optimizer's state under its
+    name.
+    """
 
     def __init__(self, **named: torch.optim.Optimizer):
         self.named = named
@@ -148,14 +154,13 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
 
 
 def lr_at(step: int, progress: float, tc: TrainConfig) -> float:
-    """Linear warmup, times a cosine from lr to min_lr over progress 0 -> 1.
+    """The learning rate at `step`: a linear warmup, times a cosine from lr to min_lr over progress 0 -> 1.
 
-    progress is the fraction of max_steps done, or of max_seconds when that is the nearer limit,
-    so a time-budgeted run still anneals to min_lr. The warmup ends after warmup_steps steps or,
-    under a time budget, once the share of the budget those steps take on a typical machine is spent,
-    whichever comes first: a slow machine then reaches the peak as early in its budget as a typical
-    one (the LR then peaks near lr and ends at min_lr), while a fast or typical one warms up over
-    its warmup_steps steps as before.
+    progress (schedule_progress) is the fraction of max_steps done, or of max_seconds when that is
+    the nearer limit, so a time-budgeted run still anneals to min_lr. The warmup ends after
+    warmup_steps steps or once its share of the budget (warmup_share) is spent, whichever comes
+    first: a slow machine reaches the peak as early in its budget as a typical one, and a fast or
+    typical one warms up over its warmup_steps steps.
     """
     if not tc.warmup_steps:
         warm = 1.0
@@ -166,10 +171,12 @@ def lr_at(step: int, progress: float, tc: TrainConfig) -> float:
 
 
 def warmup_share(tc: TrainConfig) -> float:
-    """The share of the budget the warmup may take: warmup_steps of the steps the budget buys, that
-    is max_steps or, under a time budget, the fewer steps it buys on a typical machine (budget_steps).
-    With max_steps alone the step count always ends the warmup first, as it always did. A time budget
-    with no typical_steps lets it take a tenth (or more, when max_steps is that near)."""
+    """The share of the budget the warmup may take: warmup_steps of the steps the budget buys.
+
+    Those are max_steps or, under a time budget, the fewer steps it buys on a typical machine
+    (budget_steps); with max_steps alone the step count always ends the warmup first. A time budget
+    with no typical_steps lets the warmup take a tenth (or more, when max_steps is that near).
+    """
     share = tc.warmup_steps / tc.max_steps
     if tc.max_seconds is None:
         return share

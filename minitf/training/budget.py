@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -76,10 +77,10 @@ TIMED_STEPS = 5
 
 
 def applies(cfg: Config, resuming: bool, world: int) -> bool:
-    """A new single-process run of the default model (any vocabulary) under a time budget, with
-    train.fit_budget on: the one shape the rule was measured for. A resume keeps the depth it
-    has; under torchrun every rank would have to agree on one timing; a compiled step's first
-    steps time the compiler, not the step."""
+    """Whether the depth is fitted: a new single-process run of the default model (any vocabulary)
+    under a time budget, with train.fit_budget on, the one shape the rule was measured for."""
+    # a resume keeps the depth it has; under torchrun every rank would have to agree on one timing;
+    # a compiled step's first steps time the compiler, not the step
     tc = cfg.train
     default = dataclasses.replace(ModelConfig(), vocab_size=cfg.model.vocab_size)
     return (
@@ -93,9 +94,9 @@ def applies(cfg: Config, resuming: bool, world: int) -> bool:
     )
 
 
-def seconds_per_step(step, device: torch.device) -> float:
-    """Seconds per call of step(), the trainer's own step on a throwaway copy of the model, after
-    WARMUP_STEPS untimed calls; the global RNG is left as it was."""
+def seconds_per_step(step: Callable[[], object], device: torch.device) -> float:
+    """Seconds per call of step() (the trainer's own step, on a throwaway copy of the model), timed
+    after WARMUP_STEPS untimed calls. The global RNG is left as it was."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for _ in range(WARMUP_STEPS):
             step()

@@ -235,9 +235,11 @@ def changed_keys(old: Config, new: Config) -> dict[str, tuple]:
 
 
 def resume_config(overrides=(), config_path=None, default_config=None) -> Config:
-    """The config a resume runs with: the run directory's own config.yaml, then the values of
-    config_path (only if one is given), then the dotted overrides. The run directory is the
-    run.out_dir that the overrides, config_path or default_config name."""
+    """The config a resume runs with: the run's own config.yaml, then config_path's values, then the overrides.
+
+    config_path counts only if one is given. The run directory is the run.out_dir that the
+    overrides, config_path or default_config name.
+    """
     run_dir = Path(load_config(config_path or default_config, overrides).run.out_dir)
     if not (run_dir / CONFIG).is_file():
         what = "checkpoint" if not run_dir.is_dir() else CONFIG
@@ -292,9 +294,12 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
 
 
 def check_resume_tokenizer(run_dir: Path) -> None:
-    """A resume needs the run's own tokenizer.json: the checkpoint's token ids mean nothing without it,
-    and another one (even of the same size) would go on training on other tokens. Checked before
-    any data is prepared; the weights' metadata holds the hash of the tokenizer they were trained with."""
+    """A resume needs the run's own tokenizer.json, checked before any data is prepared.
+
+    The checkpoint's token ids mean nothing without it, and another one (even of the same size)
+    would go on training on other tokens. The weights' metadata holds the hash of the tokenizer
+    they were trained with.
+    """
     path = run_dir / TOKENIZER
     if not path.is_file():
         raise MinitfError(
@@ -318,10 +323,13 @@ STALE = ("metrics.jsonl", "steps.jsonl", "loss.png")  # rows of an attempt that 
 
 
 def check_fresh_dir(run_dir: Path, cfg: Config) -> None:
-    """A fresh run writes only into an empty directory or one minitf created for this same run
-    (its config.yaml parses as a minitf config naming this run.out_dir, and every other entry is a
-    file minitf writes); anything else is the user's, and is refused rather than overwritten.
-    The logs of an earlier attempt that never reached a checkpoint are dropped, not mixed in."""
+    """A fresh run writes only into an empty directory or one minitf created for this same run.
+
+    Such a directory's config.yaml parses as a minitf config naming this run.out_dir, and every
+    other entry is a file minitf writes; anything else is the user's, and is refused rather than
+    overwritten. The logs of an earlier attempt that never reached a checkpoint are dropped, not
+    mixed in.
+    """
     if not run_dir.is_dir():
         return
     entries = sorted(run_dir.iterdir())
@@ -361,10 +369,12 @@ def is_run_dir(path: Path) -> bool:
 @contextlib.contextmanager
 def lock_run_dir(run_dir: Path, create: bool = True):
     """Hold an exclusive OS lock on run_dir/.lock: a second trainer on the same directory is refused.
-    The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one.
-    A run that is refused or fails removes the .lock it created, and the directories it created
-    if they are still empty: a refused run leaves the directory as it found it.
-    create=False: a missing directory is not made (nor locked: there is nothing in it to protect)."""
+
+    The kernel drops the lock when the process dies, so a kill -9 never leaves a stale one. A run
+    that is refused or fails removes the .lock it created, and the directories it created if they
+    are still empty: a refused run leaves the directory as it found it. create=False: a missing
+    directory is not made (nor locked: there is nothing in it to protect).
+    """
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run.out_dir {str(run_dir)!r} is a file; choose a directory path")
     try:

@@ -92,10 +92,13 @@ def local(t: torch.Tensor) -> torch.Tensor:
 
 
 def micro_batch(model: nn.Module, raw_model: nn.Module, sync: bool):
-    """The context of one micro-batch's forward: gradients are communicated only when sync (the
-    last micro-batch of a step). DDP: no_sync() skips its all-reduce. FSDP: the flag, read in
-    backward, skips the reduce-scatter, so each process sums its micro-batches' gradients at full
-    size and the last one reduce-scatters the sum (communication once per step, as DDP)."""
+    """The context of one micro-batch's forward: gradients are communicated only when sync.
+
+    sync is set on the last micro-batch of a step. DDP: no_sync() skips its all-reduce. FSDP: the
+    flag, read in backward, skips the reduce-scatter, so each process sums its micro-batches'
+    gradients at full size and the last one reduce-scatters the sum (communication once per step,
+    as DDP).
+    """
     if is_sharded(raw_model):
         raw_model.set_requires_gradient_sync(sync)
         return _quiet_view_warning()
@@ -129,9 +132,11 @@ def rank0_value(x: float, device: torch.device) -> float:
 
 
 def save_full_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str, main: bool) -> None:
-    """Full weights as safetensors, written by rank 0. Sharded, every process must call it: the
-    weights are gathered to rank 0's CPU, then put into a Transformer on the meta device (no
-    memory, no init) to be saved exactly as an unsharded model is (the tied head once)."""
+    """Full weights as safetensors, written by rank 0; sharded, every process must call it.
+
+    The shards are gathered to rank 0's CPU, then put into a Transformer on the meta device (no
+    memory, no init) to be saved exactly as an unsharded model is (the tied head once).
+    """
     if not is_sharded(model):
         if main:
             ckpt.save_weights(model, path, step, tokenizer_hash)
@@ -178,9 +183,11 @@ def save_sharded(run_dir: Path, model: nn.Module, optimizer, state: dict, step: 
 
 
 def _fresh_dir(run_dir: Path, name: str, main: bool) -> Path:
-    """A new, empty folder for one save, .<name>.<random>.tmp, made by rank 0 and named to every
-    process. mkdtemp creates it (it cannot exist before), so a link planted at a predictable name
-    never receives the shards; a folder left by a killed save is deleted by the next commit."""
+    """A new, empty folder for one save, .<name>.<random>.tmp, made by rank 0 and named to every process.
+
+    mkdtemp creates it (it cannot exist before), so a link planted at a predictable name never
+    receives the shards; a folder left by a killed save is deleted by the next commit.
+    """
     made = [None]
     if main:
         try:
@@ -229,9 +236,11 @@ def load_sharded(run_dir: Path, model: nn.Module, optimizer, log, main: bool) ->
 
 
 def _refuse_non_finite_shards(model: nn.Module, folder: Path) -> None:
-    """ckpt.refuse_non_finite over the loaded weights, on every process together: each checks its
-    own shards, and all raise if any found a NaN or infinity (one raising alone would leave the
-    others waiting in the next collective)."""
+    """ckpt.refuse_non_finite over the loaded weights, on every process together.
+
+    Each checks its own shards, and all raise if any found a NaN or infinity: one raising alone
+    would leave the others waiting in the next collective.
+    """
     try:
         ckpt.refuse_non_finite(((n, local(p)) for n, p in model.named_parameters()), folder, ckpt.DIVERGED_STATE)
         error = None
