@@ -1,11 +1,11 @@
 """Corpus -> train/val split -> tokenizer -> token cache on disk -> random (B, T) batches.
 
 prepare_data() reads a corpus as a stream of documents, trains a tokenizer on its train part
-(unless one is given), tokenizes it once with bounded memory (build.py) and stores each split
+(unless one is given), tokenizes it once with bounded memory (corpus/token_cache.py) and stores each split
 as one flat .bin file of token ids with <|endoftext|> between documents. TokenData.get_batch()
 samples windows from those files.
 
-The sources and the split rule are in corpus.py. Empty documents are dropped; an empty split is
+The sources and the split rule are in corpus/sources.py. Empty documents are dropped; an empty split is
 an error. Byte counts are of the text as read (\\r\\n read as \\n).
 
 A cache is checked when opened (meta.json readable, each .bin as long as meta.json says, the

@@ -6,7 +6,7 @@
 const $ = (id) => document.getElementById(id);
 const SETTINGS = ["temperature", "top_k", "top_p", "max_new_tokens", "seed"];
 const state = { ids: [], stream: null };  // every token shown so far (prompt then generated), the running request
-const FEW_POINTS = 20;  // a loss series this short gets a dot per evaluation (as plotting.py marks it)
+const FEW_POINTS = 20;  // a loss series this short gets a dot per evaluation (as figures.py marks it)
 
 function el(tag, props = {}, text = "") {
   const e = Object.assign(document.createElement(tag), props);
