@@ -84,6 +84,7 @@ def test_a_linked_metrics_file_is_never_appended_to(tmp_path):
 
 
 def test_a_linked_tensorboard_directory_is_refused(tmp_path):
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install -e '.[tensorboard]')")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     run = tmp_path / "run"
