@@ -260,3 +260,12 @@ def test_a_repository_root_is_refused(tmp_path, monkeypatch):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "pyproject.toml").write_text('[project]\nname = "someone-else"\n')
     assert load_config(None, ["run.out_dir=other"]).run.out_dir == "other"  # not a repository of its own
+
+
+def test_export_gguf_force_never_replaces_a_fifo(tiny_run, tmp_path):
+    out = tmp_path / "pipe.gguf"  # a device node is refused the same way (not tested: renaming over one is harm)
+    os.mkfifo(out)
+    with pytest.raises(MinitfError) as e:
+        export_gguf.main(["--run", str(tiny_run), "--out", str(out), "--force"])
+    assert one_line(e) == f"--out {out} is a FIFO, not a regular file; --force replaces regular files only: name a file"
+    assert out.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe.gguf"]

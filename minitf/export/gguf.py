@@ -19,6 +19,7 @@ Layout facts the file depends on (each checked by tests/test_gguf.py against lla
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -227,6 +228,19 @@ def _add_hyperparameters(writer, model: Transformer, fmt: str, ffn: int) -> None
         writer.add_value_length(cfg.head_dim)
 
 
+def _kind(path: Path) -> str:
+    """What a path that is not a regular file is, in words."""
+    mode = path.stat().st_mode
+    for test, words in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return words
+    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
+
+
 def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = False) -> tuple[Path, str]:
     """Export a run directory's model to the GGUF file `out`; (the path, the architecture)."""
     from ..system.files import atomic_write
@@ -237,6 +251,10 @@ def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = F
         raise MinitfError(f"--out {out} is a directory; name the file to write, e.g. {out / 'model.gguf'}")
     if out.exists() and not force:
         raise MinitfError(f"--out {out} already exists; pass --force to replace it, or choose another name")
+    if out.exists() and not out.is_file():  # the rename would put a regular file where a FIFO or device was
+        raise MinitfError(
+            f"--out {out} is {_kind(out)}, not a regular file; --force replaces regular files only: name a file"
+        )
     if out.parent.exists() and not out.parent.is_dir():
         raise MinitfError(f"--out {out}: {out.parent} is a file, not a directory")
     if out.name in RUN_FILES and is_run_dir(out.parent):
