@@ -285,3 +285,22 @@ def test_bench_rows_run(llama_cpp, monkeypatch):
     cfg.model.vocab_size = 97  # below the 256 bytes + <|endoftext|> a GGUF tokenizer holds
     assert llamacpp_decode(cfg, torch.device("cpu"), 8, 1, log=lines.append) is None
     assert "skipped" in lines[-1]
+
+
+def test_f16_refuses_a_weight_beyond_its_range(tokenizer, tmp_path):
+    pytest.importorskip("gguf", reason=f"the gguf package is not installed ({INSTALL})")
+    from minitf.export.gguf import write_gguf
+
+    model = Transformer(ModelConfig(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64))
+    with torch.no_grad():
+        model.blocks[1].mlp.c_fc.weight[3, 5] = -70000.0  # float16 would hold it as -inf
+    out = tmp_path / "m.gguf"
+    with pytest.raises(MinitfError) as e:
+        write_gguf(model, tokenizer, out, "f16")
+    assert str(e.value) == (
+        "--dtype f16 cannot hold blk.1.ffn_up.weight: its largest value is 70000, beyond float16's 65504; "
+        "export with --dtype f32 or q8_0"
+    )
+    assert not out.exists()
+    write_gguf(model, tokenizer, out, "q8_0")  # q8_0 scales the block by 1/127: it fits
+    assert out.read_bytes()[:4] == b"GGUF"

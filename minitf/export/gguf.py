@@ -36,6 +36,7 @@ DTYPES = ("f32", "f16", "q8_0")
 # performs: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 GPT2_PRE = "gpt-2"
 Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
+F16_MAX = 65504.0  # the largest finite float16
 
 
 def _gguf():
@@ -171,6 +172,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     arch = gguf.MODEL_ARCH[TABLES[fmt].gguf_arch]
     tensors = _tensors(model, fmt)
     _check_names(tensors, arch, fmt)
+    _check_range(tensors, dtype)
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
     try:
         writer.add_name("minitf")
@@ -192,6 +194,25 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     finally:
         writer.close()
     return fmt
+
+
+def _check_range(tensors: dict[str, torch.Tensor], dtype: str) -> None:
+    """Every matrix stored as float16 (--dtype f16, and q8_0's rows that are not a multiple of 32) fits
+    float16's range: numpy writes inf for a larger value, silently. q8_0 stores each block's scale,
+    the block's largest value / 127, as float16."""
+    if dtype == "f32":
+        return
+    for name, t in tensors.items():
+        if t.dim() == 1:
+            continue  # vectors stay float32
+        q8 = dtype == "q8_0" and t.shape[-1] % Q8_BLOCK == 0
+        largest = float(t.abs().max()) if t.numel() else 0.0
+        if largest > F16_MAX * (127 if q8 else 1):
+            other = "f32 or q8_0" if dtype == "f16" else "f32"
+            raise MinitfError(
+                f"--dtype {dtype} cannot hold {name}: its largest value is {largest:.6g}, beyond float16's "
+                f"{F16_MAX:.0f}; export with --dtype {other}"
+            )
 
 
 def _check_names(tensors: dict[str, torch.Tensor], arch, fmt: str) -> None:
