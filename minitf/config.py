@@ -415,12 +415,19 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
+    # the dotted keys a recipe, a dict or an override set ("model.n_layer"), as opposed to the
+    # defaults: a value the user chose is kept where minitf would otherwise choose one (the
+    # budget's depth, a fine-tune's rates). Not a field, nor annotated (code that reads the
+    # sections from the type hints would take it for one): config.yaml and equality ignore it.
+    given = frozenset()
 
     @classmethod
     def from_dict(cls, d: dict) -> Config:
         check_names(d)
         hints = typing.get_type_hints(cls)
-        return cls(**{name: hints[name](**(body or {})) for name, body in d.items()})
+        cfg = cls(**{name: hints[name](**(body or {})) for name, body in d.items()})
+        cfg.given = frozenset(f"{name}.{key}" for name, body in d.items() for key in body or {})
+        return cfg
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

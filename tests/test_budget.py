@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import minitf
-from minitf.config import load_config
+from minitf.config import TrainConfig, load_config
 from minitf.training import budget
 from minitf.training.checkpoint import load_run
 
@@ -34,10 +34,40 @@ def test_a_budget_of_many_steps_keeps_the_model():
     assert cfg == default("train.max_seconds=210")
 
 
-def test_max_steps_caps_what_the_budget_buys():
-    cfg = default("train.max_seconds=210", "train.max_steps=400")
-    assert "buys ~400 steps" in budget.fit(cfg, step_seconds=0.01)
-    assert cfg.model.n_layer == 2
+def test_a_run_that_max_steps_ends_keeps_its_depth():
+    """Fewer layers buy more steps in the same time, which a run that max_steps ends cannot take:
+    the line names max_steps as what ends it, and the model and its rates are kept."""
+    cfg = default("train.max_seconds=1e9", "train.max_steps=5")
+    assert budget.fit(cfg, step_seconds=0.2) == (
+        "budget: train.max_steps=5 ends this run before train.max_seconds=1e+09 (~5,000,000,000 steps here): "
+        "keeping 3 layers, as fewer would not train more steps"
+    )
+    assert cfg == default("train.max_seconds=1e9", "train.max_steps=5")
+    cfg = default("train.max_seconds=210", "train.max_steps=400")  # 21,000 steps of time: 400 end it
+    assert "train.max_steps=400 ends this run" in budget.fit(cfg, step_seconds=0.01)
+    assert cfg.model.n_layer == 3
+
+
+def test_a_budget_too_short_to_time_keeps_the_model(monkeypatch):
+    """train.max_seconds=8 at 1.3 s a step: the 7 timed steps would cost more than the run, so the
+    timing stops after the first and the line says why the depth is kept."""
+    clock = iter(x * 1.3 for x in range(100))
+    monkeypatch.setattr(budget, "_clock", lambda: next(clock))
+    calls = []
+    cfg = default("train.max_seconds=8")
+    seconds, timed = budget.seconds_per_step(lambda: calls.append(1), torch.device("cpu"), cfg.train)
+    assert (len(calls), seconds, timed) == (1, pytest.approx(1.3), False)
+    assert budget.fit(cfg, seconds, timed) == (
+        "budget: train.max_seconds=8 is too short to time this machine in (~1.3s a step; timing takes 7): "
+        "keeping 3 layers without fitting the depth"
+    )
+    assert cfg == default("train.max_seconds=8")
+
+
+def test_a_rate_the_user_set_is_kept_when_the_depth_is_fitted():
+    cfg = default("train.max_seconds=100", "train.lr=0.005")
+    assert "1.5x the learning rates (train.lr as set) (lr 0.005, muon_lr 0.03)" in budget.fit(cfg, 0.2)
+    assert (cfg.model.n_layer, cfg.train.lr, cfg.train.min_lr) == (2, 0.005, 7.5e-4)
 
 
 @pytest.mark.parametrize(
@@ -51,6 +81,7 @@ def test_max_steps_caps_what_the_budget_buys():
         ((), False, 2, False),  # torchrun: the ranks would each time their own steps
         (("train.compile=true",), False, 1, False),  # the first steps would time the compiler
         (("model.n_layer=4",), False, 1, False),  # measured for the default model alone
+        (("model.n_layer=3",), False, 1, False),  # the default's depth, set by the user: their choice
         (("model.n_embd=256",), False, 1, False),
         (("run.init_from=gpt2",), False, 1, False),
     ],
@@ -59,18 +90,31 @@ def test_it_applies_to_a_new_run_of_the_default_model_alone(overrides, resuming,
     assert budget.applies(default(*overrides), resuming, world) is applies
 
 
+def test_an_n_layer_the_user_set_is_kept_from_a_recipe_dict_or_the_command_line(tmp_path):
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("model:\n  n_layer: 3\n")
+    for cfg in (
+        load_config(recipe, ["model.vocab_size=300"]),
+        load_config({"model": {"n_layer": 3, "vocab_size": 300}}),
+        default("model.n_layer=3"),
+    ):
+        assert cfg == default() and not budget.applies(cfg, resuming=False, world=1)
+    assert budget.applies(default(), resuming=False, world=1)
+
+
 def test_the_timing_calls_the_step_and_leaves_the_rng_alone():
     calls = []
     before = torch.get_rng_state()
-    seconds = budget.seconds_per_step(lambda: calls.append(torch.rand(1)), torch.device("cpu"))
+    seconds, timed = budget.seconds_per_step(lambda: calls.append(torch.rand(1)), torch.device("cpu"), TrainConfig())
     assert len(calls) == budget.WARMUP_STEPS + budget.TIMED_STEPS
-    assert seconds >= 0
+    assert seconds >= 0 and timed
     assert torch.equal(torch.get_rng_state(), before)
 
 
-def test_a_short_run_trains_and_resumes_the_model_it_chose(tmp_path, corpus):
-    """max_steps=3 under a time budget: the budget buys 3 steps, so the run trains 2 layers,
-    config.yaml says so, and a resume goes on with them."""
+def test_a_short_run_trains_and_resumes_the_model_it_chose(tmp_path, corpus, monkeypatch):
+    """A machine where the time budget buys 2 steps (max_steps=3 keeps the test short): the run
+    trains 2 layers, config.yaml says so, and a resume goes on with them."""
+    monkeypatch.setattr(budget, "seconds_per_step", lambda *a: (300.0, True))
     out = tmp_path / "short"
     cfg = load_config(
         overrides=[
@@ -85,7 +129,7 @@ def test_a_short_run_trains_and_resumes_the_model_it_chose(tmp_path, corpus):
     lines = []
     minitf.train(cfg, log=lines.append)
     (line,) = [x for x in lines if x.startswith("budget:")]
-    assert line.startswith("budget: train.max_seconds=600 buys ~3 steps of 3 layers here, under 1,300: training 2 ")
+    assert line.startswith("budget: train.max_seconds=600 buys ~2 steps of 3 layers here, under 1,300: training 2 ")
     assert lines.index(line) < next(i for i, x in enumerate(lines) if x.startswith("model:"))
     model, _, saved = load_run(out)
     assert (saved.model.n_layer, len(model.blocks)) == (2, 2)
@@ -106,4 +150,16 @@ def test_fit_budget_false_keeps_three_layers(tmp_path, corpus):
     lines = []
     minitf.train(load_config(overrides=overrides + budgeted), log=lines.append)
     assert not [x for x in lines if x.startswith("budget:")]
+    assert len(load_run(out)[0].blocks) == 3
+
+
+def test_a_run_that_max_steps_ends_says_so_and_trains_three_layers(tmp_path, corpus):
+    """train.max_seconds=1e9 train.max_steps=3: the steps end the run, whatever this machine's speed."""
+    out = tmp_path / "steps"
+    overrides = [f"run.out_dir={out}", f"data.source=file:{corpus}", "data.vocab_size=300"]
+    lines = []
+    minitf.train(load_config(overrides=[*overrides, "train.max_seconds=1e9", "train.max_steps=3"]), log=lines.append)
+    (line,) = [x for x in lines if x.startswith("budget:")]
+    assert line.startswith("budget: train.max_steps=3 ends this run before train.max_seconds=1e+09 (~")
+    assert line.endswith("keeping 3 layers, as fewer would not train more steps")
     assert len(load_run(out)[0].blocks) == 3

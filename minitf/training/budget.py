@@ -14,7 +14,10 @@ how to give a run more.
   are timed on this machine (`seconds_per_step`); if the budget buys fewer than SHORT_STEPS of
   them, `fit` makes the run train SHORT_LAYERS layers at LR_SCALE times its learning rates (peaks
   and floor) instead. The choice is written into the run's config.yaml, so a resume, an export or
-  generate sees the model that was trained; train.fit_budget=false keeps 3.
+  generate sees the model that was trained; train.fit_budget=false keeps 3. The fit is skipped
+  where it cannot pay: a model.n_layer the user set, a run that max_steps ends before the budget
+  (fewer layers buy steps it cannot take), and a run so short that timing it would cost more
+  than FIT_SHARE of it.
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ def applies(cfg: Config, resuming: bool, world: int) -> bool:
     """Whether the depth is fitted: a new single-process run of the default model (any vocabulary)
     under a time budget, with train.fit_budget on, the one shape the rule was measured for."""
     # a resume keeps the depth it has; under torchrun every rank would have to agree on one timing;
-    # a compiled step's first steps time the compiler, not the step
+    # a compiled step's first steps time the compiler, not the step; a model.n_layer the user set
+    # (even to the default's 3) is their choice, not the default's
     tc = cfg.train
     default = dataclasses.replace(ModelConfig(), vocab_size=cfg.model.vocab_size)
     return (
@@ -91,35 +95,69 @@ def applies(cfg: Config, resuming: bool, world: int) -> bool:
         and not tc.compile
         and not cfg.run.init_from
         and cfg.model == default
+        and "model.n_layer" not in cfg.given
     )
 
 
-def seconds_per_step(step: Callable[[], object], device: torch.device) -> float:
-    """Seconds per call of step() (the trainer's own step, on a throwaway copy of the model), timed
-    after WARMUP_STEPS untimed calls. The global RNG is left as it was."""
+def seconds_per_step(step: Callable[[], object], device: torch.device, tc: TrainConfig) -> tuple[float, bool]:
+    """(seconds per call of step(), timed in full): step() is the trainer's own step on a throwaway
+    copy of the model, timed after WARMUP_STEPS untimed calls. The global RNG is left as it was.
+
+    The timing stops early, (the last call's seconds, False), as soon as its projected cost passes
+    FIT_SHARE of the run it is for (`_too_dear`)."""
+    calls, spent_so_far = WARMUP_STEPS + TIMED_STEPS, []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        for _ in range(WARMUP_STEPS):
-            step()
-        t0 = time.perf_counter()
-        for _ in range(TIMED_STEPS):
+        for done in range(1, calls + 1):
+            t0 = _clock()
             step()  # the trainer's step ends in a host sync: the time is the device's too
-        return (time.perf_counter() - t0) / TIMED_STEPS
+            spent_so_far.append(_clock() - t0)
+            if done < calls and _too_dear(tc, sum(spent_so_far) + (calls - done) * spent_so_far[-1], spent_so_far[-1]):
+                return spent_so_far[-1], False
+    return sum(spent_so_far[WARMUP_STEPS:]) / TIMED_STEPS, True
 
 
-def fit(cfg: Config, step_seconds: float) -> str:
+_clock = time.perf_counter  # the timing's clock (a test's fake one makes any machine speed)
+# The most of a run the timing may cost. The shorter model's gain is a few hundredths of a bit per
+# byte at equal time (docs/performance.md); a timing that costs more than a tenth of the run's steps
+# gives much of it back, and at train.max_seconds=8 its 7 steps took longer than the run's own.
+FIT_SHARE = 0.1
+
+
+def _too_dear(tc: TrainConfig, cost: float, step_seconds: float) -> bool:
+    """The timing's cost (seconds, projected) is more than FIT_SHARE of the run: its time budget,
+    or its max_steps at step_seconds if those end it first."""
+    return cost > FIT_SHARE * min(tc.max_seconds, tc.max_steps * step_seconds)
+
+
+def fit(cfg: Config, step_seconds: float, timed: bool = True) -> str:
     """Set cfg for the steps the budget buys at step_seconds per step of the default model; return
-    the start-up line that says what was chosen and why."""
-    tc = cfg.train
-    steps = min(tc.max_steps, round(tc.max_seconds / step_seconds))
-    why = f"train.max_seconds={tc.max_seconds:g} buys ~{steps:,} steps of {cfg.model.n_layer} layers here"
-    if steps >= SHORT_STEPS:
-        return f"budget: {why}: keeping {cfg.model.n_layer} layers"
+    the start-up line that says what was chosen and why. timed=False: the timing stopped early
+    (too dear for this run), and the model is kept."""
+    tc, layers = cfg.train, cfg.model.n_layer
+    bought = round(tc.max_seconds / step_seconds)
+    if tc.max_steps <= bought:  # fewer layers buy more steps, which a step-bounded run cannot take
+        return (
+            f"budget: train.max_steps={tc.max_steps:,} ends this run before train.max_seconds={tc.max_seconds:g} "
+            f"(~{bought:,} steps here): keeping {layers} layers, as fewer would not train more steps"
+        )
+    why = f"train.max_seconds={tc.max_seconds:g} buys ~{bought:,} steps of {layers} layers here"
+    if not timed:
+        return (
+            f"budget: train.max_seconds={tc.max_seconds:g} is too short to time this machine in (~{step_seconds:.2g}s "
+            f"a step; timing takes {WARMUP_STEPS + TIMED_STEPS}): keeping {layers} layers without fitting the depth"
+        )
+    if bought >= SHORT_STEPS:
+        return f"budget: {why}: keeping {layers} layers"
     cfg.model.n_layer = SHORT_LAYERS
-    tc.lr, tc.min_lr, tc.muon_lr = (_scaled(x) for x in (tc.lr, tc.min_lr, tc.muon_lr))
+    kept = [f"train.{name}" for name in ("lr", "min_lr", "muon_lr") if f"train.{name}" in cfg.given]
+    for name in ("lr", "min_lr", "muon_lr"):  # a rate the user set is theirs; the others follow the model
+        if f"train.{name}" not in kept:
+            setattr(tc, name, _scaled(getattr(tc, name)))
+    as_set = f" ({', '.join(kept)} as set)" if kept else ""
     return (
         f"budget: {why}, under {SHORT_STEPS:,}: training {SHORT_LAYERS} layers at {LR_SCALE:g}x the learning "
-        f"rates (lr {tc.lr:.3g}, muon_lr {tc.muon_lr:.3g}), which learn more in a short budget; "
-        f"train.fit_budget=false keeps {ModelConfig().n_layer}"
+        f"rates{as_set} (lr {tc.lr:.3g}, muon_lr {tc.muon_lr:.3g}), "
+        f"which learn more in a short budget; train.fit_budget=false keeps {ModelConfig().n_layer}"
     )
 
 

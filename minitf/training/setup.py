@@ -152,7 +152,8 @@ def _fit_to_budget(
     """The model for the steps the time budget buys on this machine (budget.fit): model itself, or
     a new one if the depth changed. The trainer's own step is timed on a copy of it."""
     probe = Session.create(cfg, copy.deepcopy(model), data, device, dtype=dtype, log=log)
-    log(budget.fit(cfg, budget.seconds_per_step(lambda: step(probe, cfg.train.lr, False), device)))
+    seconds, timed = budget.seconds_per_step(lambda: step(probe, cfg.train.lr, False), device, cfg.train)
+    log(budget.fit(cfg, seconds, timed))
     return model if cfg.model.n_layer == len(model.blocks) else _new_model(cfg, device)
 
 
