@@ -53,6 +53,8 @@ def _read_dir(where: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
             raise MinitfError(f"{index} has no weight_map of tensor names to files; is it a save_pretrained index?")
         files = sorted(set(weight_map.values()))
+        for name in files:
+            _check_inside(where, name, index)
     elif (where / "model.safetensors").is_file():
         files = ["model.safetensors"]
     elif pickles:
@@ -69,6 +71,23 @@ def _read_dir(where: Path) -> tuple[dict, dict[str, torch.Tensor]]:
         except (SafetensorError, OSError) as e:
             raise MinitfError(f"{where / name} is unreadable ({first_line(e, 120)})") from None
     return config, state
+
+
+def _check_inside(where: Path, name: str, index: Path) -> None:
+    """A shard the index names is a file inside the model directory: an index is downloaded, and
+    `../x` or `/etc/x` would read from anywhere. Checked before the file is opened, and the
+    error says nothing of what lies outside."""
+    shard = Path(name)
+    if shard.is_absolute() or ".." in shard.parts:
+        escape = "an absolute path" if shard.is_absolute() else "a path leading out of the directory"
+    elif not (where / shard).resolve().is_relative_to(where.resolve()):
+        escape = "a link leading out of the directory"
+    else:
+        return
+    raise MinitfError(
+        f"{index}: weight_map entry {name[:120]!r} is {escape}; shards must be files inside {where}: "
+        f"fetch the model again (a download's --local-dir holds real files)"
+    )
 
 
 def _json(path: Path, what: str):
