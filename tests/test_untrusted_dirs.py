@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 import minitf
 from minitf.errors import MinitfError
-from minitf.export.hf import from_hf
+from minitf.export.hf import from_hf, load_pretrained
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +94,17 @@ def test_an_index_naming_a_link_out_is_refused_and_a_link_inside_read(model_dir,
     (model_dir / "model-2.safetensors").unlink()
     os.symlink("real.safetensors", model_dir / "model-2.safetensors")  # inside: read as ever
     assert from_hf(model_dir).config.n_kv_head == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# a broken tokenizer is the download's
+
+
+def test_a_broken_tokenizer_is_called_the_downloads(model_dir):
+    path = model_dir / "tokenizer.json"
+    path.write_text(path.read_text()[:200])  # a download cut short
+    msg = refusal(model_dir, load_pretrained)
+    assert msg.startswith(f"{path} is broken (") and msg.endswith(
+        "): the downloaded model's tokenizer cannot be read; fetch the model again"
+    )
+    assert "train" not in msg

@@ -101,7 +101,7 @@ def read_tokenizer(where: Path) -> Tokenizer:
     """The directory's tokenizer.json, or GPT-2's classic vocab.json + merges.txt (what
     GPT2Tokenizer.save_pretrained writes), read as the byte-level BPE they describe."""
     if (where / "tokenizer.json").is_file():
-        return Tokenizer.load(where / "tokenizer.json")
+        return _downloaded_tokenizer(where / "tokenizer.json")
     if (where / "vocab.json").is_file() and (where / "merges.txt").is_file():
         from tokenizers import Tokenizer as HFTokenizer
         from tokenizers import decoders, models, pre_tokenizers
@@ -116,3 +116,22 @@ def read_tokenizer(where: Path) -> Tokenizer:
         f"{where} holds no tokenizer (tokenizer.json, or vocab.json and merges.txt); "
         f"save the model's tokenizer into it with save_pretrained"
     )
+
+
+def _downloaded_tokenizer(path: Path) -> Tokenizer:
+    """A model directory's tokenizer.json. It came with the model, so a broken one is the
+    download's fault: the fix is fetching it again, not training a tokenizer of one's own."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    try:
+        backend = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
+    except Exception as e:  # tokenizers raises plain Exception for malformed JSON
+        raise MinitfError(
+            f"{path} is broken ({first_line(e, 120)}): the downloaded model's tokenizer cannot be read; "
+            f"fetch the model again"
+        ) from None
+    if backend.token_to_id(EOT) is None:
+        raise MinitfError(
+            f"{path} has no {EOT} token, minitf's document separator; fine-tune from a model whose tokenizer has one"
+        )
+    return Tokenizer(backend)
