@@ -278,6 +278,36 @@ def test_no_second_evaluation_right_after_one_that_used_up_the_budget(tmp_path, 
     assert torch.load(run_dir / "state.pt", weights_only=True)["step"] == 5
 
 
+def test_a_larger_budget_resumes_a_run_that_overran_its_own(tmp_path, corpus, monkeypatch):
+    """An 8 s budget whose closing evaluation took 12 s more records 20 s. Resuming with 16 s adds
+    8 s (the overrun is not charged) instead of saying "already finished"; the same 8 s adds none."""
+    clock = slow_clock(monkeypatch, seconds_per_step=2.0)
+    real_eval = trainer.record_eval
+
+    def slow_eval(run, *args):
+        clock.now += 12.0
+        return real_eval(run, *args)
+
+    monkeypatch.setattr(trainer, "record_eval", slow_eval)
+    budget = ("train.max_steps=100000", "train.eval_every=1000", "train.ckpt_every=1000")
+    run_dir = minitf.train(tiny_config(tmp_path / "run", corpus, *budget, "train.max_seconds=8"), log=lambda *a: None)
+    assert torch.load(run_dir / "state.pt", weights_only=True)["elapsed"] == pytest.approx(20.0)
+    lines = []
+    minitf.train(run_dir, resume=True, log=lines.append, overrides=["train.max_seconds=8"])
+    assert any(
+        "already finished (step 4 of train.max_steps=100000; it has used 20.0s, and train.max_seconds=8 adds none)"
+        f"; to train longer: minitf train --resume {run_dir} train.max_seconds=16" in x
+        for x in lines
+    )
+    lines.clear()
+    minitf.train(run_dir, resume=True, log=lines.append, overrides=["train.max_seconds=16"])
+    assert (
+        "resume: the run has used 20.0s (12.0s of them past train.max_seconds=8, not charged to the new budget); "
+        "train.max_seconds=16 adds 8.0s"
+    ) in lines
+    assert torch.load(run_dir / "state.pt", weights_only=True)["step"] == 8  # 4 more steps of 2 s
+
+
 # ------------------------------------------------------------------ the run's name and prompt, the explorer, charts
 
 

@@ -113,15 +113,37 @@ class Session:
 def finished(session: Session) -> bool:
     """A resumed run whose budget is already spent: say so instead of training one more step."""
     tc = session.cfg.train
-    if session.step < tc.max_steps and (tc.max_seconds is None or session.elapsed_before < tc.max_seconds):
+    out_of_time = tc.max_seconds is not None and session.elapsed_before >= tc.max_seconds
+    if session.step < tc.max_steps and not out_of_time:
         return False
     session.stop_reason = "already finished"
+    used = f"it has used {session.elapsed_before:.1f}s"
+    time_words = f"{used}, and train.max_seconds={tc.max_seconds:g} adds none" if out_of_time else used
     session.log(
-        f"{session.run_dir} already finished (step {session.step} of train.max_steps={tc.max_steps}, "
-        f"{session.elapsed_before:.0f}s of train.max_seconds={tc.max_seconds}); to train longer: "
-        f"{train_longer(session.run_dir, tc, out_of_time=session.step < tc.max_steps)}"
+        f"{session.run_dir} already finished (step {session.step} of train.max_steps={tc.max_steps}; "
+        f"{time_words}); to train longer: {train_longer(session.run_dir, tc, out_of_time=session.step < tc.max_steps)}"
     )
     return True
+
+
+def charge_resumed_time(session: Session, changed: dict[str, tuple]) -> None:
+    """A resume that changes train.max_seconds: say how much time the run has used and how much the
+    new budget adds.
+
+    Seconds the last attempt ran past its own budget (the closing evaluation and save, or a step
+    begun just before the end) are not charged to the new one: the old budget ended the schedule
+    at its end, so a budget raised from 8 s to 16 s adds 8 s, even after an attempt that took 20 s.
+    """
+    if "train.max_seconds" not in changed or session.cfg.train.max_seconds is None:
+        return
+    old, new = changed["train.max_seconds"][0], session.cfg.train.max_seconds
+    used = session.elapsed_before
+    past = ""
+    if old is not None and used > old:
+        session.elapsed_before = old
+        past = f" ({used - old:.1f}s of them past train.max_seconds={old:g}, not charged to the new budget)"
+    adds = max(0.0, new - session.elapsed_before)
+    session.log(f"resume: the run has used {used:.1f}s{past}; train.max_seconds={new:g} adds {adds:.1f}s")
 
 
 def save_checkpoint(session: Session) -> None:

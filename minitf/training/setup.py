@@ -28,7 +28,7 @@ from . import budget, fsdp
 from . import checkpoint as ckpt
 from .metrics import Logger, check_log_dir
 from .naming import name_and_prompt
-from .session import Session, explain_changes, restore_checkpoint
+from .session import Session, charge_resumed_time, explain_changes, restore_checkpoint
 
 Step = Callable[[Session, float, bool], object]  # the trainer's train_step(session, lr, interrupted)
 Pretrained = Callable[[str], tuple[Transformer, Tokenizer]]  # run.init_from -> (model, its tokenizer)
@@ -162,6 +162,7 @@ def _restore_or_begin(session: Session, resume: bool, changed: dict[str, tuple],
     main, run_dir = session.procs.main, session.run_dir
     if resume:
         restore_checkpoint(session, session.log)
+        charge_resumed_time(session, changed)  # on every rank: the schedule follows the time charged
         if changed and main:
             explain_changes(session, changed)
     elif main:
