@@ -537,9 +537,25 @@ def test_evaluate_script(tiny_run, corpus, tmp_path):
     r = script("scripts/evaluate.py", "--run", str(tiny_run), "--data", f"file:{tmp_path / 'other.txt'}", "--best")
     assert r.returncode == 0, r.stderr[-1500:]
     assert f"{tiny_run} (best weights) on file:{tmp_path / 'other.txt'}:" in r.stdout
-    assert [line.split()[0] for line in r.stdout.splitlines()[-3:]] == ["val", "train", "all"]
+    # a text the run never saw has no held-out split: one number, for all of it
+    assert [line.split("  ")[1] for line in r.stdout.splitlines() if line.startswith("  ")] == ["the whole text"]
     r = script("scripts/evaluate.py", "--run", str(tiny_run), "--data", f"file:{tmp_path / 'none.txt'}")
     assert r.returncode == 2 and r.stderr.startswith("error: data.source=file:") and "Traceback" not in r.stderr
+
+
+def test_evaluate_scores_the_held_out_split_unless_asked_for_the_train_split(tiny_run):
+    r = script("scripts/evaluate.py", "--run", str(tiny_run))
+    assert r.returncode == 0, r.stderr[-1500:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("  ")]  # after the data's own lines
+    assert [line.split("  ")[1] for line in rows] == ["val (held out)"]
+    model, tok, cfg = minitf.load_run(tiny_run)
+    from minitf.evaluate import evaluate_text
+
+    val = evaluate_text(model, tok, cfg.data, log=lambda *a: None, splits=("val",))["val"]
+    assert f"{val['tokens']:,} tokens  loss {val['loss']:.4f}" in r.stdout
+    r = script("scripts/evaluate.py", "--run", str(tiny_run), "--with-train")
+    rows = [line.split("  ")[1] for line in r.stdout.splitlines() if line.startswith("  ")]
+    assert rows == ["val (held out)", "train split", "both"]
 
 
 def test_interactive_on_a_terminal_prompts_and_does_not_echo(tiny_run):

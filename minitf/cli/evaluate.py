@@ -1,7 +1,8 @@
 """Evaluate a trained run on any text: loss, perplexity and bits per byte, with the run's own tokenizer.
 
     minitf evaluate --run runs/shakespeare                      # its own held-out split
-    minitf evaluate --run runs/shakespeare --data file:other.txt --best
+    minitf evaluate --run runs/shakespeare --with-train         # and its train split (9x the time)
+    minitf evaluate --run runs/shakespeare --data file:other.txt --best   # the whole of another text
     minitf evaluate --run runs/novel --data hf:/data/parquet-shards --batch-size 32
 
 The text is tokenized once into the token cache (bounded memory, reused next time) and read back
@@ -22,6 +23,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--run", help="run directory (default: the newest under runs/)")
     p.add_argument("--best", action="store_true", help="evaluate best.safetensors (lowest val loss)")
     p.add_argument("--data", help="shakespeare, file:PATH or hf:DATASET (default: the run's own data.source)")
+    p.add_argument(
+        "--with-train",
+        action="store_true",
+        help="with the run's own data: also score its train split (most of the time: it is the bigger part)",
+    )
     p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
     p.add_argument("--device", default="cpu", type=device_option, help="auto, cpu, cuda[:N] or mps (default: cpu)")
     args = p.parse_args(argv)
@@ -29,12 +35,28 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     run = args.run or newest_run()
     model, tok, cfg = load_run(run, best=args.best, device=args.device)
     data = dataclasses.replace(cfg.data, source=args.data or cfg.data.source)
-    result = evaluate_text(model, tok, data, batch_size=args.batch_size)
+    rows = _rows(args.data is None, args.with_train)
+    result = evaluate_text(model, tok, data, batch_size=args.batch_size, splits=_splits(rows))
     print(f"{run} ({'best' if args.best else 'latest'} weights) on {data.source}:")
-    names = {"val": "val (held out)" if args.data is None else "val split", "train": "train split", "all": "all"}
-    for name in ("val", "train", "all"):
+    for name, label in rows:
         r = result[name]
         print(
-            f"  {names[name]:15} {r['tokens']:>12,} tokens  loss {r['loss']:.4f}  perplexity {r['perplexity']:.2f}"
+            f"  {label:15} {r['tokens']:>12,} tokens  loss {r['loss']:.4f}  perplexity {r['perplexity']:.2f}"
             f"  {r['bits_per_byte']:.3f} bits per byte"
         )
+
+
+def _rows(own_data: bool, with_train: bool) -> list[tuple[str, str]]:
+    """What is printed: (evaluate_text's key, its label). A text the run never saw is one number,
+    all of it; the run's own text is its held-out split, and with --with-train its train split too."""
+    if not own_data:
+        return [("all", "the whole text")]
+    if not with_train:
+        return [("val", "val (held out)")]
+    return [("val", "val (held out)"), ("train", "train split"), ("all", "both")]
+
+
+def _splits(rows: list[tuple[str, str]]) -> tuple[str, ...]:
+    """The token cache's splits the rows need: "all" reads both, "val" alone reads the held-out one."""
+    names = {name for name, _ in rows}
+    return ("val",) if names == {"val"} else ("train", "val")
