@@ -4,6 +4,7 @@ The tests that need transformers skip, with the reason, where it is not installe
 of settings GPT-2 cannot express run everywhere (they are checked before transformers is imported).
 """
 
+import json
 import subprocess
 import sys
 
@@ -223,3 +224,16 @@ def test_export_script(tf, tiny_run, tmp_path):
     model, tok, _ = minitf.load_run(tiny_run)
     ids = tok.encode(TEXTS[0])
     assert (mt_logits(model, ids) - hf_logits(hf, ids)).abs().max() < 1e-4
+
+
+def test_pipeline_generates_within_the_models_context(tf, tmp_path):
+    """generation_config.json's max_length is the model's block_size: pipeline()'s own default of 256
+    new tokens would run past a 32-token context (transformers warns that the maximum was exceeded)."""
+    from minitf.export.hf import to_hf
+
+    tok = minitf.Tokenizer.train([" ".join(TEXTS) * 20], vocab_size=300)
+    cfg = minitf.ModelConfig(vocab_size=tok.vocab_size, block_size=32, n_layer=1, n_embd=32, n_head=2)
+    out, _ = to_hf(minitf.Transformer(cfg).eval(), tok, tmp_path / "hf")
+    assert json.loads((out / "generation_config.json").read_text())["max_length"] == 32
+    generated = tf.pipeline("text-generation", str(out))("ROMEO:", return_tensors=True, do_sample=False)
+    assert len(tok.encode("ROMEO:")) < len(generated[0]["generated_token_ids"]) <= 32

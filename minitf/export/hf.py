@@ -59,9 +59,14 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
     config_class, model_class = HF_CLASSES[fmt]
     hf = getattr(tf, model_class)(getattr(tf, config_class)(**hf_config(cfg, fmt, tokenizer.eot_id)))
     hf.load_state_dict(hf_state(model, fmt), strict=True)  # strict: a name missed fails now, not as wrong logits
-    # generate() and pipeline() stop at <|endoftext|> and pad with it, with no argument needed
+    # generate() and pipeline() stop at <|endoftext|> and pad with it, with no argument needed; and
+    # at the model's context (max_length counts the prompt too): pipeline()'s own default,
+    # max_new_tokens=256, is dropped where the model's generation config sets max_length
     hf.generation_config = tf.GenerationConfig(
-        bos_token_id=tokenizer.eot_id, eos_token_id=tokenizer.eot_id, pad_token_id=tokenizer.eot_id
+        bos_token_id=tokenizer.eot_id,
+        eos_token_id=tokenizer.eot_id,
+        pad_token_id=tokenizer.eot_id,
+        max_length=cfg.block_size,
     )
     out_dir = Path(out_dir)
     hf.save_pretrained(out_dir)
