@@ -5,6 +5,7 @@ quick start is one that CI (.ci/run) runs."""
 
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,22 @@ def test_every_quick_start_command_is_run_by_ci():
     ci = shell_commands((ROOT / ".ci" / "run").read_text(encoding="utf-8"))
     missing = [" ".join(c) for c in commands if not run_by_ci(c, ci)]
     assert not missing, f"README quick-start commands that .ci/run does not run: {missing}"
+
+
+def written_by_the_docs() -> set[str]:
+    """What the docs' shell commands write inside a clone: their --out targets and outputs with a
+    file name (a .gguf, a notebook), plus the runs that training and the walk-through make."""
+    out = {"runs/shakespeare", "docs/learn/runs/learn-2026-01-01-120000", "docs/learn/attention.ipynb"}
+    for page in PAGES:
+        for block in re.findall(r"^```(?:bash|sh)\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S):
+            for words in shell_commands(block):
+                out |= {b for a, b in zip(words, words[1:]) if a == "--out" and not b.startswith(("/", "~", "$"))}
+    return out
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_what_the_docs_commands_write_in_a_clone_is_ignored_by_git():
+    paths = sorted(written_by_the_docs())
+    assert {"hf/shakespeare", "shakespeare.gguf"} <= set(paths)  # the README's exports are among them
+    r = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert sorted(r.stdout.split()) == paths, f"not ignored: {sorted(set(paths) - set(r.stdout.split()))}"
