@@ -8,8 +8,41 @@ import torch
 import torch.nn as nn
 
 from .config import TrainConfig
+from .errors import ConfigError
 from .system import runtime
 from .training.budget import budget_steps
+
+# A fine-tune's peak AdamW rate: the from-scratch default (4e-3) moves trained weights far from
+# where pretraining left them; 1e-4 is the usual order for tuning a small pretrained transformer
+# and the rate the docs' fine-tune command always used.
+FINETUNE_LR = 1e-4
+_DEFAULT = TrainConfig.__dataclass_fields__
+
+
+def finetune_rates(tc: TrainConfig, given: frozenset[str]) -> str:
+    """Set a fine-tune's rates (run.init_from), each one the user did not set, and return the line
+    that says them. lr: FINETUNE_LR. muon_lr: lr times the default muon_lr / lr (5), the
+    from-scratch recipe's measured balance of the two optimizers, so both groups are lowered alike
+    (a Muon left at its from-scratch 0.02 tuned most weights at the from-scratch rate). min_lr:
+    lr / 10, the config's own rule."""
+    ratio = _DEFAULT["muon_lr"].default / _DEFAULT["lr"].default
+    if "train.lr" not in given:
+        tc.lr = FINETUNE_LR
+    if "train.muon_lr" not in given:
+        tc.muon_lr = float(f"{tc.lr * ratio:.12g}")
+    if "train.min_lr" not in given:
+        tc.min_lr = tc.lr / 10
+    if tc.min_lr > tc.lr:  # a recipe's from-scratch floor above the fine-tune's peak
+        raise ConfigError(
+            f"train.min_lr={tc.min_lr:g} is above a fine-tune's train.lr={tc.lr:g}; set train.lr too, or a "
+            f"lower train.min_lr"
+        )
+    kept = [k for k in ("train.lr", "train.min_lr", "train.muon_lr") if k in given]
+    return (
+        f"fine-tune rates: lr {tc.lr:.3g}, min_lr {tc.min_lr:.3g}, muon_lr {tc.muon_lr:.3g} "
+        f"({', '.join(kept) + ' as set; ' if kept else ''}a fine-tune's lr defaults to {FINETUNE_LR:g}, muon_lr "
+        f"to {ratio:g}x lr, min_lr to lr / 10; set train.lr, train.muon_lr or train.min_lr to choose)"
+    )
 
 
 def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import minitf
+from minitf import optim
 from minitf.export import hf as minitf_hf
 from minitf.training.metrics import METRICS, STEPS, read_rows
 
@@ -71,7 +72,10 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
     lines = []
     run = minitf.train(cfg, log=lines.append)
     assert any(f"init_from {gpt2}" in line for line in lines)
+    said = "fine-tune rates: lr 0.003, min_lr 0.0003, muon_lr 0.015 (train.lr, train.min_lr as set; "
+    assert any(line.startswith(said) for line in lines)  # configs/tiny.yaml's lr and min_lr
     tuned, tuned_tok, tuned_cfg = minitf.load_run(run)
+    assert tuned_cfg.train.muon_lr == pytest.approx(0.015)  # config.yaml keeps the rates a resume goes on with
     assert tuned_cfg.model.n_layer == 2 and tuned_cfg.model.block_size == 32 and tuned_tok.hash == tok.hash
     first = read_rows(run / METRICS)[0]
     assert first["train_loss"] < math.log(300) + 0.3  # trained from the pretrained weights, and they moved:
@@ -84,6 +88,28 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
         torch.testing.assert_close(again(ids).logits, tuned(ids)[0], atol=1e-4, rtol=1e-4)
     resumed = minitf.train(run, resume=True, overrides=["train.max_steps=10"], log=lambda *a: None)
     assert torch.load(resumed / "state.pt", weights_only=True)["step"] == 10
+
+
+@pytest.mark.parametrize(
+    "overrides, rates",
+    [
+        ((), (1e-4, 1e-5, 5e-4)),  # every group lowered alike: Muon keeps the recipe's 5x lr
+        (("train.lr=2e-4",), (2e-4, 2e-5, 1e-3)),  # the docs' command sets lr alone: muon_lr follows it
+        (("train.lr=2e-4", "train.muon_lr=0.001", "train.min_lr=0"), (2e-4, 0.0, 1e-3)),  # the user's, kept
+    ],
+)
+def test_a_fine_tune_gets_fine_tuning_rates_for_every_group(overrides, rates):
+    cfg = minitf.load_config(overrides=["run.init_from=gpt2", *overrides])
+    line = optim.finetune_rates(cfg.train, cfg.given)
+    assert (cfg.train.lr, cfg.train.min_lr, cfg.train.muon_lr) == pytest.approx(rates)
+    assert line.startswith(f"fine-tune rates: lr {rates[0]:.3g}, min_lr {rates[1]:.3g}, muon_lr {rates[2]:.3g} (")
+    assert ("as set" in line) == bool(overrides)
+
+
+def test_a_recipe_floor_above_the_fine_tune_rate_is_one_line():
+    cfg = minitf.load_config(overrides=["run.init_from=gpt2", "train.min_lr=3e-4"])
+    with pytest.raises(minitf.ConfigError, match=r"train.min_lr=0.0003 is above a fine-tune's train.lr=0.0001; set"):
+        optim.finetune_rates(cfg.train, cfg.given)
 
 
 def test_init_from_mistakes_are_one_line(tmp_path, corpus):

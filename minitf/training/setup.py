@@ -22,6 +22,7 @@ import torch.nn as nn
 from ..config import Config, ModelConfig
 from ..data import TokenData, prepare_data
 from ..model import Transformer
+from ..optim import finetune_rates
 from ..system import runtime
 from ..tokenizer import Tokenizer
 from . import budget, fsdp
@@ -115,6 +116,7 @@ def _model_and_data(
             f"init_from {cfg.run.init_from}: {cfg.model.n_layer} layers x {cfg.model.n_embd} wide, "
             f"vocabulary {tokenizer.vocab_size}, block {cfg.model.block_size} (model.* comes from it)"
         )
+        log(finetune_rates(cfg.train, cfg.given))  # trained weights want lower rates than a new model
     data = _prepare_data(cfg, procs, tokenizer, log)
     data.check_fits(cfg.model.block_size)  # a split too small for one batch: said now, not at the first evaluation
     cfg.model.vocab_size = data.tokenizer.vocab_size
