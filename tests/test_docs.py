@@ -198,3 +198,18 @@ def test_what_the_docs_commands_write_in_a_clone_is_ignored_by_git():
     assert {"hf/shakespeare", "shakespeare.gguf"} <= set(paths)  # the README's exports are among them
     r = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
     assert sorted(r.stdout.split()) == paths, f"not ignored: {sorted(set(paths) - set(r.stdout.split()))}"
+
+
+def test_the_learn_extra_installs_what_the_walk_through_tells_the_reader_to_run():
+    """docs/learn/README.md's programs come with `pip install -e '.[learn]'`, and its `jupyter
+    execute` keeps the outputs (without --inplace it runs the notebook and shows nothing)."""
+    extra = re.search(r"^learn = \[(.*)\]", (ROOT / "pyproject.toml").read_text(), re.M)[1]
+    packages = {re.match(r'"([\w-]+)', p.strip())[1] for p in extra.split(",")}
+    provides = {"jupytext": "jupytext", "jupyter lab": "jupyterlab", "jupyter execute": "nbclient"}
+    text = (ROOT / "docs" / "learn" / "README.md").read_text(encoding="utf-8")
+    commands = [" ".join(w) for w in shell_commands("\n".join(FENCE.findall(text)).replace("```", "#"))]
+    commands += re.findall(r"`(jupyter execute[^`]*)`", text)
+    used = {program for c in commands for program in provides if c.startswith(program)}
+    assert used >= {"jupytext", "jupyter lab", "jupyter execute"}
+    assert {provides[p] for p in used} <= packages
+    assert all("--inplace" in c for c in commands if c.startswith("jupyter execute"))
