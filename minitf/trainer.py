@@ -249,8 +249,9 @@ def record_eval(session: Session, lr: float, norm: float, elapsed: float, write,
             f"val bpb {result['val_bpb']:.3f}"
         )
     val = fsdp.rank0_value(result["val"], session.device) if session.sharded else result["val"]
+    session.last_val = (session.step, val)
     if val < session.best_val:  # sharded, every rank takes this branch together: the weights are gathered
-        session.best_val = val
+        session.best_val, session.best_step = val, session.step
         fsdp.save_full_weights(
             session.raw_model,
             session.run_dir / ckpt.BEST,

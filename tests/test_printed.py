@@ -308,6 +308,34 @@ def test_a_larger_budget_resumes_a_run_that_overran_its_own(tmp_path, corpus, mo
     assert torch.load(run_dir / "state.pt", weights_only=True)["step"] == 8  # 4 more steps of 2 s
 
 
+def test_the_end_line_says_when_the_latest_weights_are_worse_than_the_best(tmp_path, corpus, monkeypatch):
+    """Val loss 4.38 at step 4, 4.81 at step 8 (scripted): the closing lines say by how much the
+    latest weights are worse, where the best are, and --best; a resume that gets worse still
+    names the best's step from the checkpoint."""
+    vals = iter([4.38, 4.81, 5.0])
+    monkeypatch.setattr(trainer, "evaluate", lambda *a: {"train": 4.0, "val": next(vals), "val_bpb": 2.0})
+    lines = []
+    run_dir = minitf.train(tiny_config(tmp_path / "run", corpus), log=lines.append)
+    assert (
+        "note: the latest weights (step 8, val loss 4.8100) are 0.4300 worse than the best at step 4 (val loss "
+        "4.3800, in best.safetensors); generate, serve and export use the latest: give them --best for the best"
+    ) in lines
+    lines.clear()
+    minitf.train(run_dir, resume=True, log=lines.append, overrides=["train.max_steps=10"])
+    assert any(
+        x.startswith("note: the latest weights (step 10, val loss 5.0000) are 0.6200 worse than the best at step 4 ")
+        for x in lines
+    )
+
+
+def test_no_worse_than_best_note_when_the_latest_are_the_best(tmp_path, corpus, monkeypatch):
+    vals = iter([4.81, 4.38])
+    monkeypatch.setattr(trainer, "evaluate", lambda *a: {"train": 4.0, "val": next(vals), "val_bpb": 2.0})
+    lines = []
+    minitf.train(tiny_config(tmp_path / "run", corpus), log=lines.append)
+    assert not [x for x in lines if "worse than the best" in x]
+
+
 # ------------------------------------------------------------------ the run's name and prompt, the explorer, charts
 
 

@@ -73,14 +73,31 @@ def _progress_bar(session: Session):
 
 def say_how_it_ended(session: Session) -> None:
     """The closing lines: where and why the run stopped, a note if the budget bought too few steps,
-    and the run directory with the command that samples from it."""
+    a note if the latest weights are worse than the best, and the run directory with the command
+    that samples from it."""
     session.log(
         f"stopped at step {session.step} ({session.stop_reason}) after {session.elapsed():.0f}s; "
         f"best val loss {session.best_val:.4f}"
     )
-    note = budget.short_run_note(session.cfg.train, session.step, session.stop_reason, session.run_dir)
-    if note is not None:
-        session.log(note)
+    short = budget.short_run_note(session.cfg.train, session.step, session.stop_reason, session.run_dir)
+    for note in (short, _worse_than_best(session)):
+        if note is not None:
+            session.log(note)
     session.log(
         f"run directory: {session.run_dir}\nsample from it: minitf generate --run {shlex.quote(str(session.run_dir))}"
+    )
+
+
+def _worse_than_best(session: Session) -> str | None:
+    """The note for a run whose latest evaluation is worse than its best (overfitting, or a resume
+    that went on too long): by how much, the best's step, and that --best uses those weights, since
+    the tools read the latest by default. None otherwise."""
+    if session.last_val is None or not session.last_val[1] > session.best_val:
+        return None
+    (step, last), best = session.last_val, session.best_val
+    at = f" at step {session.best_step}" if session.best_step is not None else ""
+    return (
+        f"note: the latest weights (step {step}, val loss {last:.4f}) are {last - best:.4f} worse than "
+        f"the best{at} (val loss {best:.4f}, in best.safetensors); generate, serve and export use the latest: "
+        f"give them --best for the best"
     )

@@ -46,6 +46,8 @@ class Session:
     step: int = 0
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     best_val: float = float("inf")
+    best_step: int | None = None  # the step whose weights best.safetensors holds
+    last_val: tuple[int, float] | None = None  # (step, val loss) of this process's latest evaluation
     bad_steps: int = 0  # non-finite steps in a row (skipped: never applied to the weights)
     saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
     stop_reason: str = "max_steps"
@@ -169,6 +171,7 @@ def save_checkpoint(session: Session) -> None:
         "rank_rng": [t[:-1].cpu() for t in per_rank],
         "elapsed": session.elapsed(),
         "best_val": session.best_val,
+        "best_step": session.best_step,
         "tokenizer": session.data.tokenizer.hash,
         "data": session.data.meta["fingerprint"],  # what the corpus was, for the resume check (check_run_dir)
     }
@@ -219,6 +222,7 @@ def restore_checkpoint(session: Session, log) -> None:
             f"({first_line(e, 100)}); start a new run.out_dir"
         ) from None
     session.step, session.elapsed_before, session.best_val = state["step"], state["elapsed"], state["best_val"]
+    session.best_step = state.get("best_step")  # absent from a checkpoint written before it was kept
     session.saved_step = session.step
     runtime.set_host_rng_state(state["rng"])
     if len(state["rank_rng"]) == session.procs.world:
