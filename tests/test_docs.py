@@ -6,9 +6,12 @@ quick start is one that CI (.ci/run) runs."""
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+import minitf
 
 from .helpers import ROOT
 from .test_layers import LAYERS
@@ -213,3 +216,22 @@ def test_the_learn_extra_installs_what_the_walk_through_tells_the_reader_to_run(
     assert used >= {"jupytext", "jupyter lab", "jupyter execute"}
     assert {provides[p] for p in used} <= packages
     assert all("--inplace" in c for c in commands if c.startswith("jupyter execute"))
+
+
+def test_the_readmes_llama_cpp_python_line_runs_an_exported_file(tiny_run, tmp_path):
+    """The README's way to run a GGUF file from Python, with what the llamacpp extra installs."""
+    pytest.importorskip("gguf", reason="the gguf package is not installed (pip install -e '.[gguf]')")
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
+    from minitf.export.gguf import export_run
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"^```(?:bash|sh)\n(.*?)^```", readme, re.M | re.S)
+    (line,) = [w for block in blocks for w in shell_commands(block) if "llama_cpp" in " ".join(w)]
+    block = minitf.load_config(tiny_run / "config.yaml").model.block_size
+    # the default recipe's 256-token context holds 200 new tokens; the test's tiny model holds fewer
+    code = line[line.index("-c") + 1].replace("max_tokens=200", f"max_tokens={block // 2}")
+    assert f"max_tokens={block // 2}" in code
+    export_run(tiny_run, tmp_path / "shakespeare.gguf")
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert len(r.stdout.strip()) > 0  # the continuation llama.cpp sampled
