@@ -377,6 +377,38 @@ class TrainConfig(_Section):
             raise ConfigError("train.parallel=fsdp does not support train.optimizer=muon; use adamw or parallel=ddp")
 
 
+# The sampler computes in float32 (largest 3.4e38; below 1.4e-45 a number is 0). A temperature or
+# repetition penalty in this range divides or multiplies a logit of up to +-1e4 into at most
+# +-1e34, finite with room to spare; outside it float32 makes the value 0 or inf, and the logits
+# nan (0 / 0, inf - inf, 0 * inf): garbage text and null logprobs.
+SCALE_RANGE = (1e-30, 1e30)
+SCALE_WORDS = "[1e-30, 1e30]"
+
+
+def check_sampling(temperature: float, top_k, top_p, repetition_penalty: float, where: str = "") -> None:
+    """The sampling settings' ranges, one ConfigError line each; where: "sample." for the config's
+    keys, "" for sample_next_token's arguments. Also refuses nan (no comparison holds for it)."""
+    lo, hi = SCALE_RANGE
+    if not temperature >= 0:
+        raise ConfigError(f"{where}temperature must be >= 0 (0 = greedy), got {temperature}")
+    if temperature != 0 and not lo <= temperature <= hi:
+        raise ConfigError(
+            f"{where}temperature must be 0 (greedy) or in {SCALE_WORDS}, where float32 sampling stays finite; "
+            f"got {temperature}"
+        )
+    if top_k is not None and (isinstance(top_k, bool) or not hasattr(type(top_k), "__index__")):
+        raise ConfigError(f"{where}top_k must be a whole number >= 0 (0 or null = off), got {top_k!r}")
+    if top_k is not None and top_k < 0:
+        raise ConfigError(f"{where}top_k must be >= 0 (0 or null = off), got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ConfigError(f"{where}top_p must be in (0, 1], got {top_p}")
+    if not lo <= repetition_penalty <= hi:
+        raise ConfigError(
+            f"{where}repetition_penalty must be in {SCALE_WORDS} (1 = off), where float32 logits divided or "
+            f"multiplied by it stay finite; got {repetition_penalty}"
+        )
+
+
 @dataclass
 class SampleConfig(_Section):
     """Sampling: the defaults of generate, the explorer and the samples shown while training."""
@@ -386,11 +418,11 @@ class SampleConfig(_Section):
         "Romeo.\n", "text to continue (how this corpus writes a speaker: the name, a full stop, a new line)"
     )
     max_new_tokens: int = key(300, "tokens to generate")
-    temperature: float = key(0.8, "softmax temperature (0: greedy)")
+    temperature: float = key(0.8, "softmax temperature (0: greedy; else in [1e-30, 1e30])")
     top_k: int | None = key(50, "sample among the k likeliest tokens (0 or null: all)")
     top_p: float | None = key(None, "nucleus: sample within the smallest set reaching p, in (0, 1] (null: off)")
     repetition_penalty: float = key(
-        1.0, "penalise tokens already in the text (CTRL: positive logits / it, negative * it; 1: off)"
+        1.0, "penalise tokens already in the text (CTRL: positive logits / it, negative * it; 1: off), in [1e-30, 1e30]"
     )
     seed: int | None = key(None, "a seed makes the text repeatable (null: random)", SEED_RANGE)
 
@@ -398,14 +430,7 @@ class SampleConfig(_Section):
         """Checked here once, for the config file, the command line and generate() alike."""
         if self.max_new_tokens <= 0:
             raise ConfigError(f"sample.max_new_tokens must be positive, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ConfigError(f"sample.temperature must be >= 0 (0 = greedy), got {self.temperature}")
-        if self.top_k is not None and self.top_k < 0:
-            raise ConfigError(f"sample.top_k must be >= 0 (0 or null = off), got {self.top_k}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ConfigError(f"sample.top_p must be in (0, 1], got {self.top_p}")
-        if self.repetition_penalty <= 0:
-            raise ConfigError(f"sample.repetition_penalty must be positive (1 = off), got {self.repetition_penalty}")
+        check_sampling(self.temperature, self.top_k, self.top_p, self.repetition_penalty, "sample.")
 
 
 @dataclass

@@ -20,8 +20,9 @@ import torch
 from .config import SampleConfig
 from .errors import ConfigError, MinitfError
 from .kv_cache import KVCache
-from .model import Transformer
+from .model import Transformer, padded_vocab
 from .sampling import sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
+from .system.memory import physical_memory, size_words
 from .system.runtime import eval_mode
 from .tokenizer import Tokenizer, check_vocab
 
@@ -53,6 +54,34 @@ def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checke
         return step(model, idx, cache)
 
 
+# float32 (B, V) tensors a decoding step holds per row at its peak: the step's logits, their
+# penalized and shifted copies, the probabilities, the exponential race and its quotient
+SAMPLER_COPIES = 6
+
+
+def sample_row_bytes(model: Transformer) -> int:
+    """The memory one more sample takes while decoding: its row of the KV cache (block_size keys
+    and values of every layer) and of the sampler's float32 logits."""
+    cfg, p = model.config, next(model.parameters())
+    cache = 2 * cfg.n_layer * cfg.kv_heads * cfg.block_size * cfg.head_dim * p.element_size()
+    return cache + SAMPLER_COPIES * 4 * padded_vocab(cfg.vocab_size)
+
+
+def check_num_samples(model: Transformer, num_samples: int, name: str = "num_samples") -> None:
+    """Refuse, in one line, a number of samples below 1 or beyond this machine's memory, before a
+    byte is allocated: the rows are allocated at once after the prompt's prefill, so
+    num_samples=2_000_000 would otherwise fail deep in torch (or swap) after 32 GB.
+    name: how the caller's user names it (--num-samples, n)."""
+    if num_samples < 1:
+        raise ConfigError(f"{name} must be at least 1, got {num_samples}")
+    row, have = sample_row_bytes(model), physical_memory()
+    if have is not None and num_samples * row > have:
+        raise ConfigError(
+            f"{name}={num_samples} needs {size_words(num_samples * row)} for the KV cache and logits of that many "
+            f"samples, more than this machine's {size_words(have)} of memory; ask for at most {have // row}"
+        )
+
+
 def generate_tokens(
     model: Transformer,
     prompt_ids: list[int],
@@ -70,8 +99,9 @@ def generate_tokens(
     torch.compile'd step (with use_cache only): the first call for a model pays for compilation
     (seconds), later tokens come faster. The tokens are those of the eager path up to float rounding.
     The model runs in eval mode (no dropout, so a seed always gives the same tokens); the caller's
-    mode is restored when the generator ends.
+    mode is restored when the generator ends. num_samples beyond memory: a ConfigError.
     """
+    check_num_samples(model, num_samples)
     with eval_mode(model):
         yield from _tokens(model, prompt_ids, settings, num_samples, use_cache, compile, with_logits)
 
@@ -233,8 +263,7 @@ def _text_steps(
 ):
     """Yield, per step, the new text of every sample (until all samples are done); info, when
     given, gets "tokens": how many tokens each sample drew (re-encoding its text can differ)."""
-    if num_samples < 1:
-        raise ConfigError(f"num_samples must be at least 1, got {num_samples}")
+    check_num_samples(model, num_samples)  # before the num_samples text assemblers below
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     stop = [stop] if isinstance(stop, str) else list(stop or [])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import SampleConfig
+from .config import SampleConfig, check_sampling
 from .errors import ConfigError
 
 
@@ -62,6 +62,9 @@ def _kept_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top
             logits, ids = logits.sort(dim=-1, descending=True)  # (B, V) each
         probs = logits.softmax(dim=-1)
         drop = probs.cumsum(dim=-1) - probs >= top_p  # the mass before this token already reaches p
+        # the likeliest token always stays: a p below float32's smallest number (1.4e-45) is 0
+        # there, and 0 >= 0 would drop every token (nan). Any other p keeps it anyway (0 before it)
+        drop[:, 0] = False
         logits = logits.masked_fill(drop, float("-inf"))
     return logits.softmax(dim=-1), ids
 
@@ -80,7 +83,11 @@ def sample_next_token(
     repetition_penalty (CTRL): tokens already in `history` (B, n) get their logit divided by it
     when positive, multiplied when negative. temperature 0 is greedy. top_k keeps the k likeliest
     tokens (0 or None = all); top_p keeps the smallest set whose probability reaches p.
+    Settings that would make the logits nan are refused (a ConfigError), as SampleConfig does.
     """
+    check_sampling(temperature, top_k, top_p, repetition_penalty)  # a few comparisons: free next to a step
+    # as floats: torch cannot divide a tensor by an int past 2**63 (in range as 2**64 is)
+    temperature, repetition_penalty = float(temperature), float(repetition_penalty)
     logits = _penalize(logits.float(), history, repetition_penalty)
     if temperature == 0:
         return logits.argmax(dim=-1)  # (B,)

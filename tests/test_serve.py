@@ -18,7 +18,7 @@ import torch
 import minitf
 from minitf.generate import generate_tokens, sample_settings
 from minitf.training.checkpoint import load_run
-from minitf.web.serve import Completions, CompletionServer, Limits
+from minitf.web.serve import APIError, Completions, CompletionServer, Limits
 
 from .helpers import ROOT, default_sigint
 
@@ -249,6 +249,48 @@ def test_errors_have_openais_shape(server):
     with socket.create_connection(server.server_address, timeout=30) as s:
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 9999999\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.0 413 ")
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("repetition_penalty", 1e-300),  # 0 in float32: logits / 0 = inf, then nan; was 200 with null logprobs
+        ("repetition_penalty", 1e300),
+        ("repetition_penalty", 1e-31),
+        ("temperature", 1e-300),
+        ("temperature", 1e-45),
+        ("top_k", 10**30),
+    ],
+)
+def test_sampling_settings_that_would_make_nan_are_a_400(server, field, value):
+    body = {"model": server.api.name, "prompt": "O", "max_tokens": 3, "logprobs": 2, field: value}
+    status, payload = raw(server, "POST", "/v1/completions", json.dumps(body).encode())
+    assert status == 400, payload
+    error = payload["error"]
+    assert error["param"] == field and error["type"] == "invalid_request_error", error
+    assert error["message"].startswith(field) and "\n" not in error["message"], error
+    assert ("[1e-30, 1e30]" in error["message"]) != (field == "top_k"), error  # the range that is allowed
+
+
+def test_a_tiny_top_p_keeps_the_likeliest_token_with_finite_logprobs(server):
+    body = {"model": server.api.name, "prompt": "O", "max_tokens": 3, "logprobs": 2, "top_p": 1e-300, "seed": 0}
+    status, payload = raw(server, "POST", "/v1/completions", json.dumps(body).encode())
+    assert status == 200, payload
+    logprobs = payload["choices"][0]["logprobs"]
+    assert logprobs["token_logprobs"] and all(lp == 0.0 for lp in logprobs["token_logprobs"])  # each drawn surely
+
+
+def test_n_beyond_memory_is_a_400_naming_n(tiny_run, monkeypatch):
+    import importlib
+
+    api = Completions(tiny_run)
+    module = importlib.import_module("minitf.generate")  # minitf.generate is also the function
+    monkeypatch.setattr(module, "physical_memory", lambda: module.sample_row_bytes(api.model) * 3)
+    assert api.parse({"model": api.name, "prompt": "O", "n": 3}).n == 3
+    with pytest.raises(APIError) as e:
+        api.parse({"model": api.name, "prompt": "O", "n": 4})
+    assert e.value.status == 400 and e.value.param == "n" and str(e.value).startswith("n=4 needs ")
+    assert str(e.value).endswith("ask for at most 3")
 
 
 @pytest.mark.parametrize(

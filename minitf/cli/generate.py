@@ -14,7 +14,7 @@ from pathlib import Path
 
 from minitf.cli.common import device_option, newest_run, read_prompt, stdin_prompts
 from minitf.errors import ConfigError
-from minitf.generate import check_prompt_text, generate, sample_settings, stream
+from minitf.generate import check_num_samples, check_prompt_text, generate, sample_settings, stream
 from minitf.sampling import SETTINGS
 from minitf.training.checkpoint import load_run, weights_step
 
@@ -28,6 +28,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         check_prompt_text(prompt)
     run = args.run or newest_run()
     model, tok, cfg = load_run(run, best=args.best, device=args.device)
+    check_num_samples(model, args.num_samples, "--num-samples")  # named as typed here, before any sampling
     # the run's own sampling settings, with those given here on top
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
     weights = Path(run) / ("best.safetensors" if args.best else "model.safetensors")

@@ -41,9 +41,9 @@ from pathlib import Path
 
 import torch
 
-from ...config import SampleConfig
-from ...errors import MinitfError
-from ...generate import _TextAssembler, generate_tokens, prompt_ids, sample_settings, token_probs
+from ...config import INT_RANGE, SampleConfig, check_sampling
+from ...errors import ConfigError, MinitfError
+from ...generate import _TextAssembler, check_num_samples, generate_tokens, prompt_ids, sample_settings, token_probs
 from ...training.checkpoint import BEST, WEIGHTS, load_run
 
 MAX_CHOICES = 16  # prompts x n in one request: each is a row of the batch and a KV cache
@@ -163,17 +163,11 @@ class Completions:
         n = integer(body, "n", 1, MAX_CHOICES, default=1)
         if n * len(prompts) > MAX_CHOICES:
             raise bad("n", f"{len(prompts)} prompts x n={n} is {n * len(prompts)} completions; at most {MAX_CHOICES}")
-        run = self.cfg.sample
-        given = {"max_new_tokens": integer(body, "max_tokens", 1, self.max_tokens, default=None)}
-        if given["max_new_tokens"] is None:
-            given["max_new_tokens"] = min(run.max_new_tokens, self.max_tokens)
-        given["temperature"] = number(body, "temperature", 0, 2, default=run.temperature)
-        given["top_p"] = number(body, "top_p", 0, 1, default=run.top_p, low_open=True)
-        given["top_k"] = integer(body, "top_k", 0, None, default=run.top_k)
-        given["repetition_penalty"] = number(body, "repetition_penalty", 0, None, run.repetition_penalty, low_open=True)
-        seed = integer(body, "seed", *SEED_RANGE, default=None)
-        given["seed"] = secrets.randbelow(SEED_RANGE[1]) if seed is None else seed
-        settings = sample_settings(run, **given)
+        settings = self._settings(body)
+        try:  # each prompt's n rows are sampled at once; the bound minitf.generate's num_samples has
+            check_num_samples(self.model, n, "n")
+        except ConfigError as e:
+            raise bad("n", str(e)) from None
 
         stop = body.get("stop")
         stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
@@ -190,6 +184,25 @@ class Completions:
             raise bad("stream_options", 'stream_options is {"include_usage": true/false}, with stream=true only')
         include_usage = flag(options or {}, "include_usage")
         return Request(prompts, settings, n, stop, stream, logprobs, echo, include_usage)
+
+    def _settings(self, body: dict) -> SampleConfig:
+        """The request's sampling settings over the run's own: the request's types and OpenAI's
+        ranges here, then minitf's sampler's ranges (check_sampling, as for minitf.generate)."""
+        run = self.cfg.sample
+        given = {"max_new_tokens": integer(body, "max_tokens", 1, self.max_tokens, default=None)}
+        if given["max_new_tokens"] is None:
+            given["max_new_tokens"] = min(run.max_new_tokens, self.max_tokens)
+        given["temperature"] = number(body, "temperature", 0, 2, default=run.temperature)
+        given["top_p"] = number(body, "top_p", 0, 1, default=run.top_p, low_open=True)
+        given["top_k"] = integer(body, "top_k", 0, INT_RANGE[1], default=run.top_k)
+        given["repetition_penalty"] = number(body, "repetition_penalty", 0, None, run.repetition_penalty, low_open=True)
+        try:  # its messages start with the setting's name, the request's field
+            check_sampling(given["temperature"], given["top_k"], given["top_p"], given["repetition_penalty"])
+        except ConfigError as e:
+            raise bad(str(e).split()[0], str(e)) from None
+        seed = integer(body, "seed", *SEED_RANGE, default=None)
+        given["seed"] = secrets.randbelow(SEED_RANGE[1]) if seed is None else seed
+        return sample_settings(run, **given)
 
     def _prompts(self, prompt) -> list[str]:
         prompts = [prompt] if isinstance(prompt, str) else prompt

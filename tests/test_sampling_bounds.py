@@ -1,0 +1,136 @@
+"""Sampling settings at their extremes: every value either samples from finite probabilities or is
+refused in one line naming the setting and its range; and the number of samples is bounded by
+memory before anything is allocated."""
+
+import importlib
+import itertools
+import math
+
+import pytest
+import torch
+
+import minitf
+from minitf.cli.common import run_main
+from minitf.cli.generate import main as generate_main
+from minitf.config import SampleConfig
+from minitf.errors import ConfigError
+from minitf.generate import generate_tokens, sample_next_token, sample_row_bytes, sample_settings, token_probs
+from minitf.sampling import SETTINGS, sampler_distribution
+
+# 0, tiny (1e-300 is 0 in float32, 1e-45 its smallest), huge (inf in float32), not finite, negative
+EXTREMES = [0, 1e-300, 1e-45, 1e-30, 1e30, 1e300, math.inf, -math.inf, math.nan, -1, -1e-300, 2**63 - 1, 2**64]
+BASE = dict(max_new_tokens=4, temperature=0.8, top_k=20, top_p=0.9, repetition_penalty=1.3, seed=0)
+SAMPLER_ARGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # sample_next_token's own
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    m = minitf.Transformer(minitf.ModelConfig(vocab_size=97, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
+    with torch.no_grad():  # larger weights than the init: logits spread over tens, not a near-uniform ~0
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return m
+
+
+def refused_in_one_line(error: Exception, name: str) -> None:
+    message = str(error)
+    assert isinstance(error, ConfigError) and "\n" not in message and name in message, message
+    assert "got" in message, message  # the value it was given
+
+
+def check_finite(probs: torch.Tensor) -> None:
+    assert torch.isfinite(probs).all() and (probs >= 0).all()
+    torch.testing.assert_close(probs.sum(-1), torch.ones(probs.size(0)))
+
+
+@pytest.mark.parametrize("name, value", list(itertools.product(SETTINGS, EXTREMES)))
+def test_every_setting_at_an_extreme_samples_finite_probabilities_or_is_refused_in_one_line(model, name, value):
+    try:
+        settings = sample_settings(SampleConfig(**BASE), **{name: value})
+    except ConfigError as e:
+        refused_in_one_line(e, f"sample.{name}")
+        return
+    prompt = [5, 17, 3, 44, 2, 5, 17]  # repeated tokens: the penalty applies from the first step
+    history = torch.tensor([prompt, prompt])  # (2, n): what the sampler sees, row by row
+    steps = itertools.islice(generate_tokens(model, prompt, settings, 2, with_logits=True), 3)
+    for ids, logits in steps:  # the first 3 tokens only: max_new_tokens may be 2**63 - 1
+        assert ids.shape == (2,) and 0 <= ids.min() and ids.max() < 97
+        check_finite(token_probs(logits, settings, history))
+        d = sampler_distribution(logits, settings, history)
+        check_finite(d.probs), check_finite(d.tempered), check_finite(d.model)
+        assert d.kept[torch.arange(2), ids].all()  # the tokens drawn are among those it says it keeps
+        history = torch.cat([history, ids[:, None]], dim=1)
+
+
+@pytest.mark.parametrize("name, value", list(itertools.product(SAMPLER_ARGS, EXTREMES)))
+def test_sample_next_token_alone_refuses_what_would_make_nan(name, value):
+    """The pure function takes raw numbers, not a SampleConfig: it checks them the same way."""
+    logits = torch.tensor([[1e4, -1e4, 0.0, 3.0, -2.0]])
+    args = {**{k: BASE[k] for k in SAMPLER_ARGS}, name: value}
+    try:
+        ids = sample_next_token(logits, history=torch.tensor([[0, 1, 2]]), **args)
+    except ConfigError as e:
+        refused_in_one_line(e, name)
+        return
+    assert ids.shape == (1,) and 0 <= int(ids) < 5
+
+
+@pytest.mark.parametrize("temperature", [1e-30, 1.0, 1e30])
+@pytest.mark.parametrize("penalty", [1e-30, 1.0, 1e30])
+@pytest.mark.parametrize("top_p", [1e-300, 0.5, None])
+def test_the_ranges_corners_keep_logits_of_1e4_finite(temperature, penalty, top_p):
+    """The bounds' reason: a logit of +-1e4 (or 0) divided or multiplied by any penalty in range,
+    then divided by any temperature in range, still gives finite probabilities; every token seen."""
+    logits = torch.tensor([[1e4, -1e4, 0.0, 3.0, -2.0], [-1e4, -1e4, -3.0, -1e4, -5.0]])
+    settings = SampleConfig(temperature=temperature, top_k=None, top_p=top_p, repetition_penalty=penalty)
+    history = torch.arange(5).repeat(2, 1)
+    check_finite(token_probs(logits, settings, history))
+    g = torch.Generator().manual_seed(0)
+    ids = sample_next_token(logits, temperature, None, top_p, g, history, penalty)
+    assert token_probs(logits, settings, history)[torch.arange(2), ids].gt(0).all()  # drawn from what it says
+
+
+def test_a_tiny_top_p_keeps_the_likeliest_token():
+    """top_p 1e-300 is 0 in float32: without the likeliest token kept, every token was dropped (nan)."""
+    logits = torch.tensor([[1.0, 3.0, 2.0, -1.0]])
+    probs = token_probs(logits, SampleConfig(top_k=None, top_p=1e-300))
+    assert probs.tolist() == [[0.0, 1.0, 0.0, 0.0]]
+    assert sample_next_token(logits, 1.0, top_p=1e-300, generator=torch.Generator().manual_seed(0)).tolist() == [1]
+
+
+def test_the_messages_name_the_range():
+    with pytest.raises(
+        ConfigError, match=r"^sample.repetition_penalty must be in \[1e-30, 1e30\] \(1 = off\), .*got 1e-300$"
+    ):
+        SampleConfig(repetition_penalty=1e-300)
+    with pytest.raises(
+        ConfigError, match=r"^sample.temperature must be 0 \(greedy\) or in \[1e-30, 1e30\], .*got 1e\+300$"
+    ):
+        SampleConfig(temperature=1e300)
+
+
+def test_num_samples_beyond_memory_is_refused_before_allocating(model, monkeypatch, tiny_run, capsys):
+    # a row: the KV cache's (keys and values, 2 layers, 2 heads, 16 positions, 16 dims, float32)
+    # and 6 float32 rows of the padded vocabulary's logits in the sampler
+    assert sample_row_bytes(model) == 2 * 2 * 2 * 16 * 16 * 4 + 6 * 4 * 128
+    run_model, tok, _ = minitf.load_run(tiny_run)
+    row = sample_row_bytes(run_model)
+    module = importlib.import_module("minitf.generate")  # minitf.generate is also the function
+    monkeypatch.setattr(module, "physical_memory", lambda: 1000 * row)  # a machine that holds 1000
+    with pytest.raises(ConfigError) as e:
+        minitf.generate(run_model, tok, "O", max_new_tokens=2, num_samples=5000)
+    message = str(e.value)
+    assert (
+        "\n" not in message and message.startswith("num_samples=5000 needs ") and "more than this machine's" in message
+    )
+    assert message.endswith("ask for at most 1000")
+    # the command: one line naming --num-samples, before the line that says what it samples from
+    argv = ["--run", str(tiny_run), "--num-samples", "2000000", "--max-new-tokens", "2"]
+    with pytest.raises(SystemExit) as exit:
+        run_main(lambda: generate_main(argv))
+    out = capsys.readouterr()
+    assert exit.value.code == 2 and out.out == ""
+    assert out.err.startswith("error: --num-samples=2000000 needs ") and len(out.err.strip().splitlines()) == 1
+    # as many as fit: unchanged
+    assert len(minitf.generate(run_model, tok, "O", max_new_tokens=2, num_samples=1000, seed=0)) == 1000
