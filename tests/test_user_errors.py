@@ -1,8 +1,11 @@
 """Mistakes a user makes that used to end in a traceback or an unclear error: each is now one line
 naming the problem and the fix (a ConfigError or MinitfError; the scripts print it as 'error: ...')."""
 
+import errno
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -281,6 +284,26 @@ def test_a_cache_directory_that_is_a_file(tmp_path, monkeypatch, corpus):
     )
     monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache" / "sub"))
     with pytest.raises(MinitfError, match="lies under .*cache, which is a file, not a directory"):
+        cache_dir()
+
+
+def test_a_cache_directory_on_a_read_only_file_system(tmp_path, monkeypatch, corpus):
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(MinitfError) as e:
+        prepare_data(DataConfig(source=f"file:{corpus}", vocab_size=300), log=lambda *a: None)
+    assert str(e.value) == (
+        f"MINITF_CACHE={tmp_path / 'cache'} cannot be made (Read-only file system); "
+        "point MINITF_CACHE at a writable directory"
+    )
+    monkeypatch.undo()
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a read-only mount answers, even to root
+    with pytest.raises(MinitfError, match=r"^MINITF_CACHE=.*cache is not writable; point MINITF_CACHE at a writable"):
         cache_dir()
 
 

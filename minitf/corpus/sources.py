@@ -62,8 +62,8 @@ KINDS = {
 
 def cache_dir() -> Path:
     """$MINITF_CACHE, else ~/.cache/minitf: the token caches, tokenizers and file hashes. A path
-    that is (or lies under) a file is refused in one line naming the variable; a missing
-    directory is made when something is first cached."""
+    that is (or lies under) a file, or cannot be made or written, is refused in one line naming
+    the variable; a missing directory is made."""
     env = os.environ.get("MINITF_CACHE")
     path = Path(env or Path.home() / ".cache" / "minitf").expanduser()
     for there in (path, *path.parents):  # the nearest part of the path that exists must be a directory
@@ -76,7 +76,20 @@ def cache_dir() -> Path:
                     + ("point MINITF_CACHE at a directory (made if missing), or unset it" if env else "move that file")
                 )
             break
+    _check_writable(path, f"MINITF_CACHE={env}" if env else f"the cache directory {path}", bool(env))
     return path
+
+
+def _check_writable(path: Path, what: str, from_env: bool) -> None:
+    """The cache is written to at once (the corpus, the tokenizer, the token cache): a directory that
+    cannot be made or written (a read-only file system, /sys) is said now, in one line."""
+    fix = "point MINITF_CACHE at a writable directory" if from_env else "set MINITF_CACHE to a writable directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise MinitfError(f"{what} cannot be made ({e.strerror or e}); {fix}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise MinitfError(f"{what} is not writable; {fix}")
 
 
 @dataclass
