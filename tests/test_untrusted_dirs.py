@@ -108,3 +108,85 @@ def test_a_broken_tokenizer_is_called_the_downloads(model_dir):
         "): the downloaded model's tokenizer cannot be read; fetch the model again"
     )
     assert "train" not in msg
+
+
+# ---------------------------------------------------------------------------------------------
+# config.json: rope scaling in every form refused, wrong types named by their key
+
+
+LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
+
+
+@pytest.mark.parametrize(
+    "changes, kind",
+    [
+        # transformers: a non-empty rope_scaling replaces rope_parameters whole, default or not
+        (dict(rope_scaling={"rope_type": "llama3", **LLAMA3}, rope_parameters={"rope_type": "default"}), "llama3"),
+        (dict(rope_scaling={"type": "linear", "factor": 2.0}), "linear"),  # the older key
+        (dict(rope_parameters={"type": "dynamic", "factor": 2.0, "rope_theta": 500.0}), "dynamic"),
+        (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0}, rope_scaling={}), "yarn"),
+    ],
+)
+def test_rope_scaling_in_any_form_is_refused(model_dir, changes, kind):
+    edit_config(model_dir, **changes)
+    assert refusal(model_dir) == (
+        f"{model_dir}: Llama config rope_scaling (rope_type={kind!r}) has no minitf equivalent; "
+        f"minitf imports the plain architecture only"
+    )
+
+
+def test_plain_rotary_takes_its_theta_where_transformers_does(model_dir, tok):
+    tf = pytest.importorskip("transformers")
+    # rope_scaling, though plain, replaces rope_parameters: its 500 is not read, the top level's 700 is
+    edit_config(
+        model_dir, rope_scaling={"rope_type": "default"}, rope_parameters={"rope_theta": 500.0}, rope_theta=700.0
+    )
+    model = from_hf(model_dir)
+    hf = tf.AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    ids = torch.tensor([tok.encode("the quick brown fox jumps over the lazy dog")])
+    with torch.no_grad():
+        ours, theirs = model(ids)[0][0], hf(ids).logits[0]
+    assert model.config.rope_base == 700.0 and (ours - theirs).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    "changes, named",
+    [
+        (dict(num_key_value_heads="2"), "num_key_value_heads='2' (a positive integer or null)"),
+        (dict(num_key_value_heads=-2), "num_key_value_heads=-2 (a positive integer or null)"),
+        (dict(rope_theta="abc"), "rope_theta='abc' (a positive number)"),
+        (dict(rope_parameters=5), "rope_parameters=5 (an object or null)"),
+        (dict(rope_parameters={"rope_theta": -1.0}), "rope_parameters.rope_theta=-1.0 (a positive number)"),
+        (dict(layer_types=5), "layer_types=5 (a list of strings or null)"),
+        (dict(rms_norm_eps=-1e-6), "rms_norm_eps=-1e-06 (a positive number)"),
+        (dict(max_position_embeddings=0), "max_position_embeddings=0 (a positive integer)"),
+        (dict(tie_word_embeddings="no", head_dim=16.0), "head_dim=16.0 (a positive integer or null), "
+         "tie_word_embeddings='no' (true or false)"),
+    ],
+)  # fmt: skip
+def test_a_wrong_value_in_config_json_is_named_by_its_key(model_dir, changes, named):
+    edit_config(model_dir, **changes)
+    assert refusal(model_dir) == f"{model_dir}: config.json has {named}; correct config.json or fetch the model again"
+
+
+# ---------------------------------------------------------------------------------------------
+# what config.json asks for is bounded before allocating
+
+
+def test_a_long_context_beyond_the_weights_is_refused_before_allocating(model_dir):
+    edit_config(model_dir, max_position_embeddings=20_000_000)  # 2e7 rows of 16-wide rotary tables
+    msg = refusal(model_dir)
+    assert msg.startswith(
+        f"{model_dir}: config.json has max_position_embeddings=20000000, for which minitf would build 3.8 GB of "
+        f"rotary tables (one row per position) beside "
+    ) and msg.endswith(" KB of weights; lower it to the context the model was trained with")
+
+
+def test_a_model_larger_than_memory_is_refused_naming_config_json_keys(model_dir, tok):
+    edit_config(model_dir, num_hidden_layers=10**7)  # the weights hold 2 layers: never built
+    msg = refusal(model_dir)
+    assert msg.startswith(
+        f"{model_dir}: config.json (vocab_size={tok.vocab_size}, hidden_size=64, num_hidden_layers=10000000, "
+        f"num_attention_heads=4, intermediate_size=192, max_position_embeddings=64) asks for 2.0 TB of memory, "
+        f"more than this machine's "
+    ) and msg.endswith("; fine-tune a smaller model")

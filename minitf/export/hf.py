@@ -23,7 +23,7 @@ from ..model import Transformer
 from ..tokenizer import EOT, Tokenizer, check_vocab
 from ..training import checkpoint as ckpt
 from .architecture import FORMATS, export_format
-from .hf_config import hf_config, model_config
+from .hf_config import check_memory, hf_config, model_config
 from .hf_files import PICKLES, read, read_tokenizer
 from .hf_tensors import hf_state, minitf_weights
 from .weights import TABLES
@@ -131,6 +131,7 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
     """
     config, state, where = read(path_or_model, "from_hf")
     fmt, cfg = model_config(config, vocab_size, where)
+    check_memory(cfg, fmt, config, sum(t.numel() * t.element_size() for t in state.values()), where)
     weights = minitf_weights(state, cfg, fmt, config, where)
     model = Transformer(cfg)
     V = cfg.vocab_size

@@ -13,9 +13,12 @@ settings.
 
 from __future__ import annotations
 
+import re
+
 from ..config import ModelConfig
-from ..errors import MinitfError
-from ..model import ffn_hidden, swiglu_hidden
+from ..errors import ConfigError, MinitfError, shown
+from ..model import ffn_hidden, model_floats, swiglu_hidden
+from ..system.memory import physical_memory, size_words
 from .architecture import FORMAT_NAMES
 from .weights import TABLES
 
@@ -28,6 +31,42 @@ SHAPE_KEYS = {
     "gpt2": ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions"),
     "llama": ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
 }
+# the type every other config.json key minitf reads must have: a downloaded file may hold anything
+# (null: the key's default, where transformers reads null as unset)
+KEY_TYPES = {
+    **dict.fromkeys(("n_inner", "num_key_value_heads", "head_dim", "sliding_window"), "a positive integer or null"),
+    **dict.fromkeys(("max_position_embeddings", "n_positions"), "a positive integer"),
+    **dict.fromkeys(
+        ("rope_theta", "rotary_emb_base", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"), "a positive number"
+    ),
+    **dict.fromkeys(("partial_rotary_factor", "rotary_pct"), "a number in (0, 1]"),
+    **dict.fromkeys(
+        (
+            "tie_word_embeddings",
+            "attention_bias",
+            "mlp_bias",
+            "use_parallel_residual",
+            "use_sliding_window",
+            "scale_attn_weights",
+            "scale_attn_by_inverse_layer_idx",
+            "reorder_and_upcast_attn",
+            "add_cross_attention",
+        ),
+        "true or false",
+    ),  # fmt: skip
+    **dict.fromkeys(("hidden_act", "activation_function"), "a string"),
+    **dict.fromkeys(("rope_scaling", "rope_parameters"), "an object or null"),
+    "layer_types": "a list of strings or null",
+}
+# minitf's ModelConfig key -> the config.json key it comes from, to name a refused value by the file's name
+HF_KEYS = {
+    "gpt2": dict(block_size="n_positions", ffn_hidden="n_inner", norm_eps="layer_norm_epsilon"),
+    "llama": dict(block_size="max_position_embeddings", ffn_hidden="intermediate_size", norm_eps="rms_norm_eps"),
+    "gptneox": dict(block_size="max_position_embeddings", ffn_hidden="intermediate_size", norm_eps="layer_norm_eps"),
+}
+ROTARY_KEYS = dict(
+    n_layer="num_hidden_layers", n_head="num_attention_heads", n_kv_head="num_key_value_heads", n_embd="hidden_size"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,19 +126,24 @@ def hf_config(cfg: ModelConfig, fmt: str, eot_id: int) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Hugging Face -> minitf
 
+# rotary tables a downloaded config may ask for beyond its weights' own size: minitf builds one row
+# per position of max_position_embeddings (a 128K context with 128-dimension heads takes 0.4 GB)
+TABLE_ALLOWANCE = 1 << 30
+
 
 def model_config(config: dict, vocab_size: int | None, where) -> tuple[str, ModelConfig]:
     """(the format, the ModelConfig) that config.json describes, dropout off; vocab_size: that
     many rows of the embedding and head (the tokenizer's), where the file may hold more. Every
     setting minitf cannot compute is named in one MinitfError."""
     model_type = config.get("model_type")
-    if model_type not in MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise MinitfError(
             f"{where} holds a {model_type!r} model; minitf imports {', '.join(sorted(MODEL_TYPES))} "
             f"(GPT-2, Llama, Qwen3, GPT-NeoX)"
         )
     fmt = MODEL_TYPES[model_type]
     _check_shape_keys(config, fmt, where)
+    _check_types(config, where)
     options, problems = _options(config, fmt)
     if problems:
         verb = "has" if len(problems) == 1 else "have"
@@ -110,7 +154,13 @@ def model_config(config: dict, vocab_size: int | None, where) -> tuple[str, Mode
     hf_vocab = config["vocab_size"]
     if vocab_size is not None and vocab_size > hf_vocab:
         raise MinitfError(f"{where}: the tokenizer has {vocab_size} tokens but the model only {hf_vocab} rows")
-    return fmt, ModelConfig(vocab_size=vocab_size or hf_vocab, dropout=0.0, **options)
+    try:
+        return fmt, ModelConfig(vocab_size=vocab_size or hf_vocab, dropout=0.0, **options)
+    except ConfigError as e:  # a value the checks above let through: named by its config.json key
+        keys = {**ROTARY_KEYS, **HF_KEYS["gpt2" if fmt == "gpt2" else "gptneox" if fmt == "gptneox" else "llama"]}
+        keys["rope_base"] = "rotary_emb_base" if fmt == "gptneox" else "rope_theta"
+        text = re.sub(r"model\.(\w+)", lambda m: keys.get(m.group(1), m.group(1)), str(e))
+        raise MinitfError(f"{where}: config.json: {text}; correct config.json or fetch the model again") from None
 
 
 def _check_shape_keys(config: dict, fmt: str, where) -> None:
@@ -128,6 +178,53 @@ def _check_shape_keys(config: dict, fmt: str, where) -> None:
         raise MinitfError(f"{where}: config.json has {', '.join(wrong)}; each must be a positive integer")
 
 
+def _check_types(config: dict, where) -> None:
+    """Every config.json key minitf reads holds the type transformers gives it (KEY_TYPES), so a
+    downloaded file's "2" or "abc" is one line naming the key, never a traceback further on."""
+    wrong = [f"{k}={shown(config[k])} ({KEY_TYPES[k]})" for k in KEY_TYPES if k in config and not _fits(config, k)]
+    for key in ("rope_scaling", "rope_parameters"):
+        value = config.get(key)
+        for sub in value.values() if isinstance(value, dict) and _nested(config, value) else [value]:
+            if isinstance(sub, dict):  # the rotary settings inside: the same types as at the top level
+                wrong += [f"{key}.{k}={shown(sub[k])} ({KEY_TYPES[k]})" for k in KEY_TYPES if not _fits(sub, k)]
+                kind = sub.get("rope_type", sub.get("type", ""))
+                if not isinstance(kind, str):
+                    wrong.append(f"{key}.rope_type={shown(kind)} (a string)")
+            elif sub is not None and key in config and value is not sub:
+                wrong.append(f"{key} entry {shown(sub)} (an object)")
+    if wrong:
+        raise MinitfError(f"{where}: config.json has {', '.join(wrong)}; correct config.json or fetch the model again")
+
+
+def _fits(config: dict, key: str) -> bool:
+    """Whether config[key] (if there) has KEY_TYPES[key]'s type and range. bool is no number here."""
+    if key not in config:
+        return True
+    v, want = config[key], KEY_TYPES[key]
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if want.endswith("or null") and v is None:
+        return True
+    if want.startswith("a positive integer"):
+        return type(v) is int and v > 0
+    if want == "a positive number":
+        return number and 0 < v < 1e300  # float() of a larger int overflows
+    if want.startswith("a number in"):
+        return number and 0 < v <= 1
+    if want == "true or false":
+        return isinstance(v, bool)
+    if want == "a string":
+        return isinstance(v, str)
+    if want == "an object or null":
+        return isinstance(v, dict)
+    return isinstance(v, list) and all(isinstance(t, str) for t in v)  # layer_types
+
+
+def _nested(config: dict, rope: dict) -> bool:
+    """Whether rope_parameters holds one dict per layer type (transformers: its keys are layer_types' names)."""
+    types = config.get("layer_types")
+    return isinstance(types, list) and any(k in types for k in rope if isinstance(k, str))
+
+
 def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
     """(ModelConfig keyword arguments, problems: the settings minitf cannot compute) of an HF config."""
     problems: list[str] = []
@@ -138,7 +235,7 @@ def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
 
     if fmt == "gpt2":
         return _gpt2_options(c, need), problems
-    theta, rope_problems = _rope(c)
+    theta, rope_problems, rope = _rope(c, fmt)
     problems += rope_problems
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
     common = dict(
@@ -151,7 +248,8 @@ def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
         tie_embeddings=c.get("tie_word_embeddings", False),
     )
     need(hidden % heads != 0, f"hidden_size={hidden} not divisible by num_attention_heads={heads}")
-    rest = _gptneox_options(c, need) if fmt == "gptneox" else _llama_options(c, fmt, need)
+    need((hidden // heads) % 2 == 1, f"hidden_size / num_attention_heads = {hidden // heads} (rotary needs it even)")
+    rest = _gptneox_options(c, rope, need) if fmt == "gptneox" else _llama_options(c, fmt, need)
     return dict(common, **rest), problems
 
 
@@ -181,23 +279,32 @@ def _gpt2_options(c: dict, need) -> dict:
     )
 
 
-def _rope(c: dict) -> tuple[float, list[str]]:
-    """(rope_theta, problems) from rope_parameters (transformers 5) or rope_theta/rope_scaling (older files)."""
-    params = dict(c.get("rope_parameters") or {})
-    scaling = c.get("rope_scaling") or {}
-    theta = params.get("rope_theta", c.get("rope_theta", c.get("rotary_emb_base", 10000.0)))
-    kind = params.get("rope_type") or scaling.get("rope_type") or scaling.get("type") or "default"
-    problems = [] if kind == "default" else [f"rope_scaling (rope_type={kind!r})"]
-    return float(theta), problems
+def _rope(c: dict, fmt: str) -> tuple[float, list[str], dict]:
+    """(rope_theta, problems, the rotary settings) read as transformers reads them: a non-empty
+    rope_scaling replaces rope_parameters whole; the type is rope_type, else the older key type,
+    else "default"; rope_theta is the dict's, else the top level's (GPT-NeoX: rotary_emb_base),
+    else 10000. Anything but plain rotary is a problem: minitf computes no scaling."""
+    top = c.get("rotary_emb_base" if fmt == "gptneox" else "rope_theta", 10000.0)
+    rope = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    parts = [v for v in rope.values() if v is not None] if _nested(c, rope) else [rope]
+    problems, thetas = [], set()
+    for part in parts:
+        kind = part.get("rope_type", part.get("type", "default"))
+        if kind != "default":
+            problems.append(f"rope_scaling (rope_type={kind!r})")
+        thetas.add(float(part.get("rope_theta", top)))
+    if len(thetas) > 1:
+        problems.append(f"rope_theta {sorted(thetas)} by layer type")
+    return (thetas.pop() if thetas else float(top)), sorted(set(problems)), (parts[0] if parts else {})
 
 
-def _gptneox_options(c: dict, need) -> dict:
+def _gptneox_options(c: dict, rope: dict, need) -> dict:
     """GPT-NeoX's keyword arguments beyond the rotary models' common ones."""
     hidden, inter = c["hidden_size"], c["intermediate_size"]
     act = c.get("hidden_act", "gelu")
     need(act not in HF_GELU, f"hidden_act={act!r}")
     need(c.get("use_parallel_residual", True), "use_parallel_residual=True (attention and MLP side by side)")
-    factor = (c.get("rope_parameters") or {}).get("partial_rotary_factor", c.get("rotary_pct", 0.25))
+    factor = rope.get("partial_rotary_factor", c.get("rotary_pct", 0.25))  # rope: _rope's settings
     need(factor != 1.0, f"partial_rotary_factor={factor} (minitf rotates every dimension)")
     return dict(
         norm="layernorm",
@@ -233,3 +340,30 @@ def _llama_options(c: dict, fmt: str, need) -> dict:
         bias=bias,
         qk_norm=fmt == "qwen3",
     )
+
+
+def check_memory(cfg: ModelConfig, fmt: str, config: dict, file_bytes: int, where) -> None:
+    """Refuse, before a byte is allocated, a config.json that asks for more memory than this
+    machine has, or for rotary tables far beyond its weights: minitf builds them (cos and sin, one
+    row per position, from float64 angles) for every position of max_position_embeddings, so a
+    600 KB directory saying 2x10^7 would take gigabytes. file_bytes: what the weights' files hold."""
+    pairs = cfg.block_size * (cfg.head_dim // 2) if cfg.positions == "rope" else 0
+    tables = 24 * pairs  # float64 angles, cos and sin, and their float32 copies, at their peak
+    need = 4 * model_floats(cfg) + 16 * pairs + file_bytes
+    have = physical_memory()
+    if have is not None and need > have:
+        keys = SHAPE_KEYS["gpt2" if fmt == "gpt2" else "llama"] + (
+            () if fmt == "gpt2" else ("max_position_embeddings",)
+        )
+        shape = ", ".join(f"{k}={config[k]}" for k in keys if k in config)
+        raise MinitfError(
+            f"{where}: config.json ({shape}) asks for {size_words(need)} of memory, more than this machine's "
+            f"{size_words(have)}; fine-tune a smaller model"
+        )
+    weights = 4 * model_floats(cfg) - 8 * pairs
+    if tables > max(TABLE_ALLOWANCE, weights):
+        raise MinitfError(
+            f"{where}: config.json has max_position_embeddings={cfg.block_size}, for which minitf would build "
+            f"{size_words(tables)} of rotary tables (one row per position) beside {size_words(weights)} of weights; "
+            f"lower it to the context the model was trained with"
+        )
