@@ -12,7 +12,7 @@ import minitf
 from minitf.cli import export, export_gguf
 from minitf.config import load_config
 from minitf.errors import ConfigError, MinitfError
-from minitf.system.files import atomic_write
+from minitf.system.files import atomic_write, current_umask
 from minitf.training.checkpoint import lock_run_dir
 from minitf.training.metrics import METRICS, Logger, append_row, read_rows
 
@@ -269,3 +269,31 @@ def test_export_gguf_force_never_replaces_a_fifo(tiny_run, tmp_path):
         export_gguf.main(["--run", str(tiny_run), "--out", str(out), "--force"])
     assert one_line(e) == f"--out {out} is a FIFO, not a regular file; --force replaces regular files only: name a file"
     assert out.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe.gguf"]
+
+
+def test_export_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_run, tmp_path, monkeypatch):
+    pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+    import errno
+
+    def full(self, path):
+        Path(path).write_bytes(b'{"half": ')  # what a full disk leaves of a file: its start
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "hf" / "mine"
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    with monkeypatch.context() as m:
+        m.setattr(minitf.Tokenizer, "save", full)
+        with pytest.raises(MinitfError) as e:
+            export.main(["--run", str(tiny_run), "--out", str(out)])
+        assert one_line(e) == f"could not write {out}: No space left on device; nothing was written there"
+        with pytest.raises(MinitfError) as e:
+            export.main(["--run", str(tiny_run), "--out", str(busy), "--force"])
+        assert one_line(e) == f"could not write {busy}: No space left on device; the files there are intact"
+    assert sorted(os.listdir(tmp_path)) == ["busy"] and os.listdir(busy) == ["notes.txt"]  # no temporary, no hf/
+    export.main(["--run", str(tiny_run), "--out", str(out)])  # the next export finds nothing in its way
+    assert sorted(os.listdir(out)) == [
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+    ]  # fmt: skip
+    assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~current_umask())

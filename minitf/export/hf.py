@@ -20,6 +20,7 @@ import torch
 
 from ..errors import MinitfError
 from ..model import Transformer
+from ..system.files import atomic_write_dir
 from ..tokenizer import EOT, Tokenizer, check_vocab
 from ..training import checkpoint as ckpt
 from .architecture import FORMATS, export_format
@@ -69,6 +70,14 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
         max_length=cfg.block_size,
     )
     out_dir = Path(out_dir)
+    # into a temporary directory beside out_dir, then renamed into place: a full or read-only disk
+    # leaves one line and nothing half-written that the next export would refuse as "not empty"
+    atomic_write_dir(out_dir, lambda tmp: _save(hf, tokenizer, cfg.block_size, tmp))
+    return out_dir, fmt
+
+
+def _save(hf, tokenizer: Tokenizer, block_size: int, out_dir: Path) -> None:
+    """Write the transformers model, tokenizer.json and tokenizer_config.json into out_dir."""
     hf.save_pretrained(out_dir)
     tokenizer.save(out_dir / "tokenizer.json")
     # PreTrainedTokenizerFast reads tokenizer.json as it is: the same pre-tokenizer, merges and decoder
@@ -79,14 +88,13 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
                 "bos_token": EOT,
                 "eos_token": EOT,
                 "unk_token": EOT,
-                "model_max_length": cfg.block_size,
+                "model_max_length": block_size,
                 "clean_up_tokenization_spaces": False,
             },
             indent=2,
         )
         + "\n"
     )
-    return out_dir, fmt
 
 
 def check_export_dir(out_dir, force: bool = False) -> Path:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -47,6 +48,41 @@ def atomic_write(path: str | Path, write) -> None:
         raise MinitfError(
             f"could not write {path}: {cause}; "
             + ("the previous file there is intact" if existed else "nothing was written there")
+        ) from None
+
+
+def atomic_write_dir(path: str | Path, write) -> None:
+    """Call write(tmp_dir) on a fresh directory beside `path`, then move what it wrote into place:
+    the whole directory by one rename where `path` does not exist, else each file by one rename.
+    A failure (disk full, read-only) raises MinitfError naming the path and the cause, and leaves
+    nothing behind: no temporary directory, no half-written file, no parent directory it created."""
+    path = Path(path)
+    existed = path.is_dir()
+    made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]  # removed again on failure
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        write(tmp)
+        if existed:  # --force: the files written replace theirs, the others there stay
+            for f in sorted(tmp.iterdir()):
+                os.replace(f, path / f.name)
+            tmp.rmdir()
+        else:
+            os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it 0700
+            os.rename(tmp, path)
+    except BaseException as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        if not _is_write_failure(e):
+            raise
+        cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
+        raise MinitfError(
+            f"could not write {path}: {cause}; "
+            + ("the files there are intact" if existed else "nothing was written there")
         ) from None
 
 
