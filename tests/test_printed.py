@@ -259,6 +259,8 @@ def test_training_into_a_log_is_line_based_and_says_what_it_does_at_the_end(tmp_
     assert lines[end + 1].startswith("step 8: train ")
     assert lines[end + 2] == f"saving the checkpoint of step 8 in {tmp_path / 'run'}..."
     assert lines[end + 3].startswith("stopped at step 8 (max_steps)")
+    # how to go on, with twice what ended it (a run the time budget ended doubles train.max_seconds)
+    assert f"to train longer: minitf train --resume {tmp_path / 'run'} train.max_steps=16" in lines[end + 4 :]
 
 
 def test_no_second_evaluation_right_after_one_that_used_up_the_budget(tmp_path, corpus, monkeypatch):

@@ -73,16 +73,19 @@ def _progress_bar(session: Session):
 
 def say_how_it_ended(session: Session) -> None:
     """The closing lines: where and why the run stopped, a note if the budget bought too few steps,
-    a note if the latest weights are worse than the best, and the run directory with the command
-    that samples from it."""
+    a note if the latest weights are worse than the best, how to train longer when the budget or
+    max_steps ended it, and the run directory with the command that samples from it."""
     session.log(
         f"stopped at step {session.step} ({session.stop_reason}) after {session.elapsed():.0f}s; "
         f"best val loss {session.best_val:.4f}"
     )
-    short = budget.short_run_note(session.cfg.train, session.step, session.stop_reason, session.run_dir)
+    tc, reason = session.cfg.train, session.stop_reason
+    short = budget.short_run_note(tc, session.step, reason, session.run_dir)
     for note in (short, _worse_than_best(session)):
         if note is not None:
             session.log(note)
+    if short is None and reason in (budget.OUT_OF_TIME, "max_steps"):  # the short note says it already
+        session.log(f"to train longer: {budget.train_longer(session.run_dir, tc, reason == budget.OUT_OF_TIME)}")
     session.log(
         f"run directory: {session.run_dir}\nsample from it: minitf generate --run {shlex.quote(str(session.run_dir))}"
     )
