@@ -510,6 +510,24 @@ def test_generate_script_says_what_it_loaded_and_reads_a_prompt_file(tmp_path, t
     )
 
 
+def test_the_tools_that_read_a_run_say_which_weights_and_that_best_exists(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    model, tok, _ = minitf.load_run(run)
+    ckpt.save_weights(model, run / "best.safetensors", 3, tok.hash)  # the best, at another step
+    latest = ckpt.weights_step(run / "model.safetensors")
+    assert latest != 3
+    r = script("scripts/generate.py", "--run", str(run), "--max-new-tokens", "2")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines()[0] == (
+        f"[sampling from {run}: model.safetensors, step {latest} (the latest; --best samples best.safetensors, "
+        f"step 3, the lowest val loss)]"
+    )
+    assert ckpt.which_weights(run, best=True, verb="serves") == "best.safetensors, step 3"
+    shutil.copy(run / "model.safetensors", run / "best.safetensors")  # the latest are the best: no hint
+    assert ckpt.which_weights(run, best=False, verb="serves") == f"model.safetensors, step {latest}"
+
+
 # ------------------------------------------------------------------ evaluate a run on any text
 
 

@@ -10,13 +10,12 @@ minitf generate --prompt-file scene.txt                # a long, multi-line prom
 import argparse
 import sys
 import time
-from pathlib import Path
 
 from minitf.cli.common import device_option, newest_run, read_prompt, stdin_prompts
 from minitf.errors import ConfigError
 from minitf.generate import check_num_samples, check_prompt_text, generate, sample_settings, stream
 from minitf.sampling import SETTINGS
-from minitf.training.checkpoint import load_run, weights_step
+from minitf.training.checkpoint import load_run, which_weights
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -31,8 +30,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     check_num_samples(model, args.num_samples, "--num-samples")  # named as typed here, before any sampling
     # the run's own sampling settings, with those given here on top
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
-    weights = Path(run) / ("best.safetensors" if args.best else "model.safetensors")
-    print(f"[sampling from {run}: {weights.name}, step {weights_step(weights)}]", file=sys.stderr)
+    print(f"[sampling from {run}: {which_weights(run, args.best, 'samples')}]", file=sys.stderr)
     prompt = settings.prompt if prompt is None else prompt
     typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
     for text in stdin_prompts() if args.interactive else [prompt]:

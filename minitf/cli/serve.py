@@ -26,6 +26,7 @@ import sys
 
 from minitf.cli.common import device_option, newest_run
 from minitf.errors import ConfigError
+from minitf.training.checkpoint import which_weights
 from minitf.web.serve.completions import MAX_TOKENS, Completions
 from minitf.web.serve.server import CompletionServer, Limits
 
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             f"{server.server_address[1]} can use the model (--api-key asks for a key)",
             file=sys.stderr,
         )
-    print(f"minitf serving {run} as model {api.name!r} at {server.url}  (Ctrl-C stops)", flush=True)
+    weights = which_weights(run, a.best, "serves")
+    print(f"minitf serving {run} ({weights}) as model {api.name!r} at {server.url}  (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

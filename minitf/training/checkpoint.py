@@ -63,6 +63,18 @@ def weights_step(path: Path) -> int | None:
     return int(step) if step is not None and step.isdigit() else None
 
 
+def which_weights(run_dir: Path, best: bool, verb: str) -> str:
+    """The weights a tool reads from run_dir, for its start-up line: the file and its step, and,
+    when it reads the latest and the best are other weights, that --best `verb` them instead."""
+    run_dir = Path(run_dir)
+    path = run_dir / (BEST if best else WEIGHTS)
+    words = f"{path.name}, step {weights_step(path)}"
+    best_step = weights_step(run_dir / BEST)
+    if not best and best_step is not None and best_step != weights_step(path):
+        words += f" (the latest; --best {verb} {BEST}, step {best_step}, the lowest val loss)"
+    return words
+
+
 def write_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
     """Commit a checkpoint: state.pt (training state + the weights) in one rename, then
     model.safetensors from the same weights for the readers. state["tokenizer"]: its hash."""

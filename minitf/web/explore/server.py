@@ -33,6 +33,7 @@ from importlib import resources
 from urllib.parse import urlsplit
 
 from ...errors import MinitfError
+from ...training.checkpoint import which_weights
 from ..connections import BoundedServer, Limits, MemoryHandler
 from ..json_http import dumps, loads
 from .api import MAX_GENERATIONS, BadRequest, Busy, Explorer
@@ -70,7 +71,8 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
             f"{server.server_address[1]} can use the page and the model",
             file=sys.stderr,
         )
-    print(f"minitf explorer for {run_dir}: open {server.url}  (Ctrl-C stops)", flush=True)
+    weights = which_weights(run_dir, best, "shows")
+    print(f"minitf explorer for {run_dir} ({weights}): open {server.url}  (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
