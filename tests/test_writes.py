@@ -297,3 +297,17 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_run, tmp_path
         "config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
     ]  # fmt: skip
     assert oct(out.stat().st_mode & 0o777) == oct(0o777 & ~current_umask())
+
+
+@pytest.mark.skipif(not Path("/proc/version").is_file(), reason="needs Linux's /proc")
+def test_a_file_in_a_directory_that_takes_no_new_files_is_one_line_that_says_so():
+    """/proc/version is there, but no file can be made beside it: the line says that, not only
+    'No such file or directory' about a file that exists."""
+    with pytest.raises(MinitfError) as e:
+        atomic_write(Path("/proc/version"), lambda tmp: Path(tmp).write_text("x"))
+    one_line(e)
+    assert str(e.value) == (
+        "could not write /proc/version: no new file can be made in /proc (No such file or directory), and "
+        "minitf writes a file beside its target first, then renames it: write to another directory; "
+        "the previous file there is intact"
+    )

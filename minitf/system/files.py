@@ -30,9 +30,13 @@ def atomic_write(path: str | Path, write) -> None:
     path = Path(path)
     refuse_symlink(path)
     existed = path.is_file()
-    tmp = None
+    kept = "the previous file there is intact" if existed else "nothing was written there"
     try:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:  # e.g. /proc: the file is there, but no new file can be made beside it
+        raise _failure(path, e, kept, beside=True) from None
+    tmp = None
+    try:
         os.close(fd)
         tmp = Path(name)
         write(tmp)
@@ -44,11 +48,7 @@ def atomic_write(path: str | Path, write) -> None:
                 tmp.unlink(missing_ok=True)
         if not _is_write_failure(e):
             raise
-        cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
-        raise MinitfError(
-            f"could not write {path}: {cause}; "
-            + ("the previous file there is intact" if existed else "nothing was written there")
-        ) from None
+        raise _failure(path, e, kept) from None
 
 
 def atomic_write_dir(path: str | Path, write) -> None:
@@ -79,11 +79,19 @@ def atomic_write_dir(path: str | Path, write) -> None:
                 p.rmdir()
         if not _is_write_failure(e):
             raise
-        cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
-        raise MinitfError(
-            f"could not write {path}: {cause}; "
-            + ("the files there are intact" if existed else "nothing was written there")
-        ) from None
+        raise _failure(path, e, "the files there are intact" if existed else "nothing was written there") from None
+
+
+def _failure(path: Path, e: BaseException, kept: str, beside: bool = False) -> MinitfError:
+    """The one line for a write that failed: the path, the cause, and what is left of the old file
+    (kept). beside: the temporary file itself could not be made next to the path."""
+    cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
+    if beside:
+        cause = (
+            f"no new file can be made in {path.parent} ({cause}), and minitf writes a file beside its "
+            f"target first, then renames it: write to another directory"
+        )
+    return MinitfError(f"could not write {path}: {cause}; {kept}")
 
 
 def refuse_symlink(path: Path) -> None:
