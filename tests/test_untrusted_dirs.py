@@ -1,4 +1,4 @@
-"""A downloaded Hugging Face directory is untrusted input (issue 38 §1): its index never leads a
+"""A downloaded Hugging Face directory is untrusted input: its index never leads a
 read outside it, its config.json is read as transformers reads it (rope scaling in any of its
 forms refused), a wrong value is named by its Hugging Face key and file in one line, a broken
 tokenizer is called the download's, and what its config asks for is bounded before allocating."""
@@ -190,3 +190,40 @@ def test_a_model_larger_than_memory_is_refused_naming_config_json_keys(model_dir
         f"num_attention_heads=4, intermediate_size=192, max_position_embeddings=64) asks for 2.0 TB of memory, "
         f"more than this machine's "
     ) and msg.endswith("; fine-tune a smaller model")
+
+
+# ---------------------------------------------------------------------------------------------
+# what is read whole is bounded, and a regular file
+
+
+def test_an_oversized_config_or_tokenizer_is_refused_unread(model_dir):
+    from minitf.export.hf_files import MAX_JSON_BYTES, MAX_TOKENIZER_BYTES
+
+    with open(model_dir / "config.json", "r+b") as f:
+        f.truncate(MAX_JSON_BYTES + 1)  # sparse: the size is on disk, no bytes are written or read
+    assert refusal(model_dir) == (
+        f"{model_dir / 'config.json'} is 17 MB, more than a save_pretrained config.json holds "
+        f"(at most 17 MB are read); fetch the model again"
+    )
+    with open(model_dir / "tokenizer.json", "r+b") as f:
+        f.truncate(MAX_TOKENIZER_BYTES + 1)
+    assert refusal(model_dir, load_pretrained).startswith(f"{model_dir / 'tokenizer.json'} is 268 MB, more than")
+
+
+def test_a_config_or_index_that_is_a_fifo_is_refused_instead_of_waiting_forever(model_dir):
+    (model_dir / "config.json").unlink()
+    os.mkfifo(model_dir / "config.json")
+    assert refusal(model_dir).startswith(f"{model_dir} has no config.json; pass a directory written by")
+    index = model_dir / "model.safetensors.index.json"
+    os.mkfifo(index)
+    assert _json_refusal(index) == (
+        f"{index} is not a regular file; is it a save_pretrained index? Fetch the model again"
+    )
+
+
+def _json_refusal(path) -> str:
+    from minitf.export.hf_files import _json
+
+    with pytest.raises(MinitfError) as e:
+        _json(path, "a save_pretrained index")
+    return str(e.value)

@@ -13,6 +13,10 @@ from ..tokenizer import EOT, Tokenizer
 
 # what torch.save and pickle write: never loaded (unpickling can run code), but named when they are all there is
 PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+# the most a downloaded text file is read whole: config.json and a shard index are kilobytes, the
+# largest tokenizers tens of megabytes; more is not what the name says, and reading it could fill memory
+MAX_JSON_BYTES = 16 << 20
+MAX_TOKENIZER_BYTES = 256 << 20
 
 
 def read(path_or_model, what: str) -> tuple[dict, dict[str, torch.Tensor], str]:
@@ -90,7 +94,21 @@ def _check_inside(where: Path, name: str, index: Path) -> None:
     )
 
 
+def _bounded(path: Path, limit: int, what: str) -> None:
+    """A file of a download that is read whole: a regular file (a FIFO or /dev/zero would never end)
+    of at most `limit` bytes, or one line naming it."""
+    if not path.is_file():
+        raise MinitfError(f"{path} is not a regular file; is it {what}? Fetch the model again")
+    size = path.stat().st_size
+    if size > limit:
+        raise MinitfError(
+            f"{path} is {size / 1e6:,.0f} MB, more than {what} holds (at most {limit / 1e6:,.0f} MB are read); "
+            f"fetch the model again"
+        )
+
+
 def _json(path: Path, what: str):
+    _bounded(path, MAX_JSON_BYTES, what)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -104,6 +122,9 @@ def read_tokenizer(where: Path) -> Tokenizer:
         return _downloaded_tokenizer(where / "tokenizer.json")
     if (where / "vocab.json").is_file() and (where / "merges.txt").is_file():
         from tokenizers import Tokenizer as HFTokenizer
+
+        for name in ("vocab.json", "merges.txt"):
+            _bounded(where / name, MAX_TOKENIZER_BYTES, "a tokenizer")
         from tokenizers import decoders, models, pre_tokenizers
 
         backend = HFTokenizer(models.BPE.from_file(str(where / "vocab.json"), str(where / "merges.txt")))
@@ -123,6 +144,7 @@ def _downloaded_tokenizer(path: Path) -> Tokenizer:
     download's fault: the fix is fetching it again, not training a tokenizer of one's own."""
     from tokenizers import Tokenizer as HFTokenizer
 
+    _bounded(path, MAX_TOKENIZER_BYTES, "a tokenizer")
     try:
         backend = HFTokenizer.from_str(path.read_text(encoding="utf-8"))
     except Exception as e:  # tokenizers raises plain Exception for malformed JSON
