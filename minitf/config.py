@@ -377,10 +377,11 @@ class TrainConfig(_Section):
             raise ConfigError("train.parallel=fsdp does not support train.optimizer=muon; use adamw or parallel=ddp")
 
 
-# The sampler computes in float32 (largest 3.4e38; below 1.4e-45 a number is 0). A temperature or
-# repetition penalty in this range divides or multiplies a logit of up to +-1e4 into at most
-# +-1e34, finite with room to spare; outside it float32 makes the value 0 or inf, and the logits
-# nan (0 / 0, inf - inf, 0 * inf): garbage text and null logprobs.
+# The sampler computes in float32 (largest 3.4e38; below 1.4e-45 a number is 0). A repetition
+# penalty in this range, or a temperature up to its top, divides or multiplies a logit of up to
+# +-1e4 into at most +-1e34, finite with room to spare; outside it float32 makes the value 0 or
+# inf, and the logits nan (0 / 0, inf - inf, 0 * inf): garbage text and null logprobs. A tiny
+# temperature needs no floor here: the sampler divides by float32's smallest number at least.
 SCALE_RANGE = (1e-30, 1e30)
 SCALE_WORDS = "[1e-30, 1e30]"
 
@@ -391,9 +392,9 @@ def check_sampling(temperature: float, top_k, top_p, repetition_penalty: float, 
     lo, hi = SCALE_RANGE
     if not temperature >= 0:
         raise ConfigError(f"{where}temperature must be >= 0 (0 = greedy), got {temperature}")
-    if temperature != 0 and not lo <= temperature <= hi:
+    if not temperature <= hi:  # a tiny one is fine: the sampler divides by float32's smallest at least
         raise ConfigError(
-            f"{where}temperature must be 0 (greedy) or in {SCALE_WORDS}, where float32 sampling stays finite; "
+            f"{where}temperature must be at most {hi:g} (0 = greedy), where float32 sampling stays finite; "
             f"got {temperature}"
         )
     if top_k is not None and (isinstance(top_k, bool) or not hasattr(type(top_k), "__index__")):
@@ -418,7 +419,7 @@ class SampleConfig(_Section):
         "Romeo.\n", "text to continue (how this corpus writes a speaker: the name, a full stop, a new line)"
     )
     max_new_tokens: int = key(300, "tokens to generate")
-    temperature: float = key(0.8, "softmax temperature (0: greedy; else in [1e-30, 1e30])")
+    temperature: float = key(0.8, "softmax temperature (0: greedy; at most 1e30)")
     top_k: int | None = key(50, "sample among the k likeliest tokens (0 or null: all)")
     top_p: float | None = key(None, "nucleus: sample within the smallest set reaching p, in (0, 1] (null: off)")
     repetition_penalty: float = key(

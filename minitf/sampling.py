@@ -13,6 +13,8 @@ import torch
 from .config import SampleConfig, check_sampling
 from .errors import ConfigError
 
+FLOAT32_SMALLEST = 2.0**-149  # the smallest positive float32 (a subnormal, 1.4e-45)
+
 
 def _settings() -> dict[str, tuple[type, bool]]:
     hints, out = typing.get_type_hints(SampleConfig), {}
@@ -53,7 +55,9 @@ def _kept_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top
     """(probs, ids): the softmax of logits / temperature over the tokens top_k and top_p keep,
     (B, n) each; ids[b, j] is the token of column j (None: every token, column j is token j)."""
     # shifted so the largest is 0 before dividing: a tiny temperature then gives -inf for the rest
-    # (a greedy pick), never inf - inf = nan
+    # (a greedy pick), never inf - inf = nan. A temperature below float32's smallest number would be
+    # 0 there, and 0 / 0 nan: it divides as that smallest number, the same greedy pick
+    temperature = max(temperature, FLOAT32_SMALLEST)
     logits, ids = (logits - logits.amax(dim=-1, keepdim=True)) / temperature, None
     if top_k and top_k < logits.size(-1):  # sample among the k best only: cheaper than masking all V
         logits, ids = torch.topk(logits, top_k, dim=-1)  # (B, k) each, sorted descending

@@ -104,10 +104,17 @@ def test_the_messages_name_the_range():
         ConfigError, match=r"^sample.repetition_penalty must be in \[1e-30, 1e30\] \(1 = off\), .*got 1e-300$"
     ):
         SampleConfig(repetition_penalty=1e-300)
-    with pytest.raises(
-        ConfigError, match=r"^sample.temperature must be 0 \(greedy\) or in \[1e-30, 1e30\], .*got 1e\+300$"
-    ):
+    with pytest.raises(ConfigError, match=r"^sample.temperature must be at most 1e\+30 \(0 = greedy\), .*got 1e\+300$"):
         SampleConfig(temperature=1e300)
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-46, 1e-45])
+def test_a_temperature_below_float32s_smallest_picks_the_likeliest_token(temperature):
+    """1e-300 is 0 in float32, and logits / 0 made nan: the sampler divides by float32's smallest
+    number at least, which picks the likeliest token, as a tiny temperature means."""
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.9]])
+    assert sample_next_token(logits, temperature, top_k=None).tolist() == [1]
+    check_finite(token_probs(logits, SampleConfig(temperature=temperature, top_k=None)))
 
 
 def test_num_samples_beyond_memory_is_refused_before_allocating(model, monkeypatch, tiny_run, capsys):

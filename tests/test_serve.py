@@ -6,6 +6,7 @@ hooks and logs, never through timings)."""
 import contextlib
 import http.client
 import json
+import math
 import re
 import socket
 import subprocess
@@ -257,8 +258,6 @@ def test_errors_have_openais_shape(server):
         ("repetition_penalty", 1e-300),  # 0 in float32: logits / 0 = inf, then nan; was 200 with null logprobs
         ("repetition_penalty", 1e300),
         ("repetition_penalty", 1e-31),
-        ("temperature", 1e-300),
-        ("temperature", 1e-45),
         ("top_k", 10**30),
     ],
 )
@@ -270,6 +269,17 @@ def test_sampling_settings_that_would_make_nan_are_a_400(server, field, value):
     assert error["param"] == field and error["type"] == "invalid_request_error", error
     assert error["message"].startswith(field) and "\n" not in error["message"], error
     assert ("[1e-30, 1e30]" in error["message"]) != (field == "top_k"), error  # the range that is allowed
+
+
+@pytest.mark.parametrize("temperature", [1e-300, 1e-45])
+def test_a_tiny_temperature_is_greedy_with_finite_logprobs(server, temperature):
+    """Below float32's smallest number a temperature divides as that number: the likeliest token."""
+    body = {"model": server.api.name, "prompt": "O", "max_tokens": 3, "logprobs": 2, "seed": 0}
+    status, greedy = raw(server, "POST", "/v1/completions", json.dumps({**body, "temperature": 0}).encode())
+    status, payload = raw(server, "POST", "/v1/completions", json.dumps({**body, "temperature": temperature}).encode())
+    assert status == 200, payload
+    assert payload["choices"][0]["text"] == greedy["choices"][0]["text"]
+    assert all(math.isfinite(lp) for lp in payload["choices"][0]["logprobs"]["token_logprobs"])
 
 
 def test_a_tiny_top_p_keeps_the_likeliest_token_with_finite_logprobs(server):
