@@ -528,6 +528,21 @@ def test_the_tools_that_read_a_run_say_which_weights_and_that_best_exists(tiny_r
     assert ckpt.which_weights(run, best=False, verb="serves") == f"model.safetensors, step {latest}"
 
 
+def test_export_gguf_says_which_weights_it_exported(tiny_run, tmp_path):
+    pytest.importorskip("gguf", reason="the gguf package is not installed (pip install -e '.[gguf]')")
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    model, tok, _ = minitf.load_run(run)
+    ckpt.save_weights(model, run / "best.safetensors", 3, tok.hash)
+    latest = ckpt.weights_step(run / "model.safetensors")
+    r = script("scripts/export_gguf.py", "--run", str(run), "--out", str(tmp_path / "m.gguf"))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.splitlines() == [
+        f"[exported {run}: model.safetensors, step {latest} (the latest; --best exports best.safetensors, "
+        f"step 3, the lowest val loss)]"
+    ]
+
+
 # ------------------------------------------------------------------ evaluate a run on any text
 
 

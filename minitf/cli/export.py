@@ -11,11 +11,12 @@ every setting that blocks it and the nearest exportable setting.
 """
 
 import argparse
+import sys
 
 from minitf.cli.common import newest_run
 from minitf.export.architecture import FORMAT_NAMES
 from minitf.export.hf import HF_CLASSES, check_export_dir, to_hf
-from minitf.training.checkpoint import load_run
+from minitf.training.checkpoint import load_run, which_weights
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--force", action="store_true", help="write into --out even if it is not empty")
     args = p.parse_args(argv)
     check_export_dir(args.out, args.force)  # before the model is loaded: a wrong --out fails fast
-    model, tok, _ = load_run(args.run or newest_run(), best=args.best)
+    run = args.run or newest_run()
+    model, tok, _ = load_run(run, best=args.best)
+    print(f"[exporting {run}: {which_weights(run, args.best, 'exports')}]", file=sys.stderr)
     out, fmt = to_hf(model, tok, args.out)
     print(f"wrote {out} as {FORMAT_NAMES[fmt]} ({HF_CLASSES[fmt][1]})")

@@ -8,10 +8,12 @@ standard architecture computes is refused with every blocking setting named.
 """
 
 import argparse
+import sys
 
 from minitf.cli.common import newest_run
 from minitf.export.architecture import FORMAT_NAMES, describe_formats
 from minitf.export.gguf import DTYPES, export_run
+from minitf.training.checkpoint import which_weights
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -26,6 +28,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--best", action="store_true", help="export best.safetensors (lowest val loss)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     args = p.parse_args(argv)
-    out, fmt = export_run(args.run or newest_run(), args.out, args.dtype, args.best, args.force)
+    run = args.run or newest_run()
+    out, fmt = export_run(run, args.out, args.dtype, args.best, args.force)
+    print(f"[exported {run}: {which_weights(run, args.best, 'exports')}]", file=sys.stderr)
     size = out.stat().st_size / 1e6
     print(f"wrote {out} ({FORMAT_NAMES[fmt]} architecture '{fmt}', {args.dtype}, {size:.1f} MB)")
