@@ -235,3 +235,13 @@ def test_the_readmes_llama_cpp_python_line_runs_an_exported_file(tiny_run, tmp_p
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert len(r.stdout.strip()) > 0  # the continuation llama.cpp sampled
+
+
+def test_the_reading_path_says_each_files_length():
+    """README's "Read the code": each file's length as it is, and their total."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## Read the code\n", 1)[1].split("\n## ")[0]
+    listed = re.findall(r"\[`(minitf/\w+\.py)`\]\(minitf/\w+\.py\) \((\d+) lines\)", section)
+    lengths = {f: len((ROOT / f).read_text(encoding="utf-8").splitlines()) for f, _ in listed}
+    assert len(listed) >= 7 and {f: int(n) for f, n in listed} == lengths
+    total = re.search(r"are ([\d,]+) lines in (\d+) files", section)
+    assert (int(total[1].replace(",", "")), int(total[2])) == (sum(lengths.values()), len(listed))
