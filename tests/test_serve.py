@@ -282,6 +282,19 @@ def test_a_tiny_temperature_is_greedy_with_finite_logprobs(server, temperature):
     assert all(math.isfinite(lp) for lp in payload["choices"][0]["logprobs"]["token_logprobs"])
 
 
+def test_a_content_length_of_other_digits_is_a_400_and_the_server_goes_on(tiny_run):
+    """Headers are read as latin-1, where byte 0xb2 is '²': a digit to str.isdigit() but not to
+    int(), which stopped the server. The request is refused, and the server answers the next one."""
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: "
+    with serving(tiny_run) as server:
+        for length in (b"\xb2", b"1\xb9\xb3", "²".encode(), b"1 2", b"-1", b"0x10"):
+            with socket.create_connection(server.server_address, timeout=30) as s:
+                s.sendall(head + length + b"\r\n\r\n")
+                assert s.recv(100).startswith(b"HTTP/1.0 400 "), length
+        status, models = raw(server, "GET", "/v1/models")
+        assert status == 200 and models["data"][0]["id"] == server.api.name
+
+
 def test_a_tiny_top_p_keeps_the_likeliest_token_with_finite_logprobs(server):
     body = {"model": server.api.name, "prompt": "O", "max_tokens": 3, "logprobs": 2, "top_p": 1e-300, "seed": 0}
     status, payload = raw(server, "POST", "/v1/completions", json.dumps(body).encode())

@@ -262,9 +262,11 @@ class _Incoming:
             if headers.get("Transfer-Encoding"):
                 raise RequestError("send the body with a Content-Length, not chunked", 411)
             sizes = headers.get_all("Content-Length") or ["0"]
-            if len(set(sizes)) != 1 or not sizes[0].strip().isdigit():
+            size = sizes[0].strip()
+            # ASCII digits only: str.isdigit() also takes '²' or '٣', which int() then refuses (or reads)
+            if len(set(sizes)) != 1 or not (size.isascii() and size.isdigit()):
                 raise RequestError(f"Content-Length {', '.join(sizes)!r} is not one number of bytes", 400)
-            size = int(sizes[0])
+            size = int(size)
             if size > limits.max_body:
                 raise RequestError(f"the request body is {size} bytes; at most {limits.max_body}", 413)
             self.length = end.end() + size
