@@ -513,3 +513,18 @@ def test_api_key(tiny_run):
         with pytest.raises(openai.AuthenticationError) as e:
             wrong.models.list()
         assert e.value.status_code == 401 and e.value.code == "invalid_api_key"
+
+
+@pytest.mark.parametrize("timeout", ["inf", "nan", "0", "1e9"])
+def test_a_timeout_that_cannot_work_is_refused_at_start(tiny_run, timeout):
+    """--timeout inf was accepted, and the first connection then stopped the server."""
+    r = subprocess.run(
+        [sys.executable, "scripts/serve.py", "--run", str(tiny_run), "--port", "0", "--timeout", timeout],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("error: --timeout must be a number of seconds above 0, at most 86400, got ")
+    assert r.stderr.count("\n") == 1

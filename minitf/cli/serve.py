@@ -30,6 +30,8 @@ from minitf.training.checkpoint import which_weights
 from minitf.web.serve.completions import MAX_TOKENS, Completions
 from minitf.web.serve.server import CompletionServer, Limits
 
+MAX_TIMEOUT = 86400.0  # a day: a client that sends nothing for longer is gone
+
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -65,8 +67,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     for name in ("max_tokens", "parallel"):
         if getattr(a, name) < 1:
             raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(a, name)}")
-    if not a.timeout > 0:
-        raise ConfigError(f"--timeout must be a positive number of seconds, got {a.timeout}")
+    if not 0 < a.timeout <= MAX_TIMEOUT:  # inf (or nan) would fail in the socket layer at the first client
+        raise ConfigError(f"--timeout must be a number of seconds above 0, at most {MAX_TIMEOUT:g}, got {a.timeout}")
     if not 0 <= a.port <= 65535:
         raise ConfigError(f"--port {a.port} is out of range; use 1..65535, or 0 for any free port")
     run = a.run or newest_run()
