@@ -21,7 +21,7 @@ from .config import SampleConfig
 from .errors import ConfigError, MinitfError
 from .kv_cache import KVCache
 from .model import Transformer, padded_vocab
-from .sampling import sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
+from .sampling import draw_next_token, sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
 from .system.memory import physical_memory, size_words
 from .system.runtime import eval_mode
 from .tokenizer import Tokenizer, check_vocab
@@ -138,15 +138,8 @@ def _tokens(
         if seq.size(0) < num_samples:  # after the shared prefill, branch into num_samples rows
             seq, logits = seq.repeat(num_samples, 1), logits.repeat(num_samples, 1)
             cache = cache.repeat(num_samples) if cache is not None else None
-        nxt = sample_next_token(
-            logits,
-            settings.temperature,
-            settings.top_k,
-            settings.top_p,
-            generator,
-            history=seq,
-            repetition_penalty=settings.repetition_penalty,
-        )
+        s = settings  # a SampleConfig: its settings were checked when it was made
+        nxt = draw_next_token(logits, s.temperature, s.top_k, s.top_p, generator, seq, s.repetition_penalty)
         seq = torch.cat([seq, nxt[:, None]], dim=1)
         yield (nxt, logits) if with_logits else nxt
 

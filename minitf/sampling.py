@@ -89,7 +89,21 @@ def sample_next_token(
     tokens (0 or None = all); top_p keeps the smallest set whose probability reaches p.
     Settings that would make the logits nan are refused (a ConfigError), as SampleConfig does.
     """
-    check_sampling(temperature, top_k, top_p, repetition_penalty)  # a few comparisons: free next to a step
+    check_sampling(temperature, top_k, top_p, repetition_penalty)
+    return draw_next_token(logits, temperature, top_k, top_p, generator, history, repetition_penalty)
+
+
+def draw_next_token(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+    history: torch.Tensor | None,
+    repetition_penalty: float,
+) -> torch.Tensor:
+    """sample_next_token for settings already checked (a validated SampleConfig): the decoding
+    loop draws every token here, without checking the same settings again each time."""
     # as floats: torch cannot divide a tensor by an int past 2**63 (in range as 2**64 is)
     temperature, repetition_penalty = float(temperature), float(repetition_penalty)
     logits = _penalize(logits.float(), history, repetition_penalty)
