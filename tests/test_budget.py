@@ -64,6 +64,19 @@ def test_a_budget_too_short_to_time_keeps_the_model(monkeypatch):
     assert cfg == default("train.max_seconds=8")
 
 
+def test_a_slow_first_step_does_not_call_off_the_timing(monkeypatch):
+    """A loaded machine's first (warm-up) step took 4 s, the others 0.15 s: at train.max_seconds=210
+    the timing goes on, as the steps left are not projected from the warm-up."""
+    times = [0.0, 4.0]  # each call reads the clock before and after
+    for _ in range(6):
+        times += [times[-1], times[-1] + 0.15]
+    ticks = iter(times)
+    monkeypatch.setattr(budget, "_clock", lambda: next(ticks))
+    calls = []
+    seconds, timed = budget.seconds_per_step(lambda: calls.append(1), torch.device("cpu"), default().train)
+    assert (len(calls), seconds, timed) == (7, pytest.approx(0.15), True)
+
+
 def test_a_rate_the_user_set_is_kept_when_the_depth_is_fitted():
     cfg = default("train.max_seconds=100", "train.lr=0.005")
     assert "1.5x the learning rates (train.lr as set) (lr 0.005, muon_lr 0.03)" in budget.fit(cfg, 0.2)

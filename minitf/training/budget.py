@@ -103,15 +103,18 @@ def seconds_per_step(step: Callable[[], object], device: torch.device, tc: Train
     """(seconds per call of step(), timed in full): step() is the trainer's own step on a throwaway
     copy of the model, timed after WARMUP_STEPS untimed calls. The global RNG is left as it was.
 
-    The timing stops early, (the last call's seconds, False), as soon as its projected cost passes
-    FIT_SHARE of the run it is for (`_too_dear`)."""
+    The timing stops early, (the last call's seconds, False), as soon as its cost passes FIT_SHARE
+    of the run it is for (`_too_dear`): what it has spent, and past the warm-up what the calls left
+    would take at the last one's speed. A warm-up call is slow by nature (it allocates), so the calls
+    left are not projected from it: a loaded machine's slow first step does not call off the fit."""
     calls, spent_so_far = WARMUP_STEPS + TIMED_STEPS, []
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         for done in range(1, calls + 1):
             t0 = _clock()
             step()  # the trainer's step ends in a host sync: the time is the device's too
             spent_so_far.append(_clock() - t0)
-            if done < calls and _too_dear(tc, sum(spent_so_far) + (calls - done) * spent_so_far[-1], spent_so_far[-1]):
+            left = (calls - done) * spent_so_far[-1] if done > WARMUP_STEPS else 0.0
+            if done < calls and _too_dear(tc, sum(spent_so_far) + left, spent_so_far[-1]):
                 return spent_so_far[-1], False
     return sum(spent_so_far[WARMUP_STEPS:]) / TIMED_STEPS, True
 
