@@ -39,6 +39,14 @@ CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr")
 RULES = ("temperature", "top_k", "top_p", "repetition_penalty")  # the settings that shape one step's distribution
 MAX_SHOWN = 100  # tokens listed per distribution or lens layer at most
 MAX_TABLE = 65536  # position-table numbers sent beyond the window's own rows (a table of block_size x width)
+# the views the page asks for by POST /api/<name>: each is an Explorer method, JSON body in, JSON out;
+# a new view is a method here and a line in this table (the server routes every name in it)
+VIEWS = {
+    "attention": "attention",  # {"ids", "query", "layer", "head"} -> one token's attention, every step
+    "distribution": "distribution",  # {"ids", "position", "temperature", ...} -> the next token under the sampler
+    "lens": "lens",  # {"ids", "position"} -> the next token as each layer's residual stream predicts it
+    "positions": "positions",  # {"ids", "position"} -> the position signal the model adds (or rotary's angles)
+}
 
 
 class BadRequest(MinitfError):

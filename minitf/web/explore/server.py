@@ -14,10 +14,7 @@ that name it (a guard against DNS rebinding).
     GET  /api/run           the run: name, config, parameters, checkpoint and its step, limits
     GET  /api/metrics       the loss curve from metrics.jsonl
     POST /api/generate      {"prompt", "temperature", "top_k", ...} -> NDJSON, one event per line
-    POST /api/attention     {"ids", "query", "layer", "head"} -> one token's attention, every step
-    POST /api/distribution  {"ids", "position", "temperature", "top_k", ...} -> the next token under the sampler
-    POST /api/lens          {"ids", "position"} -> the next token as each layer's residual stream predicts it
-    POST /api/positions     {"ids", "position"} -> the position signal the model adds (or rotary's angles)
+    POST /api/<view>        the views of api.py's VIEWS: attention, distribution, lens, positions...
 
 Errors are JSON {"error": "one line"}: 400 for bad input (JSON that is not JSON's: 1e400, NaN, a lone
 surrogate, nesting too deep; a malformed Host header), 408 for a request not sent within the
@@ -36,7 +33,7 @@ from ...errors import MinitfError
 from ...training.checkpoint import which_weights
 from ..connections import BoundedServer, Limits, MemoryHandler
 from ..json_http import dumps, loads
-from .api import MAX_GENERATIONS, BadRequest, Busy, Explorer
+from .api import MAX_GENERATIONS, VIEWS, BadRequest, Busy, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
 STATIC = {
@@ -106,14 +103,9 @@ class _Handler(MemoryHandler):
         path = urlsplit(self.path).path
         if path == "/api/generate":
             self._generate(self._body())
-        elif path == "/api/attention":
-            self._json(200, self.server.explorer.attention(self._body()))
-        elif path == "/api/distribution":
-            self._json(200, self.server.explorer.distribution(self._body()))
-        elif path == "/api/lens":
-            self._json(200, self.server.explorer.lens(self._body()))
-        elif path == "/api/positions":
-            self._json(200, self.server.explorer.positions(self._body()))
+        elif path.startswith("/api/") and path.removeprefix("/api/") in VIEWS:
+            view = getattr(self.server.explorer, VIEWS[path.removeprefix("/api/")])
+            self._json(200, view(self._body()))
         else:
             self._json(404, {"error": f"no endpoint {path!r} here"})
 
