@@ -18,7 +18,7 @@ LAYERS = [
     {"positions", "attention", "lm_loss", "kv_cache", "sampling"},  # the parts of a model and of sampling
     {"model"},  # Transformer = embeddings + positions + blocks + head
     {"optim", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget
-    {"trainer", "evaluate", "generate", "inspection", "export"},  # what is done with a model and a run
+    {"trainer", "evaluate", "generate", "inspection", "interpret", "export"},  # what is done with a model and a run
     {"web"},  # what is shown: the explorer, the OpenAI-compatible server, figures
     {"cli", "__main__"},  # the command line: minitf <command>
 ]
