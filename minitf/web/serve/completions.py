@@ -49,6 +49,7 @@ from ...training.checkpoint import BEST, WEIGHTS, load_run
 MAX_CHOICES = 16  # prompts x n in one request: each is a row of the batch and a KV cache
 MAX_STOPS = 4  # as OpenAI's API
 MAX_LOGPROBS = 20
+MAX_IDS = 1 << 16  # token ids in one prompt or /detokenize list (the 1 MiB body bounds them too)
 MAX_TOKENS = 1024  # default bound on max_tokens; past block_size the window slides, as in minitf.generate
 SEED_RANGE = (0, 2**63 - 1)
 
@@ -334,6 +335,56 @@ class Completions:
         top.setdefault(text, own)
         return {"tokens": [text], "token_logprobs": [own], "top_logprobs": [top], "text_offset": [offset]}
 
+    # ---- /tokenizer_info, /tokenize, /detokenize (vLLM's, at the server's root)
+
+    def tokenizer_info(self) -> dict:
+        """What a client that tokenizes for this server needs (lm-evaluation-harness's remote
+        tokenizer reads eos_token, bos_token and pad_token): <|endoftext|> ends, begins and pads."""
+        eot = self.tok.decode([self.tok.eot_id])
+        return {
+            "eos_token": eot, "bos_token": eot, "pad_token": eot, "model_max_length": self.block,
+            "vocab_size": self.tok.vocab_size, "tokenizer_class": "minitf",
+        }  # fmt: skip
+
+    def tokenize(self, body: dict) -> dict:
+        """{"prompt": text} -> {"tokens": ids, "count", "max_model_len"}; no special tokens are ever
+        added, so add_special_tokens either way gives the same ids ("<|endoftext|>" in the text is
+        the token)."""
+        self._check_fields(body, {"prompt"}, {"model", "add_special_tokens"})
+        flag(body, "add_special_tokens")
+        prompt = body["prompt"]
+        if not isinstance(prompt, str):
+            raise bad("prompt", f"prompt must be a string, got {type(prompt).__name__}")
+        check_text(prompt)
+        ids = self.tok.encode(prompt)
+        return {"tokens": ids, "count": len(ids), "max_model_len": self.block}
+
+    def detokenize(self, body: dict) -> dict:
+        """{"tokens": ids} -> {"prompt": their text}."""
+        self._check_fields(body, {"tokens"}, {"model"})
+        return {"prompt": self.tok.decode(self._ids(body["tokens"], "tokens"))}
+
+    def _check_fields(self, body: dict, required: set, optional: set) -> None:
+        unknown = sorted(set(body) - required - optional)
+        if unknown:
+            raise bad(unknown[0], f"Unrecognized request argument supplied: {unknown[0]}")
+        for name in sorted(required - set(body)):
+            raise bad(name, f"{name} is required")
+        if "model" in body:
+            self.check_model(body["model"])
+
+    def _ids(self, ids, param: str) -> list[int]:
+        """A list of token ids, each checked against the vocabulary."""
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise bad(param, f"{param} must be a list of token ids (whole numbers)")
+        if len(ids) > MAX_IDS:
+            raise bad(param, f"{param} has {len(ids)} token ids; at most {MAX_IDS}")
+        vocab = self.tok.vocab_size
+        for i in ids:
+            if not 0 <= i < vocab:
+                raise bad(param, f"token id {i} is not in this model's vocabulary; ids are 0..{vocab - 1}")
+        return ids
+
     # ---- /v1/chat/completions
 
     def chat(self, body: dict) -> None:
@@ -370,6 +421,13 @@ def total(usage: dict) -> dict:
 
 def new_id() -> str:
     return "cmpl-" + secrets.token_hex(12)
+
+
+def check_text(text: str, param: str = "prompt") -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad(param, f"the {param} is not valid UTF-8 text (a lone surrogate)") from None
 
 
 def flag(body: dict, name: str) -> bool:

@@ -5,6 +5,9 @@ What each route answers is completions.py's.
     GET  /v1/models/{name}          that model
     POST /v1/completions            a completion, or a stream of server-sent events ending in [DONE]
     POST /v1/chat/completions       OpenAI's answer for a completions-only model (404)
+    GET  /tokenizer_info            the special tokens (vLLM's tokenizer routes, which
+    POST /tokenize                  lm-evaluation-harness's local-completions uses):
+    POST /detokenize                text -> token ids -> text
 
 The connections, the deadline for a whole request and the fixed pool of threads that answer are
 minitf/web/connections.py's (shared with the explorer): slow or idle clients neither hold a thread nor
@@ -81,7 +84,9 @@ class _Handler(MemoryHandler):
         elif path.startswith("/v1/models/"):
             api.check_model(path.removeprefix("/v1/models/"))
             self._json(200, api.model_card())
-        elif path in ("/v1/completions", "/v1/chat/completions"):
+        elif path == "/tokenizer_info":
+            self._json(200, api.tokenizer_info())
+        elif path in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"):
             raise APIError(f"GET is not allowed on {path}; POST a JSON request", 405)
         else:
             raise APIError(f"Invalid URL (GET {path})", 404, code="unknown_url")
@@ -97,7 +102,10 @@ class _Handler(MemoryHandler):
                 self._json(200, api.complete(req, cancelled))
         elif path == "/v1/chat/completions":
             api.chat(self._body())
-        elif path == "/v1/models" or path.startswith("/v1/models/"):
+        elif path in ("/tokenize", "/detokenize"):
+            body = self._body()
+            self._json(200, api.tokenize(body) if path == "/tokenize" else api.detokenize(body))
+        elif path in ("/v1/models", "/tokenizer_info") or path.startswith("/v1/models/"):
             raise APIError(f"POST is not allowed on {path}; GET it", 405)
         else:
             raise APIError(f"Invalid URL (POST {path})", 404, code="unknown_url")
