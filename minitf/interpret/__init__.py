@@ -2,11 +2,14 @@
 
 - scores.py: previous-token, duplicate-token and induction scores of every head (TransformerLens's
   head_detector), and the in-context-learning score (Olsson et al. 2022).
+- ablation.py: the model with any heads switched off (zeroed, or their mean output), and the
+  next-token distribution and loss before and after.
 
 Everything runs the model's own modules (trace.py) on token ids; nothing here trains or changes
 the model's weights.
 """
 
+from .ablation import Ablation, ablate, mean_head_outputs
 from .scores import head_scores, in_context_score, repeated_tokens
 
-__all__ = ["head_scores", "in_context_score", "repeated_tokens"]
+__all__ = ["Ablation", "ablate", "head_scores", "in_context_score", "mean_head_outputs", "repeated_tokens"]
