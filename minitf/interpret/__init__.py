@@ -4,12 +4,24 @@
   head_detector), and the in-context-learning score (Olsson et al. 2022).
 - ablation.py: the model with any heads switched off (zeroed, or their mean output), and the
   next-token distribution and loss before and after.
+- attribution.py: direct logit attribution: each head's, FFN's, bias's and the embeddings' share
+  of one logit, through the final norm's frozen scale and the LM head; the shares add up to it.
 
 Everything runs the model's own modules (trace.py) on token ids; nothing here trains or changes
 the model's weights.
 """
 
 from .ablation import Ablation, ablate, mean_head_outputs
+from .attribution import Attribution, attribute
 from .scores import head_scores, in_context_score, repeated_tokens
 
-__all__ = ["Ablation", "ablate", "head_scores", "in_context_score", "mean_head_outputs", "repeated_tokens"]
+__all__ = [
+    "Ablation",
+    "Attribution",
+    "ablate",
+    "attribute",
+    "head_scores",
+    "in_context_score",
+    "mean_head_outputs",
+    "repeated_tokens",
+]

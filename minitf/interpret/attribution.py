@@ -1,0 +1,119 @@
+"""Direct logit attribution: how much each part of the model writes, straight into the residual
+stream, towards one token's logit.
+
+The residual stream the LM head reads is a sum: the embeddings, then per block each head's output
+through its slice of the output projection, the projection's bias, and the feed-forward output.
+The final norm is not linear, but only through its scale, 1 / sqrt(var + eps) (LayerNorm) or
+1 / sqrt(mean square + eps) (RMSNorm), a single number per position. Held at its value for the
+whole stream (as TransformerLens does, freezing the LayerNorm scale), the norm is linear, and so
+is the LM head: each part's share of the logit is its vector, centred (LayerNorm), times that
+scale, times the norm's weight, dotted with the token's row of the LM head. The shares, plus the
+norm's own bias pushed through the head, add up to the logit exactly.
+
+"Direct" means only the path straight to the head: a head whose output a later layer reads has an
+indirect effect that this does not count (ablation and patching measure that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+from ..errors import ConfigError
+from ..model import Transformer
+from ..system.runtime import eval_mode
+from .trace import as_batch, embed, trace
+
+
+@dataclass
+class Attribution:
+    """The parts of one logit (L layers, H heads). `total()` adds them back up to `logit`.
+
+    With model.logit_softcap set, `logit` is the logit before the soft cap (the cap is not linear)."""
+
+    token: int  # the token whose logit is attributed (or, with `against`, token minus against)
+    against: int | None
+    position: int  # the position whose next-token logits are read
+    logit: float  # the model's logit (difference), before any soft cap
+    embedding: float  # the token embedding
+    positions: float  # learned or sinusoidal position vectors (0 with rope, which adds none)
+    heads: torch.Tensor  # (L, H) each head's output through its slice of the output projection
+    attn_bias: torch.Tensor  # (L,) each attention output projection's bias (0 without biases)
+    ffn: torch.Tensor  # (L,) each feed-forward network's output, its biases included
+    norm_bias: float  # the final LayerNorm's bias through the head (0 for RMSNorm or without biases)
+
+    def total(self) -> float:
+        parts = self.embedding + self.positions + self.norm_bias
+        return parts + float(self.heads.sum() + self.attn_bias.sum() + self.ffn.sum())
+
+
+def final_norm_scale(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """(..., 1): the final norm's per-position scale, from the whole residual stream x (..., C)."""
+    x = x.float()
+    if isinstance(norm, nn.LayerNorm):
+        return torch.rsqrt(x.var(dim=-1, unbiased=False, keepdim=True) + norm.eps)  # (..., 1)
+    eps = norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps  # RMSNorm's default
+    return torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)  # (..., 1)
+
+
+def head_writes(model: Transformer, layer: int, heads: torch.Tensor) -> torch.Tensor:
+    """(H, C): what each head's output heads (H, D) writes into the stream through its slice of
+    the output projection, without the projection's bias (that is a part of its own)."""
+    H, D = heads.shape
+    w = model.blocks[layer].attn.c_proj.weight.view(-1, H, D)  # (C, H, D): head h reads columns h*D .. (h+1)*D
+    return torch.einsum("hd,chd->hc", heads.float(), w.float())  # (H, C)
+
+
+@torch.no_grad()
+def attribute(model: Transformer, ids, token: int, position: int = -1, against: int | None = None) -> Attribution:
+    """Split the logit of `token` at `position` of ids (T,) or (1, T) into the model's parts.
+
+    against: another token; then the logit difference token minus against is split (how much each
+    part prefers one over the other, the usual question: "Mary" over "John").
+    """
+    ids = as_batch(model, ids)  # (1, T)
+    if ids.size(0) != 1:
+        raise ConfigError(f"attribute reads one sequence, got a batch of {ids.size(0)}; pass ids[i]")
+    T, V = ids.size(1), model.config.vocab_size
+    if not -T <= position < T:
+        raise ConfigError(f"position {position} is not in the {T} tokens; pass 0..{T - 1} or -1 for the last")
+    for name, t in (("token", token), ("against", against)):
+        if t is not None and not 0 <= t < V:
+            raise ConfigError(f"{name} {t} is not in the vocabulary; pass 0..{V - 1}")
+    p = position % T
+    with eval_mode(model):
+        tr = trace(model, ids)
+        tok = model.wte(ids)[0, p]  # (C,)
+        pos = embed(model, ids)[0, p] - tok  # (C,) zero with rope
+        head = model.lm_head(model.ln_f(tr.residuals[-1][0, p])).float()  # (V,) the logits before any soft cap
+    unembed = model.lm_head.weight[token].float()  # (C,)
+    if against is not None:
+        unembed = unembed - model.lm_head.weight[against].float()
+    norm = model.ln_f
+    layernorm = isinstance(norm, nn.LayerNorm)
+    direction = final_norm_scale(norm, tr.residuals[-1][0, p]) * unembed  # (C,) scale frozen from the whole stream
+    if norm.weight is not None:
+        direction = direction * norm.weight.float()
+
+    def share(v: torch.Tensor) -> torch.Tensor:  # v (..., C) -> (...) its share of the logit
+        v = v.float()
+        if layernorm:  # LayerNorm subtracts the mean of the whole stream: of each part, by linearity
+            v = v - v.mean(dim=-1, keepdim=True)
+        return v @ direction
+
+    L = model.config.n_layer
+    bias = [model.blocks[i].attn.c_proj.bias for i in range(L)]
+    return Attribution(
+        token=token,
+        against=against,
+        position=p,
+        logit=float(head[token] - (0 if against is None else head[against])),
+        embedding=float(share(tok)),
+        positions=float(share(pos)),
+        heads=torch.stack([share(head_writes(model, i, tr.heads[i][0, :, p])) for i in range(L)]).cpu(),  # (L, H)
+        attn_bias=torch.tensor([0.0 if b is None else float(share(b)) for b in bias]),  # (L,)
+        ffn=torch.stack([share(tr.ffn_out[i][0, p]) for i in range(L)]).cpu(),  # (L,)
+        norm_bias=0.0 if getattr(norm, "bias", None) is None else float(norm.bias.float() @ unembed),
+    )
