@@ -6,6 +6,8 @@
   next-token distribution and loss before and after.
 - attribution.py: direct logit attribution: each head's, FFN's, bias's and the embeddings' share
   of one logit, through the final norm's frozen scale and the LM head; the shares add up to it.
+- patching.py: activation patching of a clean prompt into a corrupted one, by layer and position
+  (the residual stream) or by head, as the recovered share of the logit difference.
 
 Everything runs the model's own modules (trace.py) on token ids; nothing here trains or changes
 the model's weights.
@@ -13,6 +15,7 @@ the model's weights.
 
 from .ablation import Ablation, ablate, mean_head_outputs
 from .attribution import Attribution, attribute
+from .patching import patch_heads, patch_residual
 from .scores import head_scores, in_context_score, repeated_tokens
 
 __all__ = [
@@ -23,5 +26,7 @@ __all__ = [
     "head_scores",
     "in_context_score",
     "mean_head_outputs",
+    "patch_heads",
+    "patch_residual",
     "repeated_tokens",
 ]

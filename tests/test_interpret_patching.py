@@ -1,0 +1,62 @@
+"""minitf.interpret's activation patching: the residual stream and head outputs of a clean prompt
+patched into a corrupted one, on a hand-built induction model whose answer is known."""
+
+import pytest
+import torch
+
+import minitf
+from minitf.interpret import patch_heads, patch_residual
+
+from .interpret_models import induction_model
+
+# the model continues "... D" with the token after the earlier D: E in the clean prompt, F in the
+# corrupted one, which differs at position 5 only
+A, B, C, D, E, F = 3, 8, 1, 12, 6, 14
+CLEAN = torch.tensor([0, A, B, C, D, E, A, B, C, D])
+CORRUPTED = torch.tensor([0, A, B, C, D, F, A, B, C, D])
+
+
+def test_residual_patching_recovers_the_answer_where_it_travels():
+    got = patch_residual(induction_model(), CLEAN, CORRUPTED, answer=E, wrong=F)
+    assert got.shape == (3, 10)
+    # the embeddings and the stream after block 0 carry E at position 5, where the induction head
+    # reads it; the last block's output only at the last position, where the head reads it
+    want = torch.zeros(3, 10)
+    want[0, 5] = want[1, 5] = want[2, 9] = 1.0
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_head_patching_finds_the_induction_head():
+    got = patch_heads(induction_model(), CLEAN, CORRUPTED, answer=E, wrong=F)
+    torch.testing.assert_close(got, torch.tensor([[0.0, 0.0], [1.0, 0.0]]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
+def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm):
+    torch.manual_seed(0)
+    cfg = minitf.ModelConfig(vocab_size=40, block_size=32, n_layer=3, n_head=2, n_embd=16, norm=norm)
+    model = minitf.Transformer(cfg).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    clean = torch.tensor([5, 9, 2, 7, 7, 30, 11, 4])
+    corrupted = clean.clone()
+    corrupted[4] = 21  # positions 0..3 see the same tokens in both runs
+    got = patch_residual(model, clean, corrupted, answer=13, wrong=17)
+    assert got.shape == (4, 8)
+    assert got[-1, -1] == pytest.approx(1.0, abs=1e-5)
+    assert torch.equal(got[-1, :-1], torch.zeros(7))  # nothing after the last block mixes positions
+    assert torch.equal(got[:, :4], torch.zeros(4, 4))  # the same stream in both runs: patching changes nothing
+    assert got[0, 4] == pytest.approx(1.0, abs=1e-5)  # the one different embedding, put back: the clean run
+    heads = patch_heads(model, clean, corrupted, answer=13, wrong=17)
+    assert heads.shape == (3, 2) and torch.isfinite(heads).all()
+
+
+def test_mistakes_are_refused_in_one_line():
+    model = induction_model()
+    with pytest.raises(minitf.ConfigError, match="the corrupted prompt is 9 tokens and the clean one 10"):
+        patch_residual(model, CLEAN, CORRUPTED[:-1], answer=E, wrong=F)
+    with pytest.raises(minitf.ConfigError, match="same logit difference"):
+        patch_heads(model, CLEAN, CLEAN, answer=E, wrong=F)
+    with pytest.raises(minitf.ConfigError, match="wrong token 16 is not in the vocabulary"):
+        patch_heads(model, CLEAN, CORRUPTED, answer=E, wrong=16)
