@@ -20,6 +20,7 @@ import minitf
 from minitf.generate import generate_tokens, sample_settings
 from minitf.training.checkpoint import load_run
 from minitf.web.serve import APIError, Completions, CompletionServer, Limits
+from minitf.web.serve.completions import MAX_STOPS
 
 from .helpers import ROOT, default_sigint
 
@@ -192,11 +193,12 @@ def test_bad_requests_raise_the_clients_exceptions(client, tiny_run):
         (dict(max_tokens=0), "max_tokens", None),
         (dict(temperature=5), "temperature", None),
         (dict(n=100), "n", None),
-        (dict(stop=["a", "b", "c", "d", "e"]), "stop", None),
+        (dict(stop=[str(i) for i in range(MAX_STOPS + 1)]), "stop", None),
         (dict(extra_body={"frequency": 1}), "frequency", None),
         (dict(presence_penalty=0.5), "presence_penalty", None),
         (dict(prompt="O love " * 40), "prompt", "context_length_exceeded"),
-        (dict(prompt=[1, 2, 3]), "prompt", None),
+        (dict(prompt=[1, 2, 10**6]), "prompt", None),  # an id past the vocabulary
+        (dict(prompt=[[1, 2], []]), "prompt", None),
         (dict(seed=-1), "seed", None),
     ]
     for extra, param, code in cases:

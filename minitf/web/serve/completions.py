@@ -13,25 +13,39 @@ is the exception: without one, each request draws a fresh random seed (the proce
 generator is never used), so two requests without a seed differ, as they do on OpenAI's API.
 
 What the fields mean here:
-- prompt: a string or a list of them (each completed n times; choice p*n+j is prompt p's j-th);
-  "" starts a new document (from <|endoftext|>). At most block_size tokens: a longer prompt is
-  refused (context_length_exceeded), since the model would not see its start. The completion
-  may be longer than block_size: the window slides as it does in minitf.generate.
-- max_tokens: 1 to the server's --max-tokens (default 1024). Extensions: top_k (0 or null: off)
-  and repetition_penalty, minitf's own.
+- prompt: a string, a list of strings, a list of token ids, or a list of lists of them (each
+  completed n times; choice p*n+j is prompt p's j-th); ids are checked against the vocabulary.
+  "" starts a new document (from <|endoftext|>). A string prompt is at most block_size tokens (a
+  longer one is refused, context_length_exceeded: the model would not see its start); token ids
+  come from a client that tokenizes and truncates itself (lm-evaluation-harness), so the model
+  sees their last block_size, as a long generation's window does. The completion may be longer
+  than block_size: the window slides as it does in minitf.generate.
+- max_tokens: 1 to the server's --max-tokens (default 1024); 0 with echo: the prompt alone,
+  scored. Extensions: top_k (0 or null: off) and repetition_penalty, minitf's own.
 - logprobs: N (0..20): for every generated token, its logprob and the N likeliest of its step,
   in the distribution it was drawn from (after repetition_penalty, temperature, top_k, top_p:
   a token these drop has no entry; at temperature 0, the model's own softmax). <|endoftext|>
-  has no text and no entry.
+  has no text and no entry, except with echo.
+- echo with logprobs (how lm-evaluation-harness scores a continuation): the prompt's own
+  logprobs first, one entry per prompt token, in the model's own softmax computed in float32
+  from one forward pass; the first token's is null (nothing predicts it), as are those of a long
+  token prompt before its window (the block_size ids before its last, as the harness's hf
+  backend scores it). Then one per generated token, <|endoftext|> included. top_logprobs come
+  from the same tensor as the token's own value, so "is this token the argmax" is exact.
+- stop: up to 32 strings (a task's stop strings plus <|endoftext|>, as the harness sends them).
 - usage.completion_tokens counts every token sampled, the <|endoftext|> or the token that
   completed a stop string included; finish_reason is "stop" (either) or "length".
-- Refused with a clear 400: prompts as token ids, suffix, best_of > 1, frequency or presence
-  penalties, logit_bias, and echo together with logprobs.
+- Refused with a clear 400: suffix, best_of > 1, frequency or presence penalties, logit_bias.
+
+The tokenizer routes (vLLM's, which the harness's local-completions finds at the server's root):
+tokenizer_info() names the special tokens, tokenize() turns text into ids (no special tokens are
+added; "<|endoftext|>" in the text is that token) and detokenize() ids into text.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import secrets
 import threading
@@ -43,11 +57,11 @@ import torch
 
 from ...config import INT_RANGE, SampleConfig, check_sampling
 from ...errors import ConfigError, MinitfError
-from ...generate import _TextAssembler, check_num_samples, generate_tokens, prompt_ids, sample_settings, token_probs
+from ...generate import _TextAssembler, check_num_samples, generate_tokens, sample_settings, token_probs
 from ...training.checkpoint import BEST, WEIGHTS, load_run
 
 MAX_CHOICES = 16  # prompts x n in one request: each is a row of the batch and a KV cache
-MAX_STOPS = 4  # as OpenAI's API
+MAX_STOPS = 32  # OpenAI's API takes 4; lm-evaluation-harness sends a task's stop strings plus <|endoftext|>
 MAX_LOGPROBS = 20
 MAX_IDS = 1 << 16  # token ids in one prompt or /detokenize list (the 1 MiB body bounds them too)
 MAX_TOKENS = 1024  # default bound on max_tokens; past block_size the window slides, as in minitf.generate
@@ -80,8 +94,10 @@ def bad(param: str, message: str, code: str | None = None) -> APIError:
 class Request:
     """A checked completion request."""
 
-    prompts: list[str]
-    settings: SampleConfig  # max_new_tokens = max_tokens, and the seed every prompt starts from
+    prompts: list[str]  # each prompt's text (what echo returns)
+    ids: list[list[int]]  # each prompt's token ids, whole (the model sees the last block_size)
+    max_tokens: int  # 0: the prompt alone, scored (echo)
+    settings: SampleConfig  # max_new_tokens = max_tokens (at least 1), and the seed every prompt starts from
     n: int
     stop: list[str]
     stream: bool
@@ -160,11 +176,13 @@ class Completions:
         if not isinstance(body.get("user", ""), str):
             raise bad("user", "user must be a string")
 
-        prompts = self._prompts(body.get("prompt", ""))
+        prompts, ids = self._prompts(body.get("prompt", ""))
         n = integer(body, "n", 1, MAX_CHOICES, default=1)
         if n * len(prompts) > MAX_CHOICES:
             raise bad("n", f"{len(prompts)} prompts x n={n} is {n * len(prompts)} completions; at most {MAX_CHOICES}")
-        settings = self._settings(body)
+        stream, echo = flag(body, "stream"), flag(body, "echo")
+        max_tokens = integer(body, "max_tokens", 0 if echo else 1, self.max_tokens, default=None)
+        settings = self._settings(body, max_tokens)
         try:  # each prompt's n rows are sampled at once; the bound minitf.generate's num_samples has
             check_num_samples(self.model, n, "n")
         except ConfigError as e:
@@ -176,21 +194,19 @@ class Completions:
             raise bad("stop", "stop must be a string or a list of strings")
         if len(stop) > MAX_STOPS:
             raise bad("stop", f"stop has {len(stop)} strings; at most {MAX_STOPS}")
-        stream, echo = flag(body, "stream"), flag(body, "echo")
         logprobs = integer(body, "logprobs", 0, MAX_LOGPROBS, default=None)
-        if echo and logprobs is not None:
-            raise bad("echo", "echo with logprobs (the prompt's own logprobs) is not supported; send one of them")
         options = body.get("stream_options")
         if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}):
             raise bad("stream_options", 'stream_options is {"include_usage": true/false}, with stream=true only')
         include_usage = flag(options or {}, "include_usage")
-        return Request(prompts, settings, n, stop, stream, logprobs, echo, include_usage)
+        max_tokens = settings.max_new_tokens if max_tokens is None else max_tokens
+        return Request(prompts, ids, max_tokens, settings, n, stop, stream, logprobs, echo, include_usage)
 
-    def _settings(self, body: dict) -> SampleConfig:
+    def _settings(self, body: dict, max_tokens: int | None) -> SampleConfig:
         """The request's sampling settings over the run's own: the request's types and OpenAI's
         ranges here, then minitf's sampler's ranges (check_sampling, as for minitf.generate)."""
         run = self.cfg.sample
-        given = {"max_new_tokens": integer(body, "max_tokens", 1, self.max_tokens, default=None)}
+        given = {"max_new_tokens": max(max_tokens, 1) if max_tokens is not None else None}
         if given["max_new_tokens"] is None:
             given["max_new_tokens"] = min(run.max_new_tokens, self.max_tokens)
         given["temperature"] = number(body, "temperature", 0, 2, default=run.temperature)
@@ -205,25 +221,34 @@ class Completions:
         given["seed"] = secrets.randbelow(SEED_RANGE[1]) if seed is None else seed
         return sample_settings(run, **given)
 
-    def _prompts(self, prompt) -> list[str]:
-        prompts = [prompt] if isinstance(prompt, str) else prompt
-        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, str) for p in prompts):
-            raise bad("prompt", "prompt must be a string or a non-empty list of strings (token ids are not supported)")
+    def _prompts(self, prompt) -> tuple[list[str], list[list[int]]]:
+        """(texts, token ids) of the prompts: a string, a list of strings, a list of token ids, or
+        a list of lists of them."""
+        is_ids = isinstance(prompt, list) and prompt and all(isinstance(i, int) for i in prompt)
+        prompts = [prompt] if isinstance(prompt, str) or is_ids else prompt
+        if not isinstance(prompts, list) or not prompts or not all(isinstance(p, (str, list)) for p in prompts):
+            raise bad("prompt", "prompt must be a string, a list of strings, a list of token ids, or a list of those")
         if len(prompts) > MAX_CHOICES:
             raise bad("prompt", f"{len(prompts)} prompts in one request; at most {MAX_CHOICES}")
+        texts, ids = [], []
         for p in prompts:
-            try:
-                p.encode("utf-8")
-            except UnicodeEncodeError:
-                raise bad("prompt", "the prompt is not valid UTF-8 text (a lone surrogate)") from None
-            if len(self.tok.encode(p)) > self.block:  # the body's size bound keeps this encoding short
+            if isinstance(p, list):  # token ids: the client tokenized and truncates; the model sees the last block_size
+                if not p:
+                    raise bad("prompt", "a prompt of token ids needs at least one id (<|endoftext|>: a new document)")
+                ids.append(self._ids(p, "prompt"))
+                texts.append(self.tok.decode(p))
+                continue
+            check_text(p)
+            ids.append(self.tok.encode(p) if p else [self.tok.eot_id])  # the body's size bound keeps this short
+            texts.append(p)
+            if len(ids[-1]) > self.block:
                 raise bad(
                     "prompt",
                     f"This model's maximum context length is {self.block} tokens (block_size), and your prompt is "
-                    f"longer; shorten it (the completion may be longer: the window slides as it grows)",
+                    f"longer; shorten it, or send token ids, which keep their last {self.block}",
                     code="context_length_exceeded",
                 )
-        return prompts
+        return texts, ids
 
     # ---- /v1/completions: answering
 
@@ -268,14 +293,18 @@ class Completions:
             )
         reason = "cancelled"
         try:
-            for p, prompt in enumerate(req.prompts):
-                ids = prompt_ids(self.tok, prompt, self.block)
+            for p, (prompt, ids) in enumerate(zip(req.prompts, req.ids)):
                 usage["prompt_tokens"] += len(ids)
-                first = p * req.n
+                first, base = p * req.n, len(prompt) if req.echo else 0  # base: where the completion's text begins
                 if req.echo:
+                    scored = None if req.logprobs is None else self._prompt_logprobs(ids, req.logprobs)
                     for j in range(req.n):
-                        yield event(first + j, prompt)
-                for step in self._sample(req, ids, cid, cancelled, usage):
+                        yield event(first + j, prompt, scored)
+                if req.max_tokens == 0:  # the prompt alone, scored
+                    for j in range(req.n):
+                        yield event(first + j, "", None if req.logprobs is None else no_logprobs(), "length")
+                    continue
+                for step in self._sample(req, ids[-self.block :], cid, cancelled, usage, base):
                     for j, text, logprobs, finish in step:
                         yield event(first + j, text, logprobs, finish)
             reason = "done"
@@ -285,9 +314,10 @@ class Completions:
                 self.on_finish({"id": cid, "tokens": usage["completion_tokens"], "reason": reason})
 
     @torch.inference_mode()
-    def _sample(self, req: Request, ids: list[int], cid: str, cancelled, usage: dict):
+    def _sample(self, req: Request, ids: list[int], cid: str, cancelled, usage: dict, base: int = 0):
         """Per sampled step, a list of (row, new text, logprobs or None, finish_reason or None)
-        for the rows still going; ends when every row has finished."""
+        for the rows still going; ends when every row has finished. base: where the completion's
+        text begins in the choice's text (after the echoed prompt), for the logprobs' offsets."""
         s, n = req.settings, req.n
         texts = [_TextAssembler(self.tok, req.stop) for _ in range(n)]
         history = torch.tensor([ids], device=next(self.model.parameters()).device).repeat(n, 1)  # (n, P)
@@ -300,7 +330,7 @@ class Completions:
                 for j, (t, i) in enumerate(zip(texts, nxt.tolist())):
                     if t.done:
                         continue
-                    offset = len(t.text)  # where this token's text begins in the completion
+                    offset = base + len(t.text)  # where this token's text begins in the choice
                     piece = t.push(i)
                     usage["completion_tokens"] += 1
                     lp = None if probs is None else self._logprobs(probs[j], i, offset, req)
@@ -322,18 +352,51 @@ class Completions:
     def _logprobs(self, probs: torch.Tensor, token: int, offset: int, req: Request) -> dict:
         """OpenAI's completions logprobs for one token: its own, and the req.logprobs likeliest
         of its step plus itself, in the distribution it was drawn from (probs: (V,)).
-        <|endoftext|> has no text in the completion, so it has no entry either."""
-        if token == self.tok.eot_id:
+        <|endoftext|> has no text in the completion, so it has no entry, except with echo: a
+        scoring client (lm-evaluation-harness) counts one entry per generated token."""
+        if token == self.tok.eot_id and not req.echo:
             return no_logprobs()
         best = probs.topk(min(req.logprobs, probs.numel())) if req.logprobs else None
         top = {}
         if best is not None:
             for p, j in zip(best.values.tolist(), best.indices.tolist()):
                 if p > 0:  # a token top_k or top_p dropped has no logprob (log 0)
-                    top[self.tok.decode([j])] = math.log(p)
+                    top.setdefault(self.tok.decode([j]), math.log(p))  # tokens of the same text: the likeliest's
         text, own = self.tok.decode([token]), math.log(float(probs[token]))
         top.setdefault(text, own)
         return {"tokens": [text], "token_logprobs": [own], "top_logprobs": [top], "text_offset": [offset]}
+
+    @torch.inference_mode()
+    def _prompt_logprobs(self, ids: list[int], top_n: int) -> dict:
+        """The prompt's own logprobs (echo with logprobs), in the model's own softmax in float32,
+        from one forward pass: the first token has none (nothing predicts it), and a prompt longer
+        than block_size is scored as lm-evaluation-harness's hf backend scores it: the window is
+        the block_size ids before the last, so the tokens before it have none either (null)."""
+        window = ids[max(0, len(ids) - 1 - self.block) : -1]
+        skipped = len(ids) - len(window)
+        tokens = [self.tok.decode([i]) for i in ids]
+        lp = {
+            "tokens": tokens, "token_logprobs": [None] * skipped, "top_logprobs": [None] * skipped,
+            "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)),
+        }  # fmt: skip
+        if not window:
+            return lp
+        device = next(self.model.parameters()).device
+        logits = self.model(torch.tensor([window], device=device))[0][0]  # (W, V): the prediction after each id
+        logprobs = logits.float().log_softmax(dim=-1)  # (W, V)
+        targets = torch.tensor(ids[skipped:], device=device)  # (W,): the token each prediction is scored on
+        own = logprobs.gather(1, targets[:, None])[:, 0].tolist()  # (W,)
+        # the top values come from the same tensor as the token's own, so "is it the argmax" is an exact comparison
+        best = logprobs.topk(min(top_n, logprobs.size(-1)), dim=-1) if top_n else None  # (W, top_n) each
+        for k, (token, value) in enumerate(zip(tokens[skipped:], own)):
+            top = {}
+            if best is not None:
+                for v, j in zip(best.values[k].tolist(), best.indices[k].tolist()):
+                    top.setdefault(self.tok.decode([j]), v)
+            top.setdefault(token, value)
+            lp["token_logprobs"].append(value)
+            lp["top_logprobs"].append(top)
+        return lp
 
     # ---- /tokenizer_info, /tokenize, /detokenize (vLLM's, at the server's root)
 
