@@ -321,6 +321,9 @@ class TrainConfig(_Section):
     eval_batches: int = key(10, "batches per evaluation")
     ckpt_every: int = key(250, "steps between checkpoints (and at the end, and on Ctrl-C or SIGTERM)")
     log_every: int = key(10, "steps between steps.jsonl rows (loss, LR) and progress-bar updates")
+    snapshot_every: int = key(
+        0, "keep the weights every N steps in <run>/snapshots/, for minitf heads (0: off; small models only)"
+    )
     logger: Literal["jsonl", "tensorboard"] = key("jsonl", "tensorboard: event files in <run>/tensorboard too")
     typical_steps: int | Literal["auto"] | None = key(
         "auto",
@@ -368,6 +371,8 @@ class TrainConfig(_Section):
             raise ConfigError(f"train.min_lr must be in [0, train.lr={self.lr}], got {self.min_lr}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.grad_clip < 0:
             raise ConfigError("train.warmup_steps, train.weight_decay and train.grad_clip must be >= 0")
+        if self.snapshot_every < 0:
+            raise ConfigError(f"train.snapshot_every must be >= 0 (0: off), got {self.snapshot_every}")
         for n in ("beta1", "beta2", "muon_momentum"):
             if not 0 <= getattr(self, n) < 1:
                 raise ConfigError(f"train.{n} must be in [0, 1), got {getattr(self, n)}")
@@ -375,6 +380,8 @@ class TrainConfig(_Section):
             raise ConfigError("train.parallel=fsdp does not support train.dtype=float16; use bfloat16 or float32")
         if self.parallel == "fsdp" and self.optimizer == "muon":  # Newton-Schulz needs whole matrices, not shards
             raise ConfigError("train.parallel=fsdp does not support train.optimizer=muon; use adamw or parallel=ddp")
+        if self.parallel == "fsdp" and self.snapshot_every:  # snapshots are for small models, which need no shards
+            raise ConfigError("train.snapshot_every is for small models, not train.parallel=fsdp; use parallel=ddp")
 
 
 # The sampler computes in float32 (largest 3.4e38; below 1.4e-45 a number is 0). A repetition

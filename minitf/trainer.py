@@ -1,7 +1,7 @@
 """The training loop: `train(cfg)` fits a Transformer and writes a run directory.
 
 Read it top-down. `train` sets a run up, runs `_loop` and says how it ended. `_loop` is the loop,
-one screen: the LR from the schedule, one step, then an evaluation and a checkpoint when due.
+one screen: the LR from the schedule, one step, then a snapshot, an evaluation and a checkpoint when due.
 `train_step` is one optimizer step, `forward_backward` its gradients: batch -> forward -> loss ->
 backward -> clip. `record_eval` evaluates and logs.
 
@@ -33,7 +33,7 @@ from .export import hf
 from .export.architecture import FORMAT_NAMES, format_or_none
 from .optim import lr_at, schedule_progress, set_lr
 from .system import runtime
-from .training import budget, fsdp, setup
+from .training import budget, fsdp, setup, snapshots
 from .training import checkpoint as ckpt
 from .training.report import StepReport, say_how_it_ended
 from .training.session import Session, finished, last_good, save_checkpoint
@@ -101,12 +101,14 @@ def _loop(session: Session, on_eval) -> None:
     report = StepReport(session)  # the progress bar, and steps.jsonl every log_every steps
     # the step a resume starts from was evaluated when it was an evaluation step
     evaluated = session.step if session.step and session.step % tc.eval_every == 0 else None
+    snapshots.begin(session)  # train.snapshot_every: what the history costs, refused if too much
     with runtime.tf32_matmuls(session.device), runtime.StopFlag(session.log) as stop:
         while session.step < tc.max_steps:
             lr = lr_at(session.step, schedule_progress(session.step, session.elapsed(), tc), tc)
             loss, norm, elapsed, stop_now = train_step(session, lr, stop.signal is not None)
             session.step += 1
             report.step(loss, lr, norm, elapsed)
+            snapshots.keep(session)  # the weights of this step, when it is a multiple of snapshot_every
             end = _stop_reason(session, elapsed, stop_now, stop.signal)  # None: the loop goes on
             # the last step evaluates too, unless the step before it just did (an evaluation that
             # used up the time budget leaves one more step, and the same numbers again)

@@ -19,6 +19,7 @@ COMMANDS = {
     "explore": ("explore", "a local web page to watch tokens stream and open their attention"),
     "attention": ("attention", "draw or print a run's attention weights on a text"),
     "plot": ("plot", "draw loss curves from runs' metrics"),
+    "heads": ("heads", "watch a run's induction heads form over training, from its snapshots"),
     "export": (
         "export",
         "write a run as a Hugging Face directory: GPT-2, GPT-NeoX, Llama or Qwen3 (needs the hf extra)",

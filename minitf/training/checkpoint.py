@@ -39,6 +39,7 @@ WEIGHTS, BEST, STATE, CONFIG, TOKENIZER = (
     "config.yaml",
     "tokenizer.json",
 )
+SNAPSHOTS = "snapshots"  # train.snapshot_every's folder of weights, one file per kept step (snapshots.py)
 
 
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
@@ -218,6 +219,7 @@ RESUMABLE = (
     "train.eval_batches",
     "train.ckpt_every",
     "train.log_every",
+    "train.snapshot_every",
     "train.logger",
     "train.typical_steps",
     "train.fit_budget",
@@ -329,7 +331,7 @@ def check_resume_tokenizer(run_dir: Path) -> None:
 
 # what a fresh run may find in its directory: what an earlier attempt at the same run left before
 # its first checkpoint (config.yaml, tokenizer.json, logs), the lock, and half-written temporary files
-OURS = {CONFIG, TOKENIZER, "metrics.jsonl", "steps.jsonl", "loss.png", "tensorboard", ".lock"}
+OURS = {CONFIG, TOKENIZER, "metrics.jsonl", "steps.jsonl", "loss.png", "tensorboard", SNAPSHOTS, ".lock"}
 RUN_FILES = OURS | {STATE, WEIGHTS, BEST}
 STALE = ("metrics.jsonl", "steps.jsonl", "loss.png")  # rows of an attempt that never checkpointed
 

@@ -1,0 +1,113 @@
+"""train.snapshot_every: the weights every N steps, kept through a resume, refused for large
+models; and minitf heads, which scores and draws them."""
+
+import shutil
+
+import matplotlib.image as mpimg
+import pytest
+import torch
+import torch.nn as nn
+from safetensors.torch import load_file
+
+import minitf
+from minitf.cli import main as minitf_main
+from minitf.errors import ConfigError
+from minitf.training.checkpoint import weights_step
+from minitf.training.snapshots import MAX_BYTES, list_snapshots, plan, snapshot_path
+from minitf.web.training_figures import format_heads_table, heads_over_training
+
+from .helpers import tiny_config
+
+QUIET = {"log": lambda *a: None}
+
+
+def weights(path) -> dict:
+    return load_file(str(path))
+
+
+@pytest.fixture(scope="module")
+def snapshot_run(tmp_path_factory, corpus):
+    """A tiny run of 6 steps that kept its weights every 3 (it prints its evaluations: capsys reads them first)."""
+    out = tmp_path_factory.mktemp("snapshots") / "run"
+    return minitf.train(tiny_config(out, corpus, "train.snapshot_every=3", "train.max_steps=6"), **QUIET)
+
+
+def test_snapshots_hold_the_weights_of_their_steps(snapshot_run):
+    run = snapshot_run
+    kept = list_snapshots(run)
+    assert [s for s, _ in kept] == [3, 6]
+    assert [p.name for _, p in kept] == ["step_000003.safetensors", "step_000006.safetensors"]
+    assert weights_step(kept[0][1]) == 3 and weights_step(kept[1][1]) == 6
+    final, last = weights(run / "model.safetensors"), weights(kept[1][1])
+    assert final.keys() == last.keys() and all(torch.equal(final[k], last[k]) for k in final)
+    first = weights(kept[0][1])
+    assert not torch.equal(first["lm_head.weight"], final["lm_head.weight"])  # three more steps changed them
+    model, _, _ = minitf.load_run(run)  # a snapshot loads into the run's model
+    minitf.training.checkpoint.load_weights(model, kept[0][1])
+    assert torch.equal(model.lm_head.weight, first["lm_head.weight"])
+
+
+def test_a_resume_keeps_the_snapshots_written_and_adds_its_own(tmp_path, corpus):
+    over = ("train.snapshot_every=2", "train.max_steps=4")
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, *over), **QUIET)
+    before = snapshot_path(run, 2).read_bytes()
+    stale = snapshot_path(run, 10)  # as a killed run leaves past its last checkpoint: trained again, so dropped
+    stale.write_bytes(snapshot_path(run, 4).read_bytes())
+    minitf.train(run, resume=True, overrides=["train.max_steps=8"], **QUIET)
+    assert [s for s, _ in list_snapshots(run)] == [2, 4, 6, 8]
+    assert snapshot_path(run, 2).read_bytes() == before
+    final = weights(run / "model.safetensors")
+    assert all(torch.equal(final[k], v) for k, v in weights(snapshot_path(run, 8)).items())
+
+
+def test_snapshots_of_a_large_model_or_history_are_refused_in_one_line():
+    small = nn.Linear(100, 100)  # 10,100 float32 parameters: 39.5 KB a snapshot
+    assert plan(10, small, 0, 100) == "snapshots: every 10 steps, up to 10 x 0.0 MB = 0.4 MB in snapshots/"
+    assert plan(10, small, 50, 100).startswith("snapshots: every 10 steps, up to 5 x")  # a resume keeps fewer
+    big = nn.Linear(8000, 8000, device="meta")  # 64 million parameters, never allocated
+    with pytest.raises(
+        ConfigError, match=r"^train.snapshot_every keeps the weights of small models only: .*64,008,000"
+    ):
+        plan(10, big, 0, 100)
+    steps = MAX_BYTES // (4 * 10_100) * 10 + 10  # one snapshot more than the disk allowance
+    with pytest.raises(ConfigError, match=r"raise train.snapshot_every or lower train.max_steps$") as e:
+        plan(10, small, 0, steps)
+    assert "\n" not in str(e.value) and "GB" in str(e.value)
+    with pytest.raises(ConfigError, match="train.snapshot_every must be >= 0"):
+        minitf.load_config("tiny", ["train.snapshot_every=-1"])
+    with pytest.raises(ConfigError, match="train.snapshot_every is for small models, not train.parallel=fsdp"):
+        minitf.load_config("tiny", ["train.snapshot_every=10", "train.parallel=fsdp", "train.optimizer=adamw"])
+    assert minitf.load_config("tiny").train.snapshot_every == 0  # off unless asked
+
+
+def test_heads_scores_and_draws_every_snapshot(snapshot_run, tmp_path, capsys):
+    run = snapshot_run
+    capsys.readouterr()
+    history = heads_over_training(run)
+    assert history.steps == [3, 6] and history.length == 16  # half the block of 32
+    assert history.induction.shape == history.previous_token.shape == (2, 2, 2)  # (snapshots, layers, heads)
+    assert ((history.induction >= 0) & (history.induction <= 0.5 + 1e-6)).all()
+    table = format_heads_table(history).splitlines()
+    assert table[0].split()[:4] == ["step", "val", "loss", "in-context"] and len(table) == 3
+    assert table[2].split()[0] == "6" and len(table[2].split()) == 3 + 4  # step, val loss, in-context, 4 heads
+    out = tmp_path / "heads.png"
+    minitf_main(["heads", "--run", str(run), "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert printed.endswith(f"wrote {out}\n") and printed.splitlines()[0] == table[0]
+    img = mpimg.imread(out)  # (height, width, 4)
+    assert img.shape[0] > 500 and img.shape[1] > 500 and img[..., :3].std() > 0.05
+
+
+def test_heads_without_a_run_or_snapshots_is_one_line(snapshot_run, tmp_path, capsys):
+    run = tmp_path / "run"  # a run trained without train.snapshot_every
+    run.mkdir()
+    shutil.copy(snapshot_run / "config.yaml", run / "config.yaml")
+    capsys.readouterr()
+    for argv, words in (
+        (["heads", "--run", str(tmp_path / "nowhere")], "does not exist; pass --run DIR"),
+        (["heads", "--run", str(run)], "has no snapshots; train it with train.snapshot_every=N"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            minitf_main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith("error: ") and words in err and err.count("\n") == 1
