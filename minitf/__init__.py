@@ -5,9 +5,10 @@ minitf.train(cfg)
 model, tok, cfg = minitf.load_run("runs/shakespeare")
 print(minitf.generate(model, tok, "Romeo.\\n", max_new_tokens=100))
 steps = minitf.inspect(model, tok, "Romeo. O")     # Q, K, V, scores, weights of every head
+minitf.interpret.head_scores(model, minitf.interpret.repeated_tokens(tok.vocab_size, 50))  # induction heads, ...
 """
 
-from . import attention
+from . import attention, interpret
 from .config import Config, DataConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig, load_config
 from .errors import ConfigError, MinitfError
 from .generate import generate, sample_next_token, stream, stream_tokens
@@ -34,6 +35,7 @@ __all__ = [
     "attention",
     "generate",
     "inspect",
+    "interpret",
     "load_config",
     "load_run",
     "sample_next_token",
