@@ -8,7 +8,8 @@ Every input comes from a browser, so each is checked: a wrong type, a value out 
 prompt too long or an unknown key raise BadRequest (a MinitfError) with one line the page shows.
 The numbers are the library's own: generation is `stream_tokens`, attention is `inspect`, the
 distribution is `sampler_distribution` (the rules `sample_next_token` draws by), the lens is
-`logit_lens`, positions are the model's own table or `rotary_angles`.
+`logit_lens`, positions are the model's own table or `rotary_angles`, heads and attribution are
+minitf.interpret's (interpret_views.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ...system.runtime import eval_mode
 from ...training.budget import budget_steps
 from ...training.checkpoint import BEST, WEIGHTS, load_run, weights_step
 from ...training.metrics import METRICS, read_rows
+from .interpret_views import attribution_view, heads_view, predicted
 
 MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 1000
@@ -46,6 +48,8 @@ VIEWS = {
     "distribution": "distribution",  # {"ids", "position", "temperature", ...} -> the next token under the sampler
     "lens": "lens",  # {"ids", "position"} -> the next token as each layer's residual stream predicts it
     "positions": "positions",  # {"ids", "position"} -> the position signal the model adds (or rotary's angles)
+    "heads": "heads",  # {"ids", "position", "heads", "mode"} -> head scores; the next token with heads switched off
+    "attribution": "attribution",  # {"ids", "position", "token", "against"} -> each part's share of a logit
 }
 
 
@@ -305,6 +309,43 @@ class Explorer:
         token = self.model.wte.weight[ids[position]].float().cpu()  # (C,)
         norms = {"position": float(table[position - start].norm()), "token": float(token.norm())}
         return {**view, "table": numbers(table), "norms": {k: round(v, DIGITS) for k, v in norms.items()}}
+
+    def heads(self, body: dict) -> dict:
+        """Every head's previous-token, duplicate-token and induction score on the window before
+        ids[position], and the next token with the (layer, head) pairs in `heads` switched off
+        ("zero", or "mean": each head's mean output over the window), beside the model's own."""
+        ids, position, start = self._position(body, {"heads", "mode", "top"})
+        m = self.cfg.model
+        pairs = body.get("heads", [])
+        if not isinstance(pairs, list) or len(pairs) > m.n_layer * m.n_head:
+            raise BadRequest(f"heads must be a list of at most {m.n_layer * m.n_head} [layer, head] pairs")
+        heads = []
+        for p in pairs:
+            if not isinstance(p, list) or len(p) != 2:
+                raise BadRequest(f"each of heads must be a [layer, head] pair, got {p!r}")
+            pair = {"layer": p[0], "head": p[1]}
+            heads.append((number(pair, "layer", int, 0, m.n_layer - 1), number(pair, "head", int, 0, m.n_head - 1)))
+        mode = body.get("mode", "zero")
+        if mode not in ("zero", "mean"):
+            raise BadRequest(f"mode must be 'zero' or 'mean', got {mode!r}")
+        top = number(body, "top", int, 1, MAX_SHOWN, default=10)
+        view = heads_view(self.model, ids[start : position + 1], heads, mode, top, self.label)
+        return {"offset": start, "position": position, "token": self.token(ids[position]), **view}
+
+    def attribution(self, body: dict) -> dict:
+        """Direct logit attribution of one next token after ids[position]: `token` (by default the
+        one that follows on the page, else the model's likeliest), minus `against` if given."""
+        ids, position, start = self._position(body, {"token", "against"})
+        window = ids[start : position + 1]
+        V = self.tok.vocab_size
+        nxt = self._next(ids, position)
+        if "token" in body:
+            token = number(body, "token", int, 0, V - 1)
+        else:
+            token = nxt["id"] if nxt is not None else predicted(self.model, window, 1)[0]
+        against = None if body.get("against") is None else number(body, "against", int, 0, V - 1)
+        view = attribution_view(self.model, window, token, against, self.label)
+        return {"offset": start, "position": position, "token": self.token(ids[position]), "next": nxt, **view}
 
 
 def budget_words(tc: TrainConfig) -> str:

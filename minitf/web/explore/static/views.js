@@ -1,8 +1,123 @@
 // The selected token's views, one tab each: its attention (attention.js), the next token under the
-// sampler, the logit lens and the position signal. Every number comes from the server, which
-// computes it with the library (minitf.sampling, minitf.inspection, the model's own positions):
-// the page only draws. The selection (the ids on the page and one index) is shared by all tabs.
+// sampler, the logit lens, the position signal, the heads and the logit attribution (Interpret,
+// below). Every number comes from the server, which computes it with the library
+// (minitf.sampling, minitf.inspection, minitf.interpret, the model's own positions): the page only draws. The selection (the ids on the page and one index) is shared by all tabs.
 "use strict";
+
+// Two views of the selected token made from minitf.interpret: "Heads" (every head's score on the
+// text as a layers × heads grid; click heads to switch them off and see the next token without
+// them) and "Attribution" (each head's, feed-forward's and bias's direct share of one next
+// token's logit). Views calls heads(ask) and attribution(ask); ask sends the selection along.
+
+const Interpret = (() => {
+  const byId = (id) => document.getElementById(id);
+  const off = new Set();  // the heads switched off, as "layer,head"
+  let scoreName = "induction", mode = "zero", target = null, lastAsk = null;
+  const SCORES = { induction: "induction", previous_token: "previous token", duplicate_token: "duplicate token" };
+  const fmt = (x) => (x === null ? "–" : x.toFixed(3));
+  const pct = (p) => `${(100 * p).toFixed(p < 0.01 ? 2 : 1)}%`;
+
+  // ---- heads: scores, and the next token with the chosen heads off ----
+  function heads(ask) {
+    lastAsk = ask;
+    const pairs = [...off].map((k) => k.split(",").map(Number));
+    ask("heads", "/api/heads", { heads: pairs, mode, top: 8 }, drawHeads);
+  }
+
+  function drawHeads(d) {
+    const names = Object.keys(SCORES), pick = byId("h-score"), modes = byId("h-mode");
+    if (!pick.options.length) {
+      for (const n of names) pick.append(el("option", { value: n }, SCORES[n]));
+      pick.addEventListener("change", () => { scoreName = pick.value; heads(lastAsk); });
+      modes.addEventListener("change", () => { mode = modes.value; heads(lastAsk); });
+      byId("h-clear").addEventListener("click", () => { off.clear(); heads(lastAsk); });
+    }
+    pick.value = scoreName;
+    drawGrid(byId("h-grid"), d.scores[scoreName], (l, h, v) => {
+      const cell = el("button", { type: "button", className: "cell", title: `layer ${l}, head ${h}: click to switch it ${off.has(`${l},${h}`) ? "on" : "off"}` }, v.toFixed(2));
+      cell.style.setProperty("--a", Math.min(1, Math.max(0, v)).toFixed(3));
+      if (off.has(`${l},${h}`)) cell.classList.add("off");
+      cell.addEventListener("click", () => {
+        const k = `${l},${h}`;
+        if (off.has(k)) off.delete(k); else off.add(k);
+        heads(lastAsk);
+      });
+      return cell;
+    });
+    const n = d.heads.length;
+    byId("h-summary").textContent = n === 0
+      ? "Every head is on: click heads in the grid to switch them off."
+      : `${n} head${n > 1 ? "s" : ""} off (${d.mode === "zero" ? "output zeroed" : "output set to its mean over this text"}): ` +
+        `${d.heads.map(([l, h]) => `L${l}H${h}`).join(", ")}. Mean next-token loss over the text: ${fmt(d.loss.before)} → ${fmt(d.loss.after)}.`;
+    const table = byId("h-table");
+    table.replaceChildren(tr("th", ["rank", "token", "every head", n ? "heads off" : "", "change"]));
+    for (const t of d.tokens) {
+      table.append(tr("td", [t.rank, t.label, pct(t.before), n ? pct(t.after) : "", n ? signed(100 * (t.after - t.before), "pt") : ""]));
+    }
+  }
+
+  // ---- attribution: who pushes the logit of one next token ----
+  function attribution(ask) {
+    lastAsk = ask;
+    ask("attribution", "/api/attribution", target === null ? {} : { token: target }, drawAttribution);
+  }
+
+  function drawAttribution(d) {
+    target = null;  // the next selection starts again from the token that follows
+    byId("a-target").textContent = `“${d.target.label}”`;
+    const choices = byId("a-choices");
+    choices.replaceChildren(el("span", { className: "hint" }, "attribute instead: "));
+    for (const c of d.choices) {
+      const b = el("button", { type: "button" }, c.label);
+      b.addEventListener("click", () => { target = c.id; attribution(lastAsk); });
+      choices.append(b);
+    }
+    const big = Math.max(...d.heads.flat().map(Math.abs), 1e-9);
+    drawGrid(byId("a-grid"), d.heads, (l, h, v) => {
+      const cell = el("span", { className: "cell", title: `layer ${l}, head ${h}: ${signed(v)} to the logit` }, signed(v));
+      cell.style.background = diverging(v / big);
+      return cell;
+    });
+    const rows = [["token embedding", d.parts.embedding], ["position vectors", d.parts.positions]];
+    d.ffn.forEach((v, l) => rows.push([`layer ${l}: attention output bias`, d.attn_bias[l]], [`layer ${l}: feed-forward`, v]));
+    rows.push(["all heads (the grid)", d.heads.flat().reduce((a, b) => a + b, 0)], ["final norm's bias", d.parts.norm_bias]);
+    const table = byId("a-table");
+    table.replaceChildren(tr("th", ["part", "share of the logit"]));
+    for (const [name, v] of rows) table.append(tr("td", [name, signed(v)]));
+    const sum = tr("td", ["sum: the logit", `${signed(d.total)} (the model's: ${signed(d.logit)})`]);
+    sum.classList.add("sum");
+    table.append(sum);
+    byId("a-note").textContent = d.softcap ? `This model caps its logits (logit_softcap=${d.softcap}): the logit split here is the one before the cap.` : "";
+  }
+
+  function drawGrid(grid, values, cell) {
+    const H = values[0].length;
+    grid.style.gridTemplateColumns = `auto repeat(${H}, minmax(48px, 1fr))`;
+    grid.replaceChildren(el("span"), ...values[0].map((_, h) => el("span", { className: "label" }, `head ${h}`)));
+    values.forEach((row, l) => {
+      grid.append(el("span", { className: "label" }, `layer ${l}`));
+      row.forEach((v, h) => grid.append(cell(l, h, v)));
+    });
+  }
+
+  function signed(x, unit = "") {
+    return `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(3)}${unit}`;
+  }
+
+  function diverging(x) {  // -1: blue, 0: white, 1: red
+    const a = Math.min(1, Math.abs(x));
+    const rgb = x >= 0 ? [255 - 40 * a, 255 - 200 * a, 255 - 210 * a] : [255 - 220 * a, 255 - 150 * a, 255 - 20 * a];
+    return `rgb(${rgb.map(Math.round).join(",")})`;
+  }
+
+  function tr(cell, values) {
+    const row = el("tr");
+    for (const v of values) row.append(el(cell, {}, String(v)));
+    return row;
+  }
+
+  return { heads, attribution };
+})();
 
 const Views = (() => {
   const sel = { ids: [], index: 0 };
@@ -242,7 +357,7 @@ const Views = (() => {
     return tr;
   }
 
-  const VIEWS = { next: nextToken, lens, positions };
+  const VIEWS = { next: nextToken, lens, positions, heads: () => Interpret.heads(ask), attribution: () => Interpret.attribution(ask) };
   document.querySelectorAll(".tabs button").forEach((b) => b.addEventListener("click", () => show(b.dataset.view)));
   return { select, show };
 })();
