@@ -1,6 +1,6 @@
 """A local web page to explore a trained run: type a prompt, watch the tokens stream (shaded by
 their probability, top-5 on hover), click any token to open its attention in every layer and head,
-and one head's steps from q·k to the weighted sum. Serves until Ctrl-C.
+and one head's steps from q·k to the weighted sum. Serves until Ctrl-C or SIGTERM, then exits 0.
 
     minitf explore                               # the newest run under runs/, http://127.0.0.1:8000/
     minitf explore --run runs/shakespeare --best --port 8080

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         raise ConfigError(f"--port {a.port} is out of range; use 1..65535, or 0 for any free port")
     run = a.run or newest_run()
     api = Completions(run, best=a.best, device=a.device, max_tokens=a.max_tokens, max_generations=a.parallel)
-    limits = Limits(workers=max(8, a.parallel + 4), timeout=a.timeout)
+    limits = Limits(timeout=a.timeout)
     server = CompletionServer(api, a.host, a.port, limits, api_key=a.api_key)
     if not server.loopback and not a.api_key:
         print(
@@ -83,9 +83,4 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         )
     weights = which_weights(run, a.best, "serves")
     print(f"minitf serving {run} ({weights}) as model {api.name!r} at {server.url}  (Ctrl-C stops)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()  # running completions end at their next token
+    server.serve_forever()  # until Ctrl-C or SIGTERM: open streams end with an error event and [DONE]

@@ -1,2 +1,3 @@
-"""What minitf shows: the explorer's page (`explore`), the OpenAI-compatible server (`serve`),
-the HTTP layer both stand on (`connections`, `json_http`), and figures drawn to files (`figures`)."""
+"""What minitf shows: the explorer's page (`explore`), the OpenAI-compatible server (`serve`), the
+HTTP stack both stand on (`stack`: uvicorn with deadlines and a graceful stop; `http_io`: guards,
+bounded bodies, streams; `strict_json`), and figures drawn to files (`figures`)."""

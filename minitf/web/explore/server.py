@@ -1,39 +1,43 @@
 """The explorer: a local web page to type a prompt, watch tokens stream, and open any token's
-attention step by step (`python scripts/explore.py`). The requests themselves are api.py's.
+attention step by step (`python scripts/explore.py`). The requests themselves are api.py's; this
+file is their routes, as a FastAPI app served by uvicorn (minitf/web/stack.py: keep-alive, the
+deadlines for slow clients, a graceful stop on Ctrl-C or SIGTERM).
 
-Why the standard library's `http.server` handlers: the page needs a few JSON endpoints and one
-streamed response, on one machine, for one person, and they add no dependency. The connections
-are minitf/web/connections.py's (shared with `minitf serve`): one thread reads each request whole within
-a timeout (a client that sends nothing, or its headers a byte at a time, is answered 408 and
-closed), and a fixed pool of threads answers, more of them than generations may run at once, so a
-tab streaming tokens never blocks the page's other requests or another tab. It is not a hardened
-public server, which is why it binds 127.0.0.1 unless told otherwise, and answers only requests
-that name it (a guard against DNS rebinding).
+It is a page for one person on one machine, which is why it binds 127.0.0.1 unless told otherwise
+and answers only requests that name it (a guard against DNS rebinding). The model's work runs in
+worker threads, so a tab streaming tokens never blocks the page's other requests or another tab.
 
-    GET  /                  the page (and /static/app.js, /static/attention.js, /static/style.css)
+    GET  /                  the page (and /static/app.js, /static/attention.js, /static/style.css, ...)
     GET  /api/run           the run: name, config, parameters, checkpoint and its step, limits
     GET  /api/metrics       the loss curve from metrics.jsonl
     POST /api/generate      {"prompt", "temperature", "top_k", ...} -> NDJSON, one event per line
     POST /api/<view>        the views of api.py's VIEWS: attention, distribution, lens, positions...
+    GET  /docs              the endpoints, as an OpenAPI page
 
 Errors are JSON {"error": "one line"}: 400 for bad input (JSON that is not JSON's: 1e400, NaN, a lone
 surrogate, nesting too deep; a malformed Host header), 408 for a request not sent within the
-timeout, 503 when too many tabs generate at once. Answers never hold NaN (a diverged run's loss is null).
-A tab that closes its stream stops its generation: the next token's write fails.
+timeout, 413 for a body over 256 KiB, 503 when too many tabs generate at once or the explorer is
+stopping. Answers never hold NaN (a diverged run's loss is null). A tab that closes its stream stops
+its generation at the next token; a stopping explorer ends each stream with an error event.
 """
 
 from __future__ import annotations
 
 import sys
-import traceback
+import threading
 from importlib import resources
-from urllib.parse import urlsplit
+
+from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from ...errors import MinitfError
 from ...training.checkpoint import which_weights
-from ..connections import BoundedServer, Limits, MemoryHandler
-from ..json_http import dumps, loads
-from .api import MAX_GENERATIONS, VIEWS, BadRequest, Busy, Explorer
+from ..http_io import NO_STORE, Guard, RequestError, json_answer, log_bug, read_body, stream
+from ..stack import Limits, Server, is_loopback
+from ..strict_json import dumps, loads
+from .api import VIEWS, BadRequest, Busy, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
 STATIC = {
@@ -44,23 +48,25 @@ STATIC = {
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 MAX_BODY = 256 * 1024
+TIMED_OUT = dumps({"error": "request timed out: send the whole request at once"})
 
 
-class ExploreServer(BoundedServer):
-    """An HTTP server over one Explorer; `url` is where it listens (port 0 picks a free port).
-    serve_forever() runs it in the calling thread until close() (from another thread) or Ctrl-C."""
-
-    name = "minitf-explore"
+class ExploreServer(Server):
+    """The explorer over one Explorer; `url` is where it listens (port 0 picks a free port).
+    serve_forever() runs it in the calling thread until close() (from another thread), Ctrl-C or SIGTERM."""
 
     def __init__(self, explorer: Explorer, host: str = "127.0.0.1", port: int = 8000, log=None, limits=None):
-        # every generation holds a worker while it streams: a few more answer the page meanwhile
-        limits = limits or Limits(workers=MAX_GENERATIONS + 4, max_body=MAX_BODY)
-        super().__init__(host, port, limits, log)
-        self.explorer, self.handler = explorer, _Handler
+        limits = limits or Limits(max_body=MAX_BODY)
+        log = log or (lambda msg: print(msg, file=sys.stderr))
+        stopping = threading.Event()
+        app = explorer_app(explorer, limits, stopping, log)
+        app.add_middleware(Guard, loopback=is_loopback(host), stopping=stopping, error=error_answer)
+        super().__init__(app, host, port, limits, log, "minitf-explore", TIMED_OUT, stopping=stopping)
+        self.explorer = explorer
 
 
 def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000, device: str = "cpu") -> None:
-    """Load the run, print the page's URL, and serve until Ctrl-C (then return quietly)."""
+    """Load the run, print the page's URL, and serve until Ctrl-C or SIGTERM (then return quietly)."""
     server = ExploreServer(Explorer(run_dir, best=best, device=device), host, port)
     if not server.loopback:
         print(
@@ -70,96 +76,109 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
         )
     weights = which_weights(run_dir, best, "shows")
     print(f"minitf explorer for {run_dir} ({weights}): open {server.url}  (Ctrl-C stops)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()  # running generations end at their next token
+    server.serve_forever()
 
 
-class _Handler(MemoryHandler):
-    server: ExploreServer
-    disable_nagle_algorithm = True  # each token leaves as soon as it is written
+def error_answer(error: MinitfError) -> Response:
+    """{"error": "one line"} with the error's status: 503 when busy, 400 for other bad input."""
+    status = getattr(error, "status", 503 if isinstance(error, Busy) else 400)
+    return json_answer(status, {"error": str(error)})
 
-    def do_GET(self) -> None:
-        self._answer(self._get)
 
-    def do_POST(self) -> None:
-        self._answer(self._post)
+def explorer_app(ex: Explorer, limits: Limits, stopping: threading.Event, log) -> FastAPI:
+    """The page's routes over one loaded run (see the module docstring)."""
+    app = FastAPI(title="minitf explorer", description=__doc__.split("\n\n")[0], redoc_url=None)
 
-    def _get(self) -> None:
-        path, ex = urlsplit(self.path).path, self.server.explorer
-        if path in STATIC:
-            self._static(path)
-        elif path == "/api/run":
-            self._json(200, ex.run_info())
-        elif path == "/api/metrics":
-            self._json(200, ex.loss_curve())
-        else:
-            self._json(404, {"error": f"no page {path!r} here"})
-
-    def _post(self) -> None:
-        path = urlsplit(self.path).path
-        if path == "/api/generate":
-            self._generate(self._body())
-        elif path.startswith("/api/") and path.removeprefix("/api/") in VIEWS:
-            view = getattr(self.server.explorer, VIEWS[path.removeprefix("/api/")])
-            self._json(200, view(self._body()))
-        else:
-            self._json(404, {"error": f"no endpoint {path!r} here"})
-
-    def _answer(self, respond) -> None:
-        """Run respond(): a MinitfError becomes 400 (503 when busy), anything else 500; one line each."""
-        if refused := self._host_refusal():
-            return self._error(refused)
+    async def body(request: Request) -> dict:
         try:
-            respond()
-        except Busy as e:
-            self._json(503, {"error": str(e)})
-        except MinitfError as e:
-            self._json(400, {"error": str(e)})
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            pass  # the page went away before its answer, or stopped reading it
-        except Exception as e:  # a bug: the whole story in the server's console, one line to the page
-            self.server.log(traceback.format_exc())
-            self._json(500, {"error": f"internal error ({type(e).__name__}: {e}); see the server's console"})
-
-    def _body(self) -> dict:
-        if self.headers.get_content_type() != "application/json":  # also makes browsers ask first (CORS)
-            raise BadRequest("send the request as JSON (Content-Type: application/json)")
-        try:
-            n = int(self.headers.get("Content-Length", 0))
-        except ValueError:
-            raise BadRequest("Content-Length is not a number") from None
-        if not 0 < n <= MAX_BODY:
-            raise BadRequest(f"the request body is {n} bytes; send 1 to {MAX_BODY}")
-        try:
-            body = loads(self.rfile.read(n))
+            value = loads(await read_body(request, limits))
         except ValueError as e:  # one line: not JSON, 1e400, NaN, a lone surrogate, nesting too deep
             raise BadRequest(str(e)) from None
-        if not isinstance(body, dict):
+        if not isinstance(value, dict):
             raise BadRequest("the request body must be a JSON object")
-        return body
+        return value
 
-    def _generate(self, body: dict) -> None:
-        sent = 0
-        with self.server.explorer.generation(body) as events:  # bad input raises here, before any reply
-            self._head(200, "application/x-ndjson")
-            try:
-                for event in events:
-                    if self.server.stopping.is_set():
-                        break
-                    self.wfile.write(dumps(event) + b"\n")
-                    sent += "token" in event
-            except OSError:  # BrokenPipe, ConnectionReset, and a write timeout: the page stopped reading
-                self.server.log(f"generate: the page closed the stream after {sent} tokens; stopped")
-            except Exception as e:  # the reply has begun: the error goes in the stream, the story to the console
-                self.server.log(traceback.format_exc())
-                self.wfile.write(dumps({"error": f"generation failed ({type(e).__name__}: {e})"}) + b"\n")
+    @app.get("/api/run")
+    async def run_info() -> Response:
+        """The run: name, config, parameters, checkpoint and its step, limits."""
+        return json_answer(200, ex.run_info())
 
-    def _static(self, path: str) -> None:
-        name, kind = STATIC[path]
-        data = resources.files(__package__).joinpath("static", name).read_bytes()
-        self._head(200, kind, len(data))
-        self.wfile.write(data)
+    @app.get("/api/metrics")
+    async def metrics() -> Response:
+        """The loss curve from metrics.jsonl."""
+        return json_answer(200, ex.loss_curve())
+
+    @app.post("/api/generate")
+    async def generate(request: Request) -> Response:
+        """A generation, as NDJSON events: the prompt's tokens, each sampled token, the reason it ended."""
+        settings = await body(request)
+        gone = threading.Event()
+        return await stream(
+            _ndjson(ex, settings, stopping, gone, log), gone, "application/x-ndjson", limits.timeout, log
+        )
+
+    @app.post("/api/{view}")
+    async def view(view: str, request: Request) -> Response:
+        """One of the page's views (api.VIEWS): a JSON request in, a JSON answer out."""
+        if view not in VIEWS:
+            raise RequestError(f"no endpoint {request.url.path!r} here", 404)
+        method = getattr(ex, VIEWS[view])
+        settings = await body(request)
+        return json_answer(200, await run_in_threadpool(method, settings))
+
+    for path in STATIC:
+        app.add_api_route(path, _static(path), methods=["GET"], include_in_schema=False)
+    _errors(app, log)
+    return app
+
+
+def _static(path: str):
+    name, kind = STATIC[path]
+
+    async def page() -> Response:
+        return Response(resources.files(__package__).joinpath("static", name).read_bytes(), 200, NO_STORE, kind)
+
+    return page
+
+
+def _ndjson(ex: Explorer, settings: dict, stopping: threading.Event, gone: threading.Event, log):
+    """The generation's events as NDJSON lines (run in a worker thread, a line at a time): bad input
+    raises at the first line, before the answer begins. It stops when the page goes (gone) and
+    ends with an error event when the explorer stops."""
+    sent = 0
+    with ex.generation(settings) as events:
+        try:
+            for event in events:
+                if stopping.is_set():
+                    yield dumps({"error": "the explorer is stopping; generation ended"}) + b"\n"
+                    return
+                if gone.is_set():
+                    log(f"generate: the page closed the stream after {sent} tokens; stopped")
+                    return
+                yield dumps(event) + b"\n"
+                sent += "token" in event
+        except Exception as e:  # the answer has begun: the error goes in the stream, the story to the console
+            log_bug(log)
+            yield dumps({"error": f"generation failed ({type(e).__name__}: {e})"}) + b"\n"
+
+
+def _errors(app: FastAPI, log) -> None:
+    """Every error as {"error": "one line"}: bad input 400, busy 503, no such page 404, a bug 500."""
+
+    @app.exception_handler(MinitfError)
+    async def bad_input(request: Request, error: MinitfError) -> Response:
+        return error_answer(error)
+
+    @app.exception_handler(HTTPException)
+    async def no_page(request: Request, error: HTTPException) -> Response:
+        what = "page" if request.method == "GET" else "endpoint"
+        if error.status_code == 404:
+            return json_answer(404, {"error": f"no {what} {request.url.path!r} here"})
+        return json_answer(error.status_code, {"error": f"{request.method} is not allowed on {request.url.path}"})
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, error: Exception) -> Response:
+        log_bug(log)
+        return json_answer(
+            500, {"error": f"internal error ({type(error).__name__}: {error}); see the server's console"}
+        )

@@ -9,8 +9,8 @@ Only completions: /v1/chat/completions answers as OpenAI's API answers for a com
 conversation that it should continue goes into the prompt, in the corpus's own form.
 
 completions.py speaks the protocol over the loaded run (checking requests, sampling with minitf's
-own sampler, shaping responses and errors); server.py carries it over HTTP with a bounded number of
-threads; the command line is minitf/cli/serve.py.
+own sampler, shaping responses and errors); server.py carries it over HTTP (a FastAPI app on
+uvicorn, minitf/web/stack.py); the command line is minitf/cli/serve.py.
 """
 
 from .completions import APIError, Completions

@@ -1,180 +1,184 @@
-"""The HTTP side of the OpenAI-compatible server: connections, requests, routes, server-sent events.
-What each route answers is completions.py's.
+"""The HTTP side of the OpenAI-compatible server: its routes, as a FastAPI app served by uvicorn
+(minitf/web/stack.py: HTTP/1.1 with keep-alive, deadlines for slow clients, a graceful stop on
+Ctrl-C or SIGTERM). What each route answers is completions.py's.
 
     GET  /v1/models                 the one model: the run's name
     GET  /v1/models/{name}          that model
     POST /v1/completions            a completion, or a stream of server-sent events ending in [DONE]
     POST /v1/chat/completions       OpenAI's answer for a completions-only model (404)
-    GET  /tokenizer_info            the special tokens (vLLM's tokenizer routes, which
-    POST /tokenize                  lm-evaluation-harness's local-completions uses):
-    POST /detokenize                text -> token ids -> text
+    GET  /tokenizer_info            the tokenizer, for clients that tokenize on the server
+    POST /tokenize, /detokenize     text to token ids and back (lm-evaluation-harness asks for these)
+    GET  /docs                      the endpoints, as an OpenAPI page
 
-The connections, the deadline for a whole request and the fixed pool of threads that answer are
-minitf/web/connections.py's (shared with the explorer): slow or idle clients neither hold a thread nor
-delay anyone else's request.
-
-One request per connection (HTTP/1.0): a stream ends when its connection closes, and a client
-that closes its connection stops its completion: the next token's write fails, or the worker
-sees the connection closed between tokens (a client that only shuts its sending side is taken
-as gone too). Binds 127.0.0.1 unless told otherwise, and then answers only requests whose Host
-names this machine (a guard against DNS rebinding); every POST must be JSON, which keeps a web
-page from posting to the server without asking first (CORS). With an api_key, every request must
-carry it (Authorization: Bearer KEY, as OpenAI clients send their key), or is answered 401.
+A client that closes its connection stops its completion at the next token, streamed or not. A
+server that is stopping answers new requests 503 and ends each open stream with an error event and
+[DONE]. Binds 127.0.0.1 unless told otherwise, and then answers only requests whose Host names this
+machine (a guard against DNS rebinding); every POST must be JSON, which keeps a web page from posting
+to the server without asking first (CORS). With an api_key, every request must carry it
+(Authorization: Bearer KEY, as OpenAI clients send their key), or is answered 401.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hmac
-import traceback
-from urllib.parse import urlsplit
+import sys
+import threading
+
+from fastapi import FastAPI, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
 
 from ...errors import MinitfError
-from ..connections import BoundedServer, Limits, MemoryHandler, client_gone
-from ..json_http import dumps, loads
+from ..http_io import Guard, RequestError, json_answer, log_bug, read_body, stream, watched
+from ..stack import Limits, Server, is_loopback
+from ..strict_json import dumps, loads
 from .completions import APIError, Cancelled, Completions
 
 __all__ = ["CompletionServer", "Limits"]
 
+TIMED_OUT = APIError("request timed out: send the whole request at once", 408).body()
 
-class CompletionServer(BoundedServer):
-    """An HTTP server over one Completions; `url` is where it listens (port 0 picks a free port).
-    serve_forever() runs it in the calling thread until close() (from another thread)."""
 
-    name = "minitf-serve"
-    root = "/v1"  # an OpenAI client's base_url
+class CompletionServer(Server):
+    """The OpenAI-compatible server over one Completions; `url` is where it listens (port 0 picks a
+    free port). serve_forever() runs it in the calling thread until close() (from another thread),
+    Ctrl-C or SIGTERM."""
 
     def __init__(
         self, api: Completions, host: str = "127.0.0.1", port: int = 8000, limits=None, log=None, api_key=None
     ):
-        super().__init__(host, port, limits, log)
-        self.api, self.api_key, self.handler = api, api_key, _Handler
-
-    def error_body(self, error) -> dict:
-        """OpenAI's error shape, for the connection layer's errors (408, 413, 503...) as for the API's."""
-        if isinstance(error, APIError):
-            return error.body()
-        kind = "server_error" if error.status >= 500 else "invalid_request_error"
-        return APIError(str(error), error.status, kind, code=error.code).body()
+        limits = limits or Limits()
+        log = log or (lambda msg: print(msg, file=sys.stderr))
+        stopping = threading.Event()
+        app = completions_app(api, limits, stopping, log)
+        app.add_middleware(Guard, loopback=is_loopback(host), stopping=stopping, error=error_answer, api_key=api_key)
+        super().__init__(app, host, port, limits, log, "minitf-serve", dumps(TIMED_OUT), "/v1", stopping)
+        self.api, self.api_key = api, api_key
 
 
-class _Handler(MemoryHandler):
-    """One complete request to the API."""
+def error_answer(error: MinitfError) -> Response:
+    """OpenAI's error shape and status: an APIError's own, a RequestError's status, else 400."""
+    if not isinstance(error, APIError):
+        status = getattr(error, "status", 400)
+        kind = "server_error" if status >= 500 else "invalid_request_error"
+        error = APIError(str(error), status, kind, code=getattr(error, "code", None))
+    return json_answer(error.status, error.body())
 
-    server: CompletionServer
 
-    def do_GET(self) -> None:
-        self._answer(self._get)
+def completions_app(api: Completions, limits: Limits, stopping: threading.Event, log) -> FastAPI:
+    """The API's routes over one loaded run (see the module docstring)."""
+    app = FastAPI(title="minitf serve", description=__doc__.split("\n\n")[0], redoc_url=None)
 
-    def do_POST(self) -> None:
-        self._answer(self._post)
-
-    def _not_allowed(self) -> None:
-        self._answer(lambda: self._error(APIError(f"{self.command} is not allowed on {self._path()}", 405)))
-
-    do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _not_allowed
-
-    def _path(self) -> str:
-        return urlsplit(self.path).path.rstrip("/") or "/"
-
-    def _get(self) -> None:
-        path, api = self._path(), self.server.api
-        if path == "/v1/models":
-            self._json(200, api.models())
-        elif path.startswith("/v1/models/"):
-            api.check_model(path.removeprefix("/v1/models/"))
-            self._json(200, api.model_card())
-        elif path == "/tokenizer_info":
-            self._json(200, api.tokenizer_info())
-        elif path in ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"):
-            raise APIError(f"GET is not allowed on {path}; POST a JSON request", 405)
-        else:
-            raise APIError(f"Invalid URL (GET {path})", 404, code="unknown_url")
-
-    def _post(self) -> None:
-        path, api = self._path(), self.server.api
-        if path == "/v1/completions":
-            req = api.parse(self._body())
-            cancelled = lambda: self.server.stopping.is_set() or client_gone(self.connection)
-            if req.stream:
-                self._stream(api.stream(req, cancelled))
-            else:
-                self._json(200, api.complete(req, cancelled))
-        elif path == "/v1/chat/completions":
-            api.chat(self._body())
-        elif path in ("/tokenize", "/detokenize"):
-            body = self._body()
-            self._json(200, api.tokenize(body) if path == "/tokenize" else api.detokenize(body))
-        elif path in ("/v1/models", "/tokenizer_info") or path.startswith("/v1/models/"):
-            raise APIError(f"POST is not allowed on {path}; GET it", 405)
-        else:
-            raise APIError(f"Invalid URL (POST {path})", 404, code="unknown_url")
-
-    def _answer(self, respond) -> None:
-        """Run respond(): an APIError becomes its status and OpenAI's error shape, another
-        MinitfError a 400, a bug a 500 (the story in the server's console); one line each."""
-        if refused := self._host_refusal():
-            return self._error(refused)
-        key = self.server.api_key
-        if key and not hmac.compare_digest(self.headers.get("Authorization", "").encode(), f"Bearer {key}".encode()):
-            return self._error(
-                APIError("Incorrect API key provided; pass the server's --api-key", 401, code="invalid_api_key")
-            )
+    async def body(request: Request) -> dict:
         try:
-            respond()
-        except APIError as e:
-            self._error(e)
-        except MinitfError as e:
-            self._error(APIError(str(e), 400))
-        except Cancelled as e:
-            self.log_message("%s: the client went away; its completion stopped", e)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            pass  # the client went away before its answer
-        except Exception as e:
-            self.server.log(traceback.format_exc())
-            self._error(APIError(f"internal error ({type(e).__name__}); see the server's console", 500, "server_error"))
-
-    def _body(self) -> dict:
-        if self.headers.get_content_type() != "application/json":
-            raise APIError("send the request as JSON (Content-Type: application/json)", 400)
-        try:
-            body = loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            value = loads(await read_body(request, limits))
         except ValueError as e:  # one line: not JSON, 1e400, NaN, a lone surrogate, nesting too deep
             why = "it is not valid JSON" if str(e) == "the request body is not valid JSON" else str(e)
             raise APIError(f"We could not parse the JSON body of your request: {why}", 400) from None
-        if not isinstance(body, dict):
+        if not isinstance(value, dict):
             raise APIError("the request body must be a JSON object", 400)
-        return body
+        return value
 
-    def _stream(self, chunks) -> None:
-        """Server-sent events, one per chunk, then [DONE]. The first chunk is made before the reply
-        begins, so a busy server still answers 503; a failed write closes the generator, which
-        stops the completion."""
-        try:
-            first = next(chunks, None)
-            self._head(200, "text/event-stream; charset=utf-8")
-            sent = 0
-            try:
-                for chunk in [first] if first is not None else []:
-                    self.wfile.write(sse(chunk))
-                for chunk in chunks:
-                    self.wfile.write(sse(chunk))
-                    sent += 1
-                self.wfile.write(b"data: [DONE]\n\n")
-            except (OSError, TimeoutError):  # BrokenPipe, ConnectionReset and a write timeout are OSErrors
-                self.log_message("the client closed its stream after %d chunks; its completion stopped", sent + 1)
-            except Cancelled as e:
-                self.log_message("%s: the client went away; its completion stopped", e)
-            except Exception as e:  # the reply has begun: the error goes in the stream, the story to the console
-                self.server.log(traceback.format_exc())
-                error = APIError(
-                    f"generation failed ({type(e).__name__}); see the server's console", 500, "server_error"
-                )
-                with contextlib.suppress(OSError):
-                    self.wfile.write(sse(error.body()))
-        finally:
-            chunks.close()
+    @app.get("/v1/models")
+    async def models() -> Response:
+        """The one model this server has: the run's name."""
+        return json_answer(200, api.models())
+
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str) -> Response:
+        """The model, if `name` is this server's."""
+        api.check_model(name)
+        return json_answer(200, api.model_card())
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        """A completion, as OpenAI's API answers it; with "stream": true, server-sent events ending in [DONE]."""
+        req = api.parse(await body(request))
+        if not req.stream:
+            answer = await watched(request, lambda gone: api.complete(req, _cancelled(stopping, gone)))
+            return json_answer(200, answer)
+        gone = threading.Event()
+        events = _events(api.stream(req, _cancelled(stopping, gone)), stopping, log)
+        return await stream(events, gone, "text/event-stream; charset=utf-8", limits.timeout, log)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        """OpenAI's answer for a completions-only model: 404."""
+        api.chat(await body(request))
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info() -> Response:
+        """The tokenizer: its end-of-text token and what a client needs to count tokens as the model does."""
+        return json_answer(200, api.tokenizer_info())
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        """Text to the model's token ids."""
+        return json_answer(200, await run_in_threadpool(api.tokenize, await body(request)))
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        """Token ids to text."""
+        return json_answer(200, await run_in_threadpool(api.detokenize, await body(request)))
+
+    _errors(app, log)
+    return app
+
+
+def _cancelled(stopping: threading.Event, gone: threading.Event):
+    return lambda: stopping.is_set() or gone.is_set()
+
+
+def _events(chunks, stopping: threading.Event, log):
+    """The completion's chunks as server-sent events (run in a worker thread, one at a time), then
+    [DONE]. A client that went away ends it quietly; a stopping server ends it with an error event
+    and [DONE], and a bug with an error event (the story in the server's console)."""
+    try:
+        for chunk in chunks:
+            yield sse(chunk)
+        yield b"data: [DONE]\n\n"
+    except Cancelled as e:
+        if stopping.is_set():
+            error = APIError("the server is shutting down; this completion ended early", 503, "server_error")
+            yield sse(error.body()) + b"data: [DONE]\n\n"
+        else:
+            log(f"{e}: the client went away; its completion stopped")
+    except MinitfError:
+        raise  # before the first chunk: answered with its status
+    except Exception as e:
+        log_bug(log)
+        yield sse(APIError(f"generation failed ({type(e).__name__}); see the server's console", 500).body())
+    finally:
+        chunks.close()
 
 
 def sse(payload: dict) -> bytes:
     return b"data: " + dumps(payload) + b"\n\n"
+
+
+def _errors(app: FastAPI, log) -> None:
+    """Every error in OpenAI's shape: the API's own, 404 for an unknown URL, 405 for a wrong method, a bug 500."""
+
+    @app.exception_handler(MinitfError)
+    async def api_error(request: Request, error: MinitfError) -> Response:
+        return error_answer(error)
+
+    @app.exception_handler(Cancelled)
+    async def cancelled(request: Request, error: Cancelled) -> Response:
+        log(f"{error}: the client went away, or the server is stopping; its completion stopped")
+        return error_answer(APIError("the server is shutting down; retry on another", 503, "server_error"))
+
+    @app.exception_handler(HTTPException)
+    async def no_route(request: Request, error: HTTPException) -> Response:
+        path = request.url.path.rstrip("/") or "/"
+        if error.status_code == 405:
+            other = "GET it" if request.method == "POST" else "POST a JSON request"
+            return error_answer(APIError(f"{request.method} is not allowed on {path}; {other}", 405))
+        if error.status_code == 404:
+            return error_answer(APIError(f"Invalid URL ({request.method} {path})", 404, code="unknown_url"))
+        return error_answer(RequestError(str(error.detail), error.status_code))
+
+    @app.exception_handler(Exception)
+    async def bug(request: Request, error: Exception) -> Response:
+        log_bug(log)
+        return error_answer(APIError(f"internal error ({type(error).__name__}); see the server's console", 500))

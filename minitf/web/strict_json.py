@@ -1,30 +1,15 @@
-"""What minitf's two local web servers (the explorer, the OpenAI-compatible server) do the same
-way with JSON and names: request bodies read strictly (a number JSON cannot hold, a string UTF-8
-cannot hold or nesting past Python's recursion limit is a bad request, not a crash later), answers
-that are always valid JSON (never NaN or Infinity), headers that keep browsers from caching or
-sniffing them, and telling a loopback address (served to this machine only) from any other."""
+"""JSON as minitf's two web servers (the explorer, the OpenAI-compatible server) read and write it:
+request bodies read strictly (a number JSON cannot hold, a string UTF-8 cannot hold or nesting past
+Python's recursion limit is a bad request, not a crash later), and answers that are always valid
+JSON (never NaN or Infinity, which Python's json writes and no browser or client reads).
+
+Why not the web framework's own JSON: Starlette and FastAPI parse with Python's json, which takes
+all three of those; and the strictness must be the same for both servers."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
-from http.server import BaseHTTPRequestHandler
-from urllib.parse import urlsplit
-
-# the Host header a request to a loopback-bound server carries, unless a page on some other site
-# made the browser send it (DNS rebinding): such requests are refused
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
-
-
-def request_host(header: str) -> str | None:
-    """The host a Host header names (None when it is empty); ValueError for one that is not host[:port]."""
-    try:
-        parts = urlsplit(f"//{header}")
-        _ = parts.port  # a port that is not a number (or past 65535) raises here
-        return parts.hostname
-    except ValueError:  # e.g. an unclosed [
-        raise ValueError(f"the Host header {header[:100]!r} is not a host name or address with a port") from None
 
 
 def loads(raw: bytes):
@@ -89,31 +74,3 @@ def _finite(value):
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to any address
-        return False
-
-
-class JSONHandler(BaseHTTPRequestHandler):
-    """A request handler that answers in JSON and logs through its server's `log`."""
-
-    def _json(self, status: int, payload: dict) -> None:
-        data = dumps(payload)
-        self._head(status, "application/json", len(data))
-        self.wfile.write(data)
-
-    def _head(self, status: int, kind: str, length: int | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Cache-Control", "no-store")  # every answer is computed for this request
-        self.send_header("X-Content-Type-Options", "nosniff")
-        if length is not None:
-            self.send_header("Content-Length", str(length))
-        self.end_headers()
-
-    def log_message(self, format: str, *args) -> None:
-        self.server.log(f"{self.address_string()} {format % args}")

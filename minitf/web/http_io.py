@@ -1,0 +1,174 @@
+"""What minitf's two web servers (the explorer, the OpenAI-compatible server) do the same way with a
+request and its answer, on the ASGI stack (stack.py): refusing a request before any route sees it
+(a Host header naming another site, a missing API key, a server that is stopping), reading a JSON
+body within bounds, answering JSON, and streaming an answer made by a blocking generator.
+
+Every request is untrusted: its body is read only up to `max_body` bytes (a larger Content-Length is
+refused before a byte of the body is read, a chunked body is cut off at the bound) and within
+`timeout` seconds. The model's work runs in worker threads, never in the event loop, so a
+generation never delays another connection's request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import threading
+import traceback
+from collections.abc import Callable, Iterator
+from urllib.parse import urlsplit
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..errors import MinitfError
+from .stack import Limits
+from .strict_json import dumps
+
+# the Host header a request to a loopback-bound server carries, unless a page on some other site
+# made the browser send it (DNS rebinding): such requests are refused
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+NO_STORE = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}  # computed per request; never sniffed
+
+
+class RequestError(MinitfError):
+    """A request answered with an error: status is the HTTP status; code a short machine-readable
+    word for the servers whose error shape has one (e.g. "busy")."""
+
+    def __init__(self, message: str, status: int = 400, code: str | None = None):
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
+def busy(why: str) -> RequestError:
+    return RequestError(f"The server is overloaded ({why}); retry in a moment", 503, code="busy")
+
+
+def json_answer(status: int, payload) -> Response:
+    return Response(dumps(payload), status, NO_STORE, "application/json")
+
+
+def request_host(header: str) -> str | None:
+    """The host a Host header names (None when it is empty); ValueError for one that is not host[:port]."""
+    try:
+        parts = urlsplit(f"//{header}")
+        _ = parts.port  # a port that is not a number (or past 65535) raises here
+        return parts.hostname
+    except ValueError:  # e.g. an unclosed [
+        raise ValueError(f"the Host header {header[:100]!r} is not a host name or address with a port") from None
+
+
+class Guard:
+    """ASGI middleware that answers, before any route: a malformed Host header (400); on a server
+    bound to a loopback address, a Host naming another site (403: a page on some other site made
+    the browser send it, DNS rebinding); without the server's api_key (401); and while the server
+    stops (503). `error(RequestError) -> Response` gives each server its error shape."""
+
+    def __init__(self, app, loopback: bool, stopping: threading.Event, error: Callable, api_key: str | None = None):
+        self.app, self.loopback, self.stopping, self.error, self.api_key = app, loopback, stopping, error, api_key
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and (refused := self.refusal(Headers(scope=scope))):
+            return await self.error(refused)(scope, receive, send)
+        await self.app(scope, receive, send)
+
+    def refusal(self, headers: Headers) -> RequestError | None:
+        try:
+            host = request_host(headers.get("host", ""))
+        except ValueError as e:
+            return RequestError(str(e), 400)
+        if self.loopback and host not in LOOPBACK_NAMES:
+            return RequestError("this server answers requests for 127.0.0.1 or localhost only", 403)
+        sent = headers.get("authorization", "").encode()
+        if self.api_key and not hmac.compare_digest(sent, f"Bearer {self.api_key}".encode()):
+            return RequestError("Incorrect API key provided; pass the server's --api-key", 401, "invalid_api_key")
+        if self.stopping.is_set():
+            return busy("shutting down")
+        return None
+
+
+async def read_body(request: Request, limits: Limits) -> bytes:
+    """The request's JSON body, bounded in size and time; RequestError (400, 408, 413) otherwise."""
+    size = int(request.headers.get("content-length", 0))  # h11 has checked it is one number
+    if size > limits.max_body:
+        raise RequestError(f"the request body is {size} bytes; at most {limits.max_body}", 413)
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/json":  # also makes browsers ask first (CORS) before a page posts here
+        raise RequestError("send the request as JSON (Content-Type: application/json)", 400)
+    body = bytearray()
+    try:
+        with anyio.fail_after(limits.timeout):  # asyncio.timeout is Python 3.11+
+            async for piece in request.stream():
+                body += piece
+                if len(body) > limits.max_body:  # a chunked body has no Content-Length to refuse first
+                    raise RequestError(f"the request body is over {limits.max_body} bytes; send less", 413)
+    except TimeoutError:
+        raise RequestError(f"request timed out: send the whole body within {limits.timeout:g} s", 408) from None
+    return bytes(body)
+
+
+async def watched(request: Request, work: Callable[[threading.Event], object]):
+    """work(gone) run in a worker thread, with `gone` set as soon as the client closes its
+    connection (so a generation it asked for stops at its next token)."""
+    gone = threading.Event()
+    watcher = asyncio.create_task(_watch(request.receive, gone))
+    try:
+        return await run_in_threadpool(work, gone)
+    finally:
+        watcher.cancel()
+
+
+async def _watch(receive, gone: threading.Event) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    gone.set()
+
+
+class Stream(Response):
+    """An answer streamed from `chunks`, a blocking generator of bytes (made with the `gone` event
+    that is set when the client leaves), each next() run in a worker thread. Each piece is sent
+    within `timeout` seconds (a client that stops reading is dropped); however the answer ends,
+    the generator is closed, which stops its generation. `first` is a piece already made."""
+
+    def __init__(self, chunks: Iterator[bytes], first: bytes, gone: threading.Event, kind: str, timeout: float, log):
+        self.status_code, self.background = 200, None
+        headers = {**NO_STORE, "Content-Type": kind}  # no Content-Length: the answer's end is the stream's
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.chunks, self.first, self.gone, self.timeout, self.log = chunks, first, gone, timeout, log
+
+    async def __call__(self, scope, receive, send) -> None:
+        watcher = asyncio.create_task(_watch(receive, self.gone))
+        sent = 0
+        try:
+            await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+            piece = self.first
+            while piece is not None:
+                with anyio.fail_after(self.timeout):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                sent += 1
+                piece = await run_in_threadpool(next, self.chunks, None)
+            await send({"type": "http.response.body", "body": b""})
+        except (TimeoutError, OSError):
+            self.log(f"the client stopped reading its stream after {sent} pieces; its generation stopped")
+        finally:
+            watcher.cancel()
+            await run_in_threadpool(self.chunks.close)
+
+
+def log_bug(log) -> None:
+    """A bug's whole story to the server's console (the client gets one line)."""
+    log(traceback.format_exc())
+
+
+async def stream(chunks: Iterator[bytes], gone: threading.Event, kind: str, timeout: float, log) -> Stream:
+    """A Stream of chunks whose first piece is made before the answer begins, so that a request the
+    generator refuses (bad input, a busy server) is still answered with its error status."""
+    try:
+        first = await run_in_threadpool(next, chunks, None)
+    except BaseException:
+        await run_in_threadpool(chunks.close)
+        raise
+    return Stream(chunks, first, gone, kind, timeout, log)

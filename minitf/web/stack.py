@@ -1,0 +1,195 @@
+"""The HTTP server both web servers (the explorer, the OpenAI-compatible server) run on: an ASGI app
+served by uvicorn, on a socket minitf opens itself.
+
+Why uvicorn: it is the server the Python web stack stands on (FastAPI's, and vLLM's, SGLang's and
+llama-cpp-python's OpenAI-compatible servers), it parses HTTP/1.1 with h11, which has no parser of
+ours to get wrong, and it keeps connections alive between requests. One event loop reads every
+connection, so an idle or slow client costs a socket and a buffer, never a thread.
+
+What uvicorn does not bound, this file does:
+- a request's line and headers must arrive within `timeout` seconds of the connection opening (or of
+  the previous answer on a kept-alive connection); uvicorn's keep-alive timer restarts at every byte,
+  so a client sending its headers a byte at a time (a slowloris) would hold its socket for ever.
+  Past the deadline it is answered 408 and closed. The body has its own deadline (http_io.read_json).
+- stopping: SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and systemd send) both stop gracefully:
+  `stopping` is set, so running generations end their answer with an error and the server answers
+  no new request; uvicorn stops accepting connections and waits for the open ones; serve_forever
+  then returns, and the command exits 0. A second Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import threading
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..errors import MinitfError
+
+
+@dataclasses.dataclass
+class Limits:
+    connections: int = 256  # open connections at once; past that, 503 at once
+    timeout: float = 10.0  # seconds to send a request's head, then its body, and to take each piece of an answer
+    max_body: int = 1 << 20  # bytes; a larger Content-Length is answered 413 before the body is read
+    max_head: int = 32 << 10  # bytes of request line and headers; a longer head is answered 400
+
+
+class Server:
+    """An ASGI app served on host:port (port 0 picks a free port); `url` is where it listens.
+
+    serve_forever() runs it in the calling thread until close() (from another thread), SIGINT or
+    SIGTERM; `stopping` is set as soon as the server starts to stop. `timeout_reply` is the JSON body
+    of the 408 answer to a client too slow to send its request's head (each server has its error shape)."""
+
+    def __init__(self, app, host, port, limits: Limits, log, name: str, timeout_reply: bytes, root="/", stopping=None):
+        self.limits, self.log, self.root = limits, log, root
+        self.sock = listen(host, port)
+        self.loopback = is_loopback(host)  # then only requests whose Host names this machine are answered
+        self.stopping = stopping or threading.Event()
+        config = uvicorn.Config(
+            app,
+            http=_deadline_protocol(timeout_reply, log),
+            lifespan="off",
+            log_config=None,  # minitf's own lines only: uvicorn's go to the "uvicorn" logger, warnings shown
+            access_log=False,
+            timeout_keep_alive=max(1, round(limits.timeout)),
+            limit_concurrency=limits.connections,
+            h11_max_incomplete_event_size=limits.max_head,
+            timeout_graceful_shutdown=max(30.0, limits.timeout * 3),  # then open streams are cut
+        )
+        self._uvicorn = _Uvicorn(config, self.stopping)
+        self._uvicorn.name = name
+
+    @property
+    def server_address(self) -> tuple:
+        return self.sock.getsockname()[:2]
+
+    @property
+    def url(self) -> str:
+        host, port = self.server_address
+        return f"http://{f'[{host}]' if ':' in host else host}:{port}{self.root}"
+
+    def serve_forever(self) -> None:
+        """Serve until close(), SIGINT or SIGTERM (these only in the main thread); then return."""
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # not its "Started server process"
+        self._uvicorn.run(sockets=[self.sock])
+
+    def close(self) -> None:
+        """Stop serving (from another thread): running generations end at their next token."""
+        self.stopping.set()
+        self._uvicorn.should_exit = True
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, whose signals stop it as one graceful stop and then let the command return:
+    uvicorn's own re-raises the signal once it has stopped, which would end a SIGTERM'd process with
+    the signal's status instead of 0 (and turn Ctrl-C into a KeyboardInterrupt traceback)."""
+
+    def __init__(self, config: uvicorn.Config, stopping: threading.Event):
+        super().__init__(config)
+        self.stopping = stopping
+
+    def handle_exit(self, sig: int, frame) -> None:
+        self.stopping.set()
+        if self.should_exit and sig == signal.SIGINT:
+            self.force_exit = True  # a second Ctrl-C: stop waiting for open connections
+        self.should_exit = True
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        """SIGINT and SIGTERM call handle_exit while serving, in the main thread only (a server
+        run in another thread, as in tests, is stopped by close())."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
+
+def _deadline_protocol(timeout_reply: bytes, log) -> type:
+    """uvicorn's h11 protocol with a deadline for each request's head (see the module docstring)."""
+    phrase = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    reply = phrase + b"Content-Length: %d\r\n\r\n" % len(timeout_reply) + timeout_reply
+
+    class DeadlineProtocol(H11Protocol):
+        _deadline: asyncio.TimerHandle | None = None
+        _heard = False  # bytes of a request arrived since the deadline was set
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            cycle, self._heard = self.cycle, True
+            super().data_received(data)
+            if self.cycle is not cycle:  # a request's head is complete: the app bounds its body
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            cycle = self.cycle
+            super().on_response_complete()
+            if self.cycle is cycle and not self.transport.is_closing():  # no pipelined request began
+                self._arm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._heard = False
+            self._deadline = self.loop.call_later(self.timeout_keep_alive, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            if self.transport.is_closing():
+                return
+            if self._heard:  # part of a request came, not all of it
+                log(f"{_peer(self.client)}: no complete request within {self.timeout_keep_alive} s; closed")
+                self.transport.write(reply)
+            self.transport.close()
+
+    return DeadlineProtocol
+
+
+def _peer(client) -> str:
+    return f"{client[0]}:{client[1]}" if client else "a client"
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or one line saying why not."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise MinitfError(f"port {port} is out of range; use 1..65535, or 0 for any free port")
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise MinitfError(f"cannot listen on host {host!r} ({e}); pass an address such as 127.0.0.1") from None
+    try:
+        return socket.create_server((host, port), family=family, backlog=128)
+    except OSError as e:  # create_server adds "(while attempting to bind ...)" to strerror: the errno's name is enough
+        why = os.strerror(e.errno) if e.errno else str(e)
+        raise MinitfError(f"cannot serve on {host}:{port} ({why}); pass another --port (0 picks a free one)") from None
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any address
+        return False
