@@ -94,22 +94,25 @@ def test_a_generated_endoftext_has_its_entry_with_echo(server, loaded):
 
 
 def test_a_long_token_prompt_keeps_its_last_block_size(server, loaded):
-    """Scored as the harness's hf backend scores it: the block_size ids before the last are the
-    window; the tokens before it have no logprob. Its completion is that of its last block_size."""
+    """Its last block_size tokens are scored as the harness's hf backend scores a left-truncated
+    context (one window: the block_size ids before the last), the tokens before them in strided
+    windows that each see at least block_size / 2 ids; its completion is that of its last
+    block_size ids."""
     model, tok, cfg = loaded
     block = cfg.model.block_size
     ids = (tok.encode("ROMEO:\nO love, what art thou? ") * 8)[: 2 * block + 5]
     lp = complete(server, prompt=ids, max_tokens=0, logprobs=1, echo=True)["choices"][0]["logprobs"]
-    skipped = len(ids) - block
-    assert lp["token_logprobs"][:skipped] == [None] * skipped
-    want = log_softmax(model, ids[skipped - 1 : -1])  # (block, V)
-    got = torch.tensor(lp["token_logprobs"][skipped:])
-    assert torch.allclose(got, want.gather(1, torch.tensor(ids[skipped:])[:, None])[:, 0], atol=1e-6, rtol=0)
+    got = lp["token_logprobs"]
+    assert got[0] is None and len(got) == len(ids) and None not in got[1:]
+    last = log_softmax(model, ids[-block - 1 : -1])  # (block, V)
+    want = last.gather(1, torch.tensor(ids[-block:])[:, None])[:, 0]  # (block,)
+    assert torch.allclose(torch.tensor(got[-block:]), want, atol=1e-6, rtol=0)
+    for i in range(1, len(ids) - block):  # each the model's prediction after at least block / 2 ids
+        seen = range(min(i, block), min(i, block // 2) - 1, -1)
+        assert any(abs(got[i] - log_softmax(model, ids[i - k : i])[-1, ids[i]].item()) < 1e-6 for k in seen), i
     ask = dict(max_tokens=6, temperature=0.8, seed=4)
-    assert (
-        complete(server, prompt=ids, **ask)["choices"][0]["text"]
-        == (complete(server, prompt=ids[-block:], **ask)["choices"][0]["text"])
-    )
+    whole, last = (complete(server, prompt=p, **ask)["choices"][0]["text"] for p in (ids, ids[-block:]))
+    assert whole == last
 
 
 def test_the_tokenizer_routes(server, loaded):

@@ -27,11 +27,13 @@ What the fields mean here:
   a token these drop has no entry; at temperature 0, the model's own softmax). <|endoftext|>
   has no text and no entry, except with echo.
 - echo with logprobs (how lm-evaluation-harness scores a continuation): the prompt's own
-  logprobs first, one entry per prompt token, in the model's own softmax computed in float32
-  from one forward pass; the first token's is null (nothing predicts it), as are those of a long
-  token prompt before its window (the block_size ids before its last, as the harness's hf
-  backend scores it). Then one per generated token, <|endoftext|> included. top_logprobs come
-  from the same tensor as the token's own value, so "is this token the argmax" is exact.
+  logprobs first, one entry per prompt token, in the model's own softmax computed in float32;
+  the first token's is null (nothing predicts it). The last block_size tokens are scored in one
+  window, the block_size ids before the last (as the harness's hf backend scores a left-truncated
+  context); a longer token prompt's earlier tokens in strided windows, each token seeing at
+  least block_size / 2 ids (a perplexity over a long text). Then one entry per generated token,
+  <|endoftext|> included. top_logprobs come from the same tensor as the token's own value, so
+  "is this token the argmax" is an exact comparison.
 - stop: up to 32 strings (a task's stop strings plus <|endoftext|>, as the harness sends them).
 - usage.completion_tokens counts every token sampled, the <|endoftext|> or the token that
   completed a stop string included; finish_reason is "stop" (either) or "length".
@@ -368,35 +370,42 @@ class Completions:
 
     @torch.inference_mode()
     def _prompt_logprobs(self, ids: list[int], top_n: int) -> dict:
-        """The prompt's own logprobs (echo with logprobs), in the model's own softmax in float32,
-        from one forward pass: the first token has none (nothing predicts it), and a prompt longer
-        than block_size is scored as lm-evaluation-harness's hf backend scores it: the window is
-        the block_size ids before the last, so the tokens before it have none either (null)."""
-        window = ids[max(0, len(ids) - 1 - self.block) : -1]
-        skipped = len(ids) - len(window)
+        """The prompt's own logprobs (echo with logprobs), in the model's own softmax in float32;
+        the first token has none (nothing predicts it). The last block_size tokens are scored in
+        one forward pass over the block_size ids before the last, as lm-evaluation-harness's hf
+        backend scores a left-truncated context; the tokens before them (a prompt longer than
+        block_size) in strided windows, each seeing at least block_size / 2 ids before it."""
         tokens = [self.tok.decode([i]) for i in ids]
         lp = {
-            "tokens": tokens, "token_logprobs": [None] * skipped, "top_logprobs": [None] * skipped,
+            "tokens": tokens, "token_logprobs": [None], "top_logprobs": [None],
             "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)),
         }  # fmt: skip
-        if not window:
-            return lp
+        starts, stride = [max(1, len(ids) - self.block)], max(1, self.block // 2)  # the last window's first target
+        while starts[0] > 1:  # the windows before it, their targets stride ids each
+            starts.insert(0, max(1, starts[0] - stride))
+        for start, end in zip(starts, [*starts[1:], len(ids)]):  # targets ids[start:end]
+            for value, top in self._scored(ids[max(0, end - 1 - self.block) : end - 1], ids[start:end], top_n):
+                lp["token_logprobs"].append(value)
+                lp["top_logprobs"].append(top)
+        return lp
+
+    def _scored(self, window: list[int], targets: list[int], top_n: int) -> list[tuple[float, dict]]:
+        """(logprob, top_logprobs) of each target, the last len(targets) ids the window predicts."""
         device = next(self.model.parameters()).device
-        logits = self.model(torch.tensor([window], device=device))[0][0]  # (W, V): the prediction after each id
-        logprobs = logits.float().log_softmax(dim=-1)  # (W, V)
-        targets = torch.tensor(ids[skipped:], device=device)  # (W,): the token each prediction is scored on
-        own = logprobs.gather(1, targets[:, None])[:, 0].tolist()  # (W,)
+        logits = self.model(torch.tensor([window], device=device))[0][0, -len(targets) :]  # (T, V)
+        logprobs = logits.float().log_softmax(dim=-1)  # (T, V)
+        own = logprobs.gather(1, torch.tensor(targets, device=device)[:, None])[:, 0].tolist()  # (T,)
         # the top values come from the same tensor as the token's own, so "is it the argmax" is an exact comparison
-        best = logprobs.topk(min(top_n, logprobs.size(-1)), dim=-1) if top_n else None  # (W, top_n) each
-        for k, (token, value) in enumerate(zip(tokens[skipped:], own)):
+        best = logprobs.topk(min(top_n, logprobs.size(-1)), dim=-1) if top_n else None  # (T, top_n) each
+        out = []
+        for k, (target, value) in enumerate(zip(targets, own)):
             top = {}
             if best is not None:
                 for v, j in zip(best.values[k].tolist(), best.indices[k].tolist()):
-                    top.setdefault(self.tok.decode([j]), v)
-            top.setdefault(token, value)
-            lp["token_logprobs"].append(value)
-            lp["top_logprobs"].append(top)
-        return lp
+                    top.setdefault(self.tok.decode([j]), v)  # tokens of the same text: the likeliest's
+            top.setdefault(self.tok.decode([target]), value)
+            out.append((value, top))
+        return out
 
     # ---- /tokenizer_info, /tokenize, /detokenize (vLLM's, at the server's root)
 
