@@ -82,5 +82,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             file=sys.stderr,
         )
     weights = which_weights(run, a.best, "serves")
-    print(f"minitf serving {run} ({weights}) as model {api.name!r} at {server.url}  (Ctrl-C stops)", flush=True)
-    server.serve_forever()  # until Ctrl-C or SIGTERM: open streams end with an error event and [DONE]
+    said = f"minitf serving {run} ({weights}) as model {api.name!r} at {server.url}  (Ctrl-C stops)"
+    # until Ctrl-C or SIGTERM: open streams end with an error event and [DONE]; the address is said once
+    # the server answers, so that a signal sent as soon as it is read stops it gracefully
+    server.serve_forever(ready=lambda: print(said, flush=True))

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ..errors import MinitfError
@@ -62,17 +62,28 @@ def request_host(header: str) -> str | None:
 
 
 class Guard:
-    """ASGI middleware that answers, before any route: a malformed Host header (400); on a server
+    """ASGI middleware that answers, before any route: a request line and headers over `max_head`
+    bytes (431: h11 bounds only a head still arriving, not one that came whole); a malformed Host
+    header (400); on a server
     bound to a loopback address, a Host naming another site (403: a page on some other site made
     the browser send it, DNS rebinding); without the server's api_key (401); and while the server
     stops (503). `error(RequestError) -> Response` gives each server its error shape."""
 
-    def __init__(self, app, loopback: bool, stopping: threading.Event, error: Callable, api_key: str | None = None):
-        self.app, self.loopback, self.stopping, self.error, self.api_key = app, loopback, stopping, error, api_key
+    def __init__(self, app, limits: Limits, loopback: bool, stopping: threading.Event, error: Callable, api_key=None):
+        self.app, self.limits, self.loopback, self.stopping = app, limits, loopback, stopping
+        self.error, self.api_key = error, api_key
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and (refused := self.refusal(Headers(scope=scope))):
-            return await self.error(refused)(scope, receive, send)
+        if scope["type"] == "http":
+            head = (
+                len(scope["raw_path"]) + len(scope["query_string"]) + sum(len(k) + len(v) for k, v in scope["headers"])
+            )
+            if head > self.limits.max_head:
+                refused = RequestError(f"the request line and headers exceed {self.limits.max_head} bytes", 431)
+            else:
+                refused = self.refusal(Headers(scope=scope))
+            if refused:
+                return await self.error(refused)(scope, receive, send)
         await self.app(scope, receive, send)
 
     def refusal(self, headers: Headers) -> RequestError | None:
@@ -107,6 +118,8 @@ async def read_body(request: Request, limits: Limits) -> bytes:
                     raise RequestError(f"the request body is over {limits.max_body} bytes; send less", 413)
     except TimeoutError:
         raise RequestError(f"request timed out: send the whole body within {limits.timeout:g} s", 408) from None
+    except ClientDisconnect:  # nobody is left to answer: the error only ends the request
+        raise RequestError("the client left before sending its whole body", 400) from None
     return bytes(body)
 
 

@@ -78,9 +78,12 @@ class Server:
         host, port = self.server_address
         return f"http://{f'[{host}]' if ':' in host else host}:{port}{self.root}"
 
-    def serve_forever(self) -> None:
-        """Serve until close(), SIGINT or SIGTERM (these only in the main thread); then return."""
+    def serve_forever(self, ready=None) -> None:
+        """Serve until close(), SIGINT or SIGTERM (these only in the main thread); then return.
+        ready(), when given, is called once the server answers and the signals stop it gracefully
+        (a command prints its address there: a signal sent as soon as it is read is handled)."""
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)  # not its "Started server process"
+        self._uvicorn.ready = ready
         self._uvicorn.run(sockets=[self.sock])
 
     def close(self) -> None:
@@ -96,7 +99,12 @@ class _Uvicorn(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, stopping: threading.Event):
         super().__init__(config)
-        self.stopping = stopping
+        self.stopping, self.ready = stopping, None
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.ready is not None and not self.should_exit:
+            self.ready()
 
     def handle_exit(self, sig: int, frame) -> None:
         self.stopping.set()

@@ -34,7 +34,7 @@ from starlette.responses import Response
 
 from ...errors import MinitfError
 from ...training.checkpoint import which_weights
-from ..http_io import NO_STORE, Guard, RequestError, json_answer, log_bug, read_body, stream
+from ..http_io import NO_STORE, Guard, json_answer, log_bug, read_body, stream
 from ..stack import Limits, Server, is_loopback
 from ..strict_json import dumps, loads
 from .api import VIEWS, BadRequest, Busy, Explorer
@@ -60,7 +60,7 @@ class ExploreServer(Server):
         log = log or (lambda msg: print(msg, file=sys.stderr))
         stopping = threading.Event()
         app = explorer_app(explorer, limits, stopping, log)
-        app.add_middleware(Guard, loopback=is_loopback(host), stopping=stopping, error=error_answer)
+        app.add_middleware(Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=error_answer)
         super().__init__(app, host, port, limits, log, "minitf-explore", TIMED_OUT, stopping=stopping)
         self.explorer = explorer
 
@@ -75,8 +75,8 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
             file=sys.stderr,
         )
     weights = which_weights(run_dir, best, "shows")
-    print(f"minitf explorer for {run_dir} ({weights}): open {server.url}  (Ctrl-C stops)", flush=True)
-    server.serve_forever()
+    said = f"minitf explorer for {run_dir} ({weights}): open {server.url}  (Ctrl-C stops)"
+    server.serve_forever(ready=lambda: print(said, flush=True))
 
 
 def error_answer(error: MinitfError) -> Response:
@@ -117,19 +117,21 @@ def explorer_app(ex: Explorer, limits: Limits, stopping: threading.Event, log) -
             _ndjson(ex, settings, stopping, gone, log), gone, "application/x-ndjson", limits.timeout, log
         )
 
-    @app.post("/api/{view}")
-    async def view(view: str, request: Request) -> Response:
-        """One of the page's views (api.VIEWS): a JSON request in, a JSON answer out."""
-        if view not in VIEWS:
-            raise RequestError(f"no endpoint {request.url.path!r} here", 404)
-        method = getattr(ex, VIEWS[view])
-        settings = await body(request)
-        return json_answer(200, await run_in_threadpool(method, settings))
-
+    for name, method in VIEWS.items():  # one route each, so /docs lists every view
+        app.add_api_route(f"/api/{name}", _view(getattr(ex, method), body), methods=["POST"])
     for path in STATIC:
         app.add_api_route(path, _static(path), methods=["GET"], include_in_schema=False)
     _errors(app, log)
     return app
+
+
+def _view(method, body):
+    async def view(request: Request) -> Response:
+        settings = await body(request)
+        return json_answer(200, await run_in_threadpool(method, settings))
+
+    view.__doc__ = method.__doc__  # the view's own description, on the /docs page
+    return view
 
 
 def _static(path: str):

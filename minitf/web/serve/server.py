@@ -51,7 +51,9 @@ class CompletionServer(Server):
         log = log or (lambda msg: print(msg, file=sys.stderr))
         stopping = threading.Event()
         app = completions_app(api, limits, stopping, log)
-        app.add_middleware(Guard, loopback=is_loopback(host), stopping=stopping, error=error_answer, api_key=api_key)
+        app.add_middleware(
+            Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=error_answer, api_key=api_key
+        )
         super().__init__(app, host, port, limits, log, "minitf-serve", dumps(TIMED_OUT), "/v1", stopping)
         self.api, self.api_key = api, api_key
 
