@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import minitf
-from minitf.interpret import head_scores, in_context_score, repeated_tokens
+from minitf.interpret import head_scores, in_context_score, repeated_tokens, scores
 
 from .interpret_models import SLOT, induction_model
 
@@ -71,7 +71,7 @@ def transformer_lens_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"previous_token": torch.tril(previous), "duplicate_token": duplicate, "induction": induction}
 
 
-def test_scores_of_a_random_model_on_text_follow_transformer_lens_head_detector():
+def test_scores_of_a_random_model_on_text_follow_transformer_lens_head_detector(monkeypatch):
     torch.manual_seed(0)
     cfg = minitf.ModelConfig(vocab_size=40, block_size=32, n_layer=2, n_head=3, n_embd=24)
     model = minitf.Transformer(cfg).eval()
@@ -95,6 +95,10 @@ def test_scores_of_a_random_model_on_text_follow_transformer_lens_head_detector(
     batch = torch.stack([ids, ids.flip(0)])
     both = head_scores(model, batch)
     torch.testing.assert_close(both["induction"], (s["induction"] + head_scores(model, ids.flip(0))["induction"]) / 2)
+    # a batch too big for one pass's weights goes in chunks, with the same scores
+    monkeypatch.setattr(scores, "WEIGHTS_BUDGET", 1)
+    for name, v in head_scores(model, batch).items():
+        torch.testing.assert_close(v, both[name], atol=1e-6, rtol=0)
 
 
 def test_in_context_score_is_the_late_loss_minus_the_early_one():

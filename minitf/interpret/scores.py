@@ -32,6 +32,7 @@ from ..system.runtime import eval_mode
 from .trace import as_batch, trace
 
 SCORES = ("previous_token", "duplicate_token", "induction")
+WEIGHTS_BUDGET = 2**30  # bytes of attention weights one pass of head_scores may hold
 
 
 def repeated_tokens(vocab_size: int, length: int, batch: int = 4, seed: int = 0) -> torch.Tensor:
@@ -80,14 +81,17 @@ def head_scores(model: Transformer, ids) -> dict[str, torch.Tensor]:
     "mul" measure (this module's docstring): the share of each head's attention on the pattern.
     """
     ids = as_batch(model, ids)  # (B, T)
+    c, T = model.config, ids.size(1)
+    # a pass keeps every layer's weights, L x (b, H, T, T): sequences go in chunks of at most ~1 GB of them
+    chunk = max(1, WEIGHTS_BUDGET // (4 * c.n_layer * c.n_head * T * T))
+    per_sequence = {name: [] for name in SCORES}
     with eval_mode(model):
-        weights = torch.stack(trace(model, ids).weights).float()  # (L, B, H, T, T)
-    patterns = detection_patterns(ids)
-    out = {}
-    for name, pattern in patterns.items():
-        on = (weights * pattern[None, :, None]).sum(dim=(-2, -1))  # (L, B, H)
-        out[name] = (on / weights.sum(dim=(-2, -1))).mean(dim=1).cpu()  # (L, H)
-    return out
+        for part in ids.split(chunk):  # (b, T) each
+            weights = torch.stack(trace(model, part).weights).float()  # (L, b, H, T, T)
+            for name, pattern in detection_patterns(part).items():
+                on = (weights * pattern[None, :, None]).sum(dim=(-2, -1))  # (L, b, H)
+                per_sequence[name].append(on / weights.sum(dim=(-2, -1)))  # (L, b, H)
+    return {name: torch.cat(v, dim=1).mean(dim=1).cpu() for name, v in per_sequence.items()}  # (L, H) each
 
 
 @torch.no_grad()
