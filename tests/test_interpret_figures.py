@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import minitf
-from minitf.interpret import head_scores, patch_heads, patch_residual, repeated_tokens
-from minitf.web.interpret_figures import plot_head_patching, plot_head_scores, plot_patching
+from minitf.interpret import attribute, head_scores, patch_heads, patch_residual, repeated_tokens
+from minitf.web.interpret_figures import plot_attribution, plot_head_patching, plot_head_scores, plot_patching
 
 from .interpret_models import induction_model
 from .test_interpret_patching import CLEAN, CORRUPTED, E, F
@@ -41,3 +41,11 @@ def test_patching_figures_show_recovery_in_blue(tmp_path):
     with pytest.raises(minitf.MinitfError, match="no scores"):
         plot_head_scores({}, tmp_path / "none.png")
     assert not (tmp_path / "bad.png").exists()
+
+
+def test_attribution_figure_shows_the_induction_heads_share_in_red(tmp_path):
+    ids = repeated_tokens(16, 7, batch=1)[0]  # (14,)
+    a = attribute(induction_model(), ids[:-1], int(ids[-1]))  # the induction head writes nearly all of it
+    img = mpimg.imread(plot_attribution(a, tmp_path / "attribution.png", token_label_text="next"))
+    assert img.shape[1] > 2 * img.shape[0]  # the grid and the bars side by side
+    assert share_of(img, (0.40, 0.0, 0.12), tol=0.05) > 0.01  # RdBu_r at its top: the one head's cell

@@ -1,5 +1,6 @@
 """Figures of minitf.interpret's numbers: head scores and head patching as layers x heads grids,
-residual-stream patching as layers x positions, each cell written out beside its colour.
+residual-stream patching as layers x positions, and a logit's direct attribution (the heads as a
+grid, the other parts as bars), each number written out beside its colour.
 
 Drawn as figures.py draws: on their own `Figure` with the Agg canvas, never through pyplot, and
 matplotlib imported on use.
@@ -13,6 +14,7 @@ import torch
 
 from ..errors import MinitfError
 from ..inspection import token_label
+from ..interpret import Attribution
 from .figures import new_figure, save_figure
 
 SCORE_TITLES = {
@@ -93,4 +95,36 @@ def plot_head_patching(recovered: torch.Tensor, out_path, title: str | None = No
     _layers_heads(ax, recovered, 8)
     fig.colorbar(im, ax=ax, label="logit difference recovered")
     ax.set_title(title or "head outputs patched from the clean prompt", fontsize=10)
+    return save_figure(fig, out_path, dpi=120, bbox_inches="tight")
+
+
+def plot_attribution(a: Attribution, out_path, token_label_text: str | None = None) -> Path:
+    """A logit's direct attribution (minitf.interpret.attribute): each head's share as a layers x
+    heads grid (red up, blue down), and beside it every other part and their sum, the logit."""
+    L = a.heads.size(0)
+    parts = [("token embedding", a.embedding), ("position vectors", a.positions)]
+    for i in range(L):
+        parts += [(f"layer {i} attention bias", float(a.attn_bias[i])), (f"layer {i} feed-forward", float(a.ffn[i]))]
+    parts += [("all heads", float(a.heads.sum())), ("final norm bias", a.norm_bias), ("sum: the logit", a.total())]
+    H = a.heads.size(1)
+    fig = new_figure(figsize=(min(max(2.5 + 0.55 * H, 4.0), 10.0) + 4.5, min(max(1.5 + 0.45 * L, 3.0), 8.0)))
+    grid_ax, bar_ax = fig.subplots(1, 2, width_ratios=[max(H, 3), 4])
+    big = max(float(a.heads.abs().max()), 1e-9)
+    im = _grid(grid_ax, a.heads.float().cpu(), -big, big, "RdBu_r", 8 if H <= 12 else 6)
+    _layers_heads(grid_ax, a.heads, 8)
+    grid_ax.set_title("each head's share")
+    fig.colorbar(im, ax=grid_ax, shrink=0.8)
+    names, values = [n for n, _ in parts], [v for _, v in parts]
+    bar_ax.barh(range(len(parts)), values, color=["#b2182b" if v >= 0 else "#2166ac" for v in values])
+    bar_ax.set_yticks(range(len(parts)), names, fontsize=8)
+    bar_ax.invert_yaxis()  # the parts top-down, the sum last
+    bar_ax.axvline(0.0, color="#57606a", linewidth=0.8)
+    for i, v in enumerate(values):
+        bar_ax.text(v, i, f" {v:+.3f} ", va="center", ha="left" if v >= 0 else "right", fontsize=7)
+    bar_ax.set_title("the other parts, and the sum")
+    what = f"{token_label_text!r}" if token_label_text else f"token {a.token}"
+    if a.against is not None:
+        what += f" minus token {a.against}"
+    fig.suptitle(f"direct logit attribution of {what} at position {a.position}: logit {a.logit:+.3f}", fontsize=10)
+    fig.set_layout_engine("constrained")
     return save_figure(fig, out_path, dpi=120, bbox_inches="tight")
