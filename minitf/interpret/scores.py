@@ -89,7 +89,7 @@ def head_scores(model: Transformer, ids) -> dict[str, torch.Tensor]:
         for part in ids.split(chunk):  # (b, T) each
             weights = torch.stack(trace(model, part).weights).float()  # (L, b, H, T, T)
             for name, pattern in detection_patterns(part).items():
-                on = (weights * pattern[None, :, None]).sum(dim=(-2, -1))  # (L, b, H)
+                on = torch.einsum("lbhij,bij->lbh", weights, pattern)  # (L, b, H), no (L, b, H, T, T) product kept
                 per_sequence[name].append(on / weights.sum(dim=(-2, -1)))  # (L, b, H)
     return {name: torch.cat(v, dim=1).mean(dim=1).cpu() for name, v in per_sequence.items()}  # (L, H) each
 
