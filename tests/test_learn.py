@@ -41,7 +41,7 @@ def test_walk_through_runs_as_a_notebook(tmp_path, monkeypatch):
     assert "['The', ' cat', ' sat', ' on', ' the', ' mat']" in outputs
     assert "with the cache == recomputing everything" in outputs
     figures = [o for cell in nb.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert len(figures) == 4  # positions, the loss curve, four heads, mask vs no mask: drawn inline
+    assert len(figures) == 5  # positions, the loss curve, four heads, mask vs no mask, an induction head forming
     assert len(list((tmp_path / "runs").glob("learn-2*/tokenizer.json"))) == 1  # the run it trained
 
 

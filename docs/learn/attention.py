@@ -13,7 +13,7 @@
 # %% [markdown]
 # # Self-attention, from one sentence to your own trained model
 #
-# Seven short chapters. Each says what a step is for, computes it in a few lines you can change,
+# Eight short chapters. Each says what a step is for, computes it in a few lines you can change,
 # and ends with what to look at. The numbers of the worked examples ("The cat sat on the mat",
 # "I love AI", the 2×2 example) are checked with `assert`, so if you change something and a
 # number moves, the cell tells you.
@@ -24,6 +24,8 @@
 # as a script: `python docs/learn/attention.py`.
 
 # %%
+import contextlib
+import io
 import json
 import math
 import os
@@ -42,6 +44,7 @@ import torch.nn.functional as F
 
 import minitf
 from minitf.attention import attention, attention_steps
+from minitf.interpret import head_scores, repeated_tokens
 from minitf.positions import Rotary, sinusoidal_table
 
 IN_NOTEBOOK = "ipykernel" in sys.modules
@@ -174,8 +177,9 @@ out = weights @ V
 print("weights\n", weights, "\nout\n", out)
 assert torch.allclose(weights, torch.tensor([[0.6698, 0.3302], [0.3302, 0.6698]], dtype=torch.float64), atol=1e-3)
 assert torch.allclose(out, torch.tensor([[1.6605, 2.6605], [2.3395, 3.3395]], dtype=torch.float64), atol=1e-3)
-tutorial = torch.tensor([[1.6602, 2.6602], [2.3398, 3.3398]], dtype=torch.float64)  # the tutorial's rounding
-assert torch.allclose(out, tutorial, atol=5e-3)
+# the 2×2 example's tutorial printed these: it rounded the weights to 0.6699 / 0.3301 before multiplying
+printed = torch.tensor([[1.6602, 2.6602], [2.3398, 3.3398]], dtype=torch.float64)
+assert torch.allclose(out, printed, atol=5e-3)
 
 masked = scaled.masked_fill(torch.ones(2, 2, dtype=torch.bool).triu(1), float("-inf"))
 out_causal = torch.softmax(masked, dim=-1) @ V
@@ -187,8 +191,12 @@ ref_out, ref_w = attention(Q, K, V)  # minitf's textbook function: the same numb
 assert torch.allclose(ref_out, out) and torch.allclose(ref_w, weights)
 
 # %% [markdown]
-# Now "I love AI": three tokens with 2-number embeddings and three small matrices. This tutorial
-# leaves the scores unscaled (`scale=1.0`).
+# Now "I love AI": three tokens with 2-number embeddings and three small matrices, the worked
+# example of the "I love AI" tutorial. That tutorial leaves out step 2, the 1/√d scaling you just
+# saw (so its scores stay whole numbers you can check by head). We keep its numbers, to check them
+# (`scale=1.0` in `minitf.attention`), and compute the scaled weights at the end of the cell: with
+# d = 2 the scaling only flattens the softmax a little; it matters for long vectors (d = 64 in a
+# real head), whose dot products grow with d.
 
 # %%
 X = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])  # I, love, AI
@@ -205,6 +213,9 @@ exact_w = torch.tensor([[0.4223, 0.1554, 0.4223], [0.2119, 0.2119, 0.5761], [0.2
 assert torch.allclose(weights, exact_w, atol=1e-3)
 assert torch.allclose(ilove, torch.tensor([[2.000, 2.265], [2.364, 2.364], [2.420, 2.575]]), atol=5e-3)
 assert torch.allclose(attention(Q, K, V, scale=1.0)[0], ilove)
+scaled_w = torch.softmax(scores / math.sqrt(2), dim=-1)  # what the textbook formula gives
+print("scaled by 1/√2, the weights are flatter:\n", scaled_w)
+assert torch.allclose(attention(Q, K, V)[1], scaled_w) and scaled_w[2, 2] < weights[2, 2]
 
 # %% [markdown]
 # **Look at:** "AI" (last row) puts two thirds of its attention on itself: its key matches its
@@ -452,17 +463,24 @@ def recipe(source: str) -> minitf.Config:
     )
 
 
-quiet = lambda line: None  # minitf.train's log lines; log=print shows them
+def train_quietly(source: str) -> Path:
+    """minitf.train without its printing: log= takes its set-up and closing lines; the progress
+    and each evaluation's line go straight to the terminal, so they are caught here (drop the
+    `with` to watch them)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return minitf.train(recipe(source), log=lambda line: None, plot=False)
+
+
 start = time.time()
 source = "local" if os.environ.get("MINITF_LEARN_CORPUS") == "local" else "shakespeare"
 if source == "shakespeare":
     try:
-        run_dir = minitf.train(recipe("shakespeare"), log=quiet, plot=False)
+        run_dir = train_quietly("shakespeare")
     except minitf.MinitfError as e:  # offline: the corpus could not be fetched
         print("the Shakespeare corpus is out of reach:", e, "\nusing the local text instead")
         source = "local"
 if source == "local":
-    run_dir = minitf.train(recipe(f"file:{local_dir}"), log=quiet, plot=False)
+    run_dir = train_quietly(f"file:{local_dir}")
 print(f"trained on {source} for {time.time() - start:.0f} s (tokenizer, tokens and training) -> {run_dir}")
 
 # %%
@@ -590,6 +608,11 @@ class TinyLM(nn.Module):
             for _ in range(2)
         )
         self.ln_f = nn.LayerNorm(C)
+        # the output layer is wte itself, so its scale is the logits' scale: torch's default rows
+        # of N(0, 1) would give logits of size ~√C = 8 and a first loss near 40, far above guessing
+        # (ln 512 = 6.2, chapter 5); rows of std 1/√C give logits of size ~1, a start near guessing
+        for emb in (self.wte, self.wpe):
+            nn.init.normal_(emb.weight, std=C**-0.5)
 
     def forward(self, idx):  # idx (B, T) -> logits (B, T, vocab)
         B, T = idx.shape
@@ -635,7 +658,9 @@ ax.set(xlabel="step", ylabel="training loss", title="same model, same text, same
 ax.legend()
 show(fig)
 tail = lambda losses: sum(losses[-10:]) / 10  # the mean of the last 10 steps
+print(f"first step's loss {masked_losses[0]:.2f}: guessing is ln {tok.vocab_size} = {math.log(tok.vocab_size):.2f}")
 print(f"final training loss: with the mask {tail(masked_losses):.3f}, without {tail(open_losses):.3f}")
+assert abs(masked_losses[0] - math.log(tok.vocab_size)) < 1  # it starts near guessing
 
 # %% [markdown]
 # Without the mask the training loss drops far lower: suspicious. Position t can see token t+1,
@@ -646,12 +671,15 @@ print(f"final training loss: with the mask {tail(masked_losses):.3f}, without {t
 # %%
 @torch.no_grad()
 def next_token_loss(net, n=block):
-    """Loss of predicting data[t+1] from data[..t] only: the last position of each prefix."""
+    """Predicting data[t+1] from data[..t] only (the last position of each prefix): the mean loss,
+    and the share of tokens the model's likeliest guess gets right."""
     x, y = next(batches(1))
-    total = 0.0
+    total, right = 0.0, 0
     for t in range(1, n):
-        total += F.cross_entropy(net(x[:, : t + 1])[:, -1], y[:, t]).item()
-    return total / (n - 1)
+        logits = net(x[:, : t + 1])[:, -1]  # (batch, vocab): the next token after the prefix
+        total += F.cross_entropy(logits, y[:, t]).item()
+        right += int((logits.argmax(-1) == y[:, t]).sum())
+    return total / (n - 1), right / ((n - 1) * len(x))
 
 
 @torch.no_grad()
@@ -663,20 +691,139 @@ def greedy(net, text, n=40):
 
 
 honest = {"with the mask": next_token_loss(masked_lm), "without it": next_token_loss(open_lm)}
-print("predicting the next token from the past only:", {k: round(v, 2) for k, v in honest.items()})
-samples = {name: greedy(net, "But, soft! what light") for name, net in [("with", masked_lm), ("without", open_lm)]}
+for name, (loss, right) in honest.items():
+    print(f"{name}: from the past only, next-token loss {loss:.2f}, {right:.0%} of the next tokens guessed right")
+line = "Shall I compare thee to a"  # a line both models trained on: the text goes on " summer's day?"
+samples = {name: greedy(net, line, n=12) for name, net in [("with", masked_lm), ("without", open_lm)]}
 for name, ids in samples.items():
-    print(f"\n{name} the mask, greedy: {tok.decode(ids)!r}")
+    print(f"{name} the mask, greedy after {line!r}: {tok.decode(ids)!r}")
 
 assert tail(open_losses) < 0.5 * tail(masked_losses)  # the no-mask model "trains" far better...
-assert honest["without it"] > 2 * honest["with the mask"]  # ...and predicts far worse when it cannot peek
+assert honest["without it"][0] > 2 * honest["with the mask"][0]  # ...and predicts far worse when it cannot peek
+assert honest["without it"][1] < honest["with the mask"][1] / 2  # ...and guesses fewer of the tokens right
 
 # %% [markdown]
 # **Look at:** the no-mask model "wins" in training and loses at the only job that matters. Its
 # loss was low because it read the answer; when generating, the answer does not exist yet, and
-# its next-token loss is several times the masked model's (compare the two greedy texts as well:
-# after 300 steps on a small text neither reads well). The mask is what makes training honest and the cache
-# exact: hide the future during training, exactly as it is hidden during generation.
+# its next-token loss is several times the masked model's. In text: the masked model's likeliest
+# next token is the right one several times as often. Its greedy text is not the sonnet yet (300
+# steps of a model this small learn word pieces, spaces and line breaks, not whole lines), but it
+# is made of the text's pieces, while the no-mask model, asked to predict a token it was always
+# shown, tends to repeat a few letters. How each reads varies from one CPU to another; the numbers
+# above are what to compare. The mask is what makes training honest and the cache exact: hide the
+# future during training, exactly as it is hidden during generation.
+#
+
+# %% [markdown]
+# ## 8. Watch an induction head form
+#
+# Text repeats itself: a name, a phrase, a line said twice. A model that looks back for the earlier
+# copy of the current token and copies the token that came after it predicts every repeat. Olsson
+# et al. 2022 ("In-context Learning and Induction Heads") found that models with two or more
+# attention layers grow such **induction heads** suddenly, early in training, from two heads
+# working together: one in a first layer that looks at the previous token (so each position holds
+# "the token before me"), and one in a later layer whose query, the current token, matches that
+# "token before me" in the earlier copy. One layer alone cannot build it.
+#
+# Below, a 2-layer model (the same `minitf.Transformer`) learns sequences of 8 to 16 random tokens
+# said twice: the first half cannot be predicted, the second only by looking back. The length
+# changes from step to step, so no head can simply look a fixed distance back: it has to find the
+# copy. Every 25 steps we score each head with `minitf.interpret.head_scores` on sequences of 13
+# tokens said twice: its induction score is the share of its attention on the token after the
+# earlier copy of the current one (a perfect induction head scores 0.5 here, as only the second
+# half has an earlier copy), its previous-token score the share on the token just before.
+
+# %%
+V, n = 64, 13  # 63 token ids (0 is <|endoftext|>); the heads are scored on 13 tokens said twice
+torch.manual_seed(0)
+net = minitf.Transformer(minitf.ModelConfig(vocab_size=V, block_size=32, n_layer=2, n_head=2, n_embd=32))
+opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+probe = repeated_tokens(V, n, batch=16, seed=10_000)  # (16, 2n): held-out sequences to score the heads on
+history = []  # (step, training loss, induction scores (layers, heads), previous-token scores (layers, heads))
+for step in range(1, 701):
+    ids = repeated_tokens(V, 8 + step % 9, batch=32, seed=step)  # (32, 2 x 8..16): new sequences every step
+    _, loss = net(ids[:, :-1], ids[:, 1:])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if step % 25 == 0:
+        scores = head_scores(net, probe)
+        history.append((step, loss.item(), scores["induction"], scores["previous_token"]))
+
+steps = [h[0] for h in history]
+fig, (ax_loss, ax_ind) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+ax_loss.plot(steps, [h[1] for h in history])
+ax_loss.axhline(math.log(V - 1) / 2, color="grey", ls=":", label="first half guessed, repeat perfect")
+ax_loss.set(ylabel="training loss", title="a 2-layer model learning sequences said twice")
+ax_loss.legend()
+for layer in range(2):
+    for head in range(2):
+        ax_ind.plot(steps, [h[2][layer, head] for h in history], label=f"induction, layer {layer} head {head}")
+        if layer == 0:
+            ax_ind.plot(steps, [h[3][0, head] for h in history], ":", label=f"previous-token, layer 0 head {head}")
+ax_ind.set(xlabel="step", ylabel="score")
+ax_ind.legend(fontsize=7)
+show(fig)
+final, previous = history[-1][2], history[-1][3]  # (layers, heads) each
+layer, head = divmod(int(final.argmax()), final.shape[1])
+formed = next(s for s, _, scores, _ in history if scores.max() > 0.25)
+print(f"induction scores after {steps[-1]} steps (rows: layers):\n{final}\nprevious-token scores:\n{previous}")
+print(f"the strongest induction head: layer {layer}, head {head}; a head first passed 0.25 at step {formed}")
+assert layer == 1 and final[1].max() > 0.4 and final[0].max() < 0.1  # in the second layer, never the first
+assert previous[0].max() > 0.5  # its partner: a previous-token head in the first layer
+
+# %% [markdown]
+# Does the model *use* that head? Take it out and look at the loss. To ablate a head, zero its
+# slice of the heads' outputs just before the output projection mixes them (chapter 4's
+# `c_proj`): the rest of the model runs unchanged.
+
+
+# %%
+@torch.no_grad()
+def halves_loss(net, ids):
+    """The mean loss on each sequence's first half, and on its second half (the repeat)."""
+    logits, _ = net(ids[:, :-1])  # (B, 2n - 1, V): position p predicts ids[:, p + 1]
+    losses = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (B, 2n - 1)
+    return losses[:, : n - 1].mean().item(), losses[:, n:].mean().item()
+
+
+def zero_heads(layer, heads):
+    """Ablate heads of a layer: a hook on its output projection zeroes their columns of its input."""
+    D = net.config.head_dim
+
+    def hook(module, args):
+        x = args[0].clone()  # (B, T, C): every head's output side by side, head h in columns h*D .. (h+1)*D
+        for h in heads:
+            x[..., h * D : (h + 1) * D] = 0
+        return (x,)
+
+    return net.blocks[layer].attn.c_proj.register_forward_pre_hook(hook)
+
+
+net.eval()
+ablations = {
+    "the whole model": [],
+    f"without layer {layer}, head {head}": [head],
+    f"without layer {layer}'s heads": [0, 1],
+}
+results = {}
+for name, heads in ablations.items():
+    handle = zero_heads(layer, heads)
+    results[name] = halves_loss(net, probe)
+    handle.remove()  # the model is whole again
+    print(f"{name:25s} loss on the first half {results[name][0]:.2f}, on the repeat {results[name][1]:.2f}")
+whole, one, both = results.values()
+assert whole[1] < 1.5 and one[1] > whole[1] + 1  # the repeat needs the induction head...
+assert both[1] > math.log(V - 1) - 1  # ...and without layer 1's heads it is as hard as the first half
+
+# %% [markdown]
+# **Look at:** the loss sits at guessing (ln 63 = 4.1) for a few hundred steps, then drops within
+# about a hundred, at the steps where a layer-0 head's previous-token score and a layer-1 head's
+# induction score jump together: the phase change of Olsson et al., in seconds. The first half
+# stays at guessing whatever the heads do; the repeat costs little while the induction head is
+# there, and far more without it.
+# `configs/induction.yaml` shows the same in a model trained by `minitf train` on text, and
+# `minitf heads` draws it ([Look inside](../look-inside.md#watch-induction-heads-form)).
 #
 # Where next: `minitf train --config shakespeare` trains the full default model in about 4 minutes;
 # `docs/look-inside.md` shows the heatmap command and the explorer.
