@@ -200,7 +200,9 @@ class DataConfig(_Section):
     """The text to train on and its tokenizer."""
 
     _section = "data"
-    source: str = key("shakespeare", "the corpus: shakespeare, file:PATH (a file or directory) or hf:DATASET")
+    source: str = key(
+        "shakespeare", "the corpus: shakespeare, file:PATH (a file or directory), hf:DATASET or repeats (generated)"
+    )
     vocab_size: int = key(4096, "byte-level BPE vocabulary trained on the corpus (at least 257)")
     val_fraction: float = key(0.1, "share of the text held out for validation, in (0, 0.5]")
     text_field: str = key("text", "column holding the text in hf: datasets")

@@ -1,5 +1,6 @@
-"""Where documents come from: the default Shakespeare corpus, local text files, or a Hugging Face
-dataset, each as a stream of documents, plus the train/val split rule.
+"""Where documents come from: the default Shakespeare corpus, local text files, a Hugging Face
+dataset, or the generated repeats corpus (repeats.py), each as a stream of documents, plus the
+train/val split rule.
 
 - A document arrives as an iterator of text blocks of bounded size, so one 1 GB file is never a
   1 GB string. Text files are read by minitf itself in universal-newline mode (\\r\\n and \\r
@@ -42,7 +43,7 @@ from pathlib import Path
 
 from ..config import DataConfig
 from ..errors import ConfigError, MinitfError, first_line
-from . import shakespeare
+from . import repeats, shakespeare
 
 BLOCK_CHARS = 1 << 20  # text is read and handed on in blocks of at most this many characters
 READ_BYTES = 1 << 20  # and read from the file this many bytes at a time
@@ -55,9 +56,11 @@ _LOCAL = shakespeare.LOCAL
 # every kind of data.source, as the user writes it; a new kind is added here and in Source
 KINDS = {
     "shakespeare": "shakespeare",
+    "repeats": "repeats",
     "file": "file:<path, directory or glob>",
     "hf": "hf:<dataset>[:<config>] or hf:<local dataset directory>",
 }
+WORDS_ALONE = ("shakespeare", "repeats")  # the kinds named by their word alone, with nothing after it
 
 
 def cache_dir() -> Path:
@@ -110,9 +113,9 @@ class Source:
 
     def __init__(self, cfg: DataConfig, log: Callable[[str], None] = lambda line: None):
         self.kind, _, self.spec = cfg.source.partition(":")
-        if self.kind not in KINDS or (self.kind == "shakespeare") != (cfg.source == "shakespeare"):
+        if self.kind not in KINDS or (self.kind in WORDS_ALONE) != (cfg.source in WORDS_ALONE):
             raise ConfigError(f"data.source must be {', '.join(repr(k) for k in KINDS.values())}; got {cfg.source!r}")
-        if self.kind != "shakespeare" and not self.spec.strip():
+        if self.kind not in WORDS_ALONE and not self.spec.strip():
             raise ConfigError(
                 f"data.source={cfg.source} names no {'path' if self.kind == 'file' else 'dataset'}; "
                 f"write it as {KINDS[self.kind]}"
@@ -124,6 +127,8 @@ class Source:
         self.aliases: list[tuple[Path, Path]] = []  # (a name skipped, the name of the same file that is read)
         if self.kind == "file":
             self.files, self.empty, self.aliases = _text_files(self.spec)
+        elif self.kind == "repeats":  # generated once into the cache, then read as files
+            self.files = repeats.repeats_files(cache_dir(), log)
         elif self.local:  # hf:<local dataset directory>, read without the network
             if not root.is_dir():
                 raise MinitfError(

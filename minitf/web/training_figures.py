@@ -4,9 +4,12 @@ A run trained with train.snapshot_every keeps its weights every N steps (minitf/
 `heads_over_training` scores every snapshot on repeated random tokens (a random sequence, then the
 same again: minitf.interpret): each head's induction score, which is how much it looks at the
 token after an earlier copy of the current one, and the in-context-learning score (the loss late
-in the text minus early in it). `plot_heads_over_training` draws them under the loss curve on one
-step axis, which is where Olsson et al. 2022 saw induction heads form: a sudden jump of the scores
-with a bump in the loss. `minitf heads` is the command for both.
+in the text minus early in it). The random tokens are drawn from those the run's own text uses,
+where its token cache is at hand: a token the model never saw (most of the 256 byte tokens, in a
+corpus of English) has an untrained embedding, and a head cannot match what it cannot tell apart.
+`plot_heads_over_training` draws them under the loss curve on one step axis, which is where
+Olsson et al. 2022 saw induction heads form: a sudden jump of the scores with a bump in the loss.
+`minitf heads` is the command for both.
 
 Figures are drawn on their own `Figure` with the Agg canvas, never through pyplot (figures.py).
 """
@@ -16,13 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..config import load_run_config
+from ..data import prepare_data
 from ..errors import MinitfError
 from ..interpret import head_scores, in_context_score, repeated_tokens
 from ..model import Transformer
-from ..training.checkpoint import CONFIG, load_weights
+from ..tokenizer import Tokenizer
+from ..training.checkpoint import CONFIG, TOKENIZER, load_weights
 from ..training.metrics import METRICS, STEPS, read_rows
 from ..training.snapshots import list_snapshots
 from .figures import new_figure, save_figure
@@ -40,6 +46,7 @@ class HeadHistory:
     previous_token: torch.Tensor  # (S, n_layer, n_head): each head's previous-token score
     in_context: list[float]  # the in-context-learning score (nats; negative: later tokens are predicted better)
     length: int  # the repeated sequence's length: the ids are `length` random tokens, then the same again
+    drawn_from: str  # which tokens the random ones were drawn from, in words
 
 
 def heads_over_training(run_dir: str | Path, length: int | None = None, batch: int = 8, seed: int = 0) -> HeadHistory:
@@ -63,7 +70,7 @@ def heads_over_training(run_dir: str | Path, length: int | None = None, batch: i
     if not 6 <= length <= cfg.model.block_size // 2:  # in_context_score needs 12 tokens; both copies fit the window
         raise MinitfError(f"length must be in [6, {cfg.model.block_size // 2}] (half the block size), got {length}")
     model = Transformer(cfg.model).eval()
-    ids = repeated_tokens(cfg.model.vocab_size, length, batch=batch, seed=seed)  # (B, 2 * length)
+    ids, drawn_from = _probe(run_dir, cfg, length, batch, seed)  # (B, 2 * length)
     induction, previous, icl = [], [], []
     for _, path in kept:
         load_weights(model, path)
@@ -71,9 +78,24 @@ def heads_over_training(run_dir: str | Path, length: int | None = None, batch: i
         induction.append(scores["induction"])
         previous.append(scores["previous_token"])
         icl.append(in_context_score(model, ids))
-    return HeadHistory(
-        run_dir, [s for s, _ in kept], torch.stack(induction), torch.stack(previous), icl, length
-    )  # stacked: (S, n_layer, n_head)
+    steps = [s for s, _ in kept]
+    return HeadHistory(run_dir, steps, torch.stack(induction), torch.stack(previous), icl, length, drawn_from)
+
+
+SEEN_SAMPLE = 1 << 22  # the tokens read to find which ids the text uses: a few MB, enough for a small run
+
+
+def _probe(run_dir: Path, cfg, length: int, batch: int, seed: int) -> tuple[torch.Tensor, str]:
+    """`repeated_tokens` drawn from the ids the run's training text uses (its token cache, found or
+    rebuilt from data.source), or from the whole vocabulary when the text is out of reach."""
+    try:
+        data = prepare_data(cfg.data, Tokenizer.load(run_dir / TOKENIZER), log=lambda line: None)
+        seen = np.unique(np.asarray(data.tokens("train")[:SEEN_SAMPLE]))
+    except (MinitfError, OSError):
+        return repeated_tokens(cfg.model.vocab_size, length, batch=batch, seed=seed), "the whole vocabulary"
+    seen = torch.from_numpy(seen[seen > 0].astype(np.int64))  # (K,) the ids the text uses, <|endoftext|> aside
+    picks = repeated_tokens(len(seen) + 1, length, batch=batch, seed=seed) - 1  # (B, 2 * length) in 0 .. K - 1
+    return seen[picks], f"the {len(seen)} tokens its text uses"
 
 
 def plot_heads_over_training(history: HeadHistory, out_path) -> Path:
@@ -106,8 +128,9 @@ def plot_heads_over_training(history: HeadHistory, out_path) -> Path:
     ax_icl.axhline(0, color="grey", lw=0.8)
     ax_icl.set(xlabel="step", ylabel="nats")
     ax_icl.set_title(
-        f"in-context-learning score: loss late minus early on {history.length} random tokens repeated", fontsize=10
+        f"in-context-learning score: loss late minus early, on {history.length} random tokens repeated", fontsize=10
     )
+    fig.suptitle(f"random tokens drawn from {history.drawn_from}", fontsize=8, x=0.99, ha="right")
     ax_loss.legend()
     for ax in (ax_loss, ax_ind, ax_icl):
         ax.grid(alpha=0.3)
