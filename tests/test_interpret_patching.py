@@ -29,6 +29,11 @@ def test_residual_patching_recovers_the_answer_where_it_travels():
 def test_head_patching_finds_the_induction_head():
     got = patch_heads(induction_model(), CLEAN, CORRUPTED, answer=E, wrong=F)
     torch.testing.assert_close(got, torch.tensor([[0.0, 0.0], [1.0, 0.0]]), atol=1e-5, rtol=0)
+    # one head at one position: only the induction head's output at the last position carries the answer
+    by_position = patch_heads(induction_model(), CLEAN, CORRUPTED, answer=E, wrong=F, by_position=True)
+    want = torch.zeros(2, 2, 10)
+    want[1, 0, 9] = 1.0
+    torch.testing.assert_close(by_position, want, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
@@ -50,6 +55,9 @@ def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm)
     assert got[0, 4] == pytest.approx(1.0, abs=1e-5)  # the one different embedding, put back: the clean run
     heads = patch_heads(model, clean, corrupted, answer=13, wrong=17)
     assert heads.shape == (3, 2) and torch.isfinite(heads).all()
+    by_position = patch_heads(model, clean, corrupted, answer=13, wrong=17, by_position=True)
+    assert by_position.shape == (3, 2, 8)
+    assert torch.equal(by_position[..., :4], torch.zeros(3, 2, 4))  # the same head outputs in both runs there
 
 
 def test_mistakes_are_refused_in_one_line():

@@ -97,24 +97,32 @@ def patch_residual(model: Transformer, clean, corrupted, answer: int, wrong: int
 
 
 @torch.no_grad()
-def patch_heads(model: Transformer, clean, corrupted, answer: int, wrong: int) -> torch.Tensor:
+def patch_heads(
+    model: Transformer, clean, corrupted, answer: int, wrong: int, by_position: bool = False
+) -> torch.Tensor:
     """(n_layer, n_head): the logit difference recovered by patching one head's clean output
-    (before the output projection, at every position) into the corrupted run."""
+    (before the output projection, at every position) into the corrupted run. by_position=True:
+    (n_layer, n_head, T), one head at one position at a time."""
     clean, corrupted = check_pair(model, clean, corrupted, answer, wrong)
-    H = model.config.n_head
+    H, T = model.config.n_head, clean.size(1)
+    P = T if by_position else 1  # copies per head: one per position, or one for all positions
+    copies = torch.arange(H * P)
+    take = torch.zeros(H * P, H, T, dtype=torch.bool)  # (H*P, H, T): where copy c takes the clean output
+    if by_position:
+        take[copies, copies // P, copies % P] = True  # copy c: head c // T at position c % T
+    else:
+        take[copies, copies] = True  # copy h: head h at every position
     rows = []
     with eval_mode(model):
-        batch = corrupted.expand(H, -1)  # (H, T): copy h patches head h
-        recovered = Recovery(model, clean.expand(H, -1), batch, answer, wrong)
+        batch = corrupted.expand(H * P, -1)  # (H*P, T)
+        recovered = Recovery(model, clean.expand(H * P, -1), batch, answer, wrong)
+        take = take[..., None].to(batch.device)  # (H*P, H, T, 1)
         for layer in range(model.config.n_layer):
             source = recovered.clean_run.heads[layer][0]  # (H, T, D)
 
-            def edit(at: int, heads: torch.Tensor, layer=layer, source=source) -> torch.Tensor:  # (H, H, T, D)
-                if at != layer:
-                    return heads
-                heads = heads.clone()
-                heads[torch.arange(H), torch.arange(H)] = source  # copy h, head h <- its clean output
-                return heads
+            def edit(i: int, out: torch.Tensor, layer=layer, source=source) -> torch.Tensor:  # out (H*P, H, T, D)
+                return torch.where(take, source, out) if i == layer else out
 
-            rows.append(recovered(trace(model, batch, edit_heads=edit)))  # (H,)
-    return torch.stack(rows).cpu()  # (L, H)
+            rows.append(recovered(trace(model, batch, edit_heads=edit)).view(H, P))  # (H, P)
+    out = torch.stack(rows).cpu()  # (L, H, P)
+    return out if by_position else out[..., 0]  # (L, H, T) or (L, H)
