@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import minitf
-from minitf.interpret import patch_heads, patch_residual
+from minitf.interpret import patch_heads, patch_residual, patching
 
 from .interpret_models import induction_model
 
@@ -37,7 +37,7 @@ def test_head_patching_finds_the_induction_head():
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
-def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm):
+def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm, monkeypatch):
     torch.manual_seed(0)
     cfg = minitf.ModelConfig(vocab_size=40, block_size=32, n_layer=3, n_head=2, n_embd=16, norm=norm)
     model = minitf.Transformer(cfg).eval()
@@ -47,17 +47,27 @@ def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm)
     clean = torch.tensor([5, 9, 2, 7, 7, 30, 11, 4])
     corrupted = clean.clone()
     corrupted[4] = 21  # positions 0..3 see the same tokens in both runs
-    got = patch_residual(model, clean, corrupted, answer=13, wrong=17)
+    with torch.no_grad():  # the two tokens the change moves furthest apart: a logit difference well above rounding
+        moved = model(clean[None])[0][0, -1] - model(corrupted[None])[0][0, -1]  # (V,)
+    answer, wrong = int(moved.argmax()), int(moved.argmin())
+    got = patch_residual(model, clean, corrupted, answer, wrong)
     assert got.shape == (4, 8)
     assert got[-1, -1] == pytest.approx(1.0, abs=1e-5)
     assert torch.equal(got[-1, :-1], torch.zeros(7))  # nothing after the last block mixes positions
     assert torch.equal(got[:, :4], torch.zeros(4, 4))  # the same stream in both runs: patching changes nothing
     assert got[0, 4] == pytest.approx(1.0, abs=1e-5)  # the one different embedding, put back: the clean run
-    heads = patch_heads(model, clean, corrupted, answer=13, wrong=17)
+    heads = patch_heads(model, clean, corrupted, answer, wrong)
     assert heads.shape == (3, 2) and torch.isfinite(heads).all()
-    by_position = patch_heads(model, clean, corrupted, answer=13, wrong=17, by_position=True)
+    by_position = patch_heads(model, clean, corrupted, answer, wrong, by_position=True)
     assert by_position.shape == (3, 2, 8)
     assert torch.equal(by_position[..., :4], torch.zeros(3, 2, 4))  # the same head outputs in both runs there
+    # copies too many for one pass go in smaller batches, each with its own baselines: the same numbers
+    monkeypatch.setattr(patching, "PATCH_BUDGET", 1)
+    one_by_one = patch_residual(model, clean, corrupted, answer, wrong)
+    torch.testing.assert_close(one_by_one, got, atol=1e-5, rtol=0)
+    assert one_by_one[-1, -1] == pytest.approx(1.0, abs=1e-5) and torch.equal(one_by_one[:, :4], torch.zeros(4, 4))
+    heads_one_by_one = patch_heads(model, clean, corrupted, answer, wrong, by_position=True)
+    torch.testing.assert_close(heads_one_by_one, by_position, atol=1e-5, rtol=0)
 
 
 def test_mistakes_are_refused_in_one_line():

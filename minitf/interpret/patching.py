@@ -70,6 +70,28 @@ class Recovery:
         return (logit_diff(patched, self.answer, self.wrong) - self.corrupted) / (self.clean - self.corrupted)
 
 
+PATCH_BUDGET = 2**30  # bytes of attention weights one batched pass of patched copies may hold
+
+
+def run_patched(model: Transformer, clean, corrupted, answer: int, wrong: int, n: int, edits) -> torch.Tensor:
+    """(n,): the recovered share of n patched copies of the corrupted prompt, run in batches.
+
+    edits(copies, clean_run) -> trace's edit keywords patching each copy (copies: its indices
+    0 .. n - 1) from clean_run, a batch of the clean prompt as big as the copies. Each batch size
+    gets its own clean and corrupted baselines (Recovery: the same shape, so the same rounding)."""
+    c, T = model.config, clean.size(1)
+    size = max(1, PATCH_BUDGET // (4 * c.n_layer * c.n_head * T * T))  # a pass keeps L x (b, H, T, T) weights
+    baselines, out = {}, []
+    for lo in range(0, n, size):
+        copies = torch.arange(lo, min(lo + size, n))
+        b = len(copies)
+        if b not in baselines:
+            baselines[b] = Recovery(model, clean.expand(b, -1), corrupted.expand(b, -1), answer, wrong)
+        recovered = baselines[b]
+        out.append(recovered(trace(model, corrupted.expand(b, -1), **edits(copies, recovered.clean_run))))
+    return torch.cat(out).cpu()  # (n,)
+
+
 @torch.no_grad()
 def patch_residual(model: Transformer, clean, corrupted, answer: int, wrong: int) -> torch.Tensor:
     """(n_layer + 1, T): the logit difference recovered by patching the clean residual stream into
@@ -77,23 +99,23 @@ def patch_residual(model: Transformer, clean, corrupted, answer: int, wrong: int
     each position. Patching the last row at the last position recovers exactly 1; a row's earlier
     positions recover 0 there (nothing after the last block mixes positions)."""
     clean, corrupted = check_pair(model, clean, corrupted, answer, wrong)
-    T = clean.size(1)
-    rows = []
-    with eval_mode(model):
-        batch = corrupted.expand(T, T)  # (T, T): copy b patches position b
-        recovered = Recovery(model, clean.expand(T, T), batch, answer, wrong)
-        for point in range(model.config.n_layer + 1):
-            source = recovered.clean_run.residuals[point][0]  # (T, C)
+    T, points = clean.size(1), model.config.n_layer + 1
 
-            def edit(at: int, x: torch.Tensor, point=point, source=source) -> torch.Tensor:  # x (T, T, C)
-                if at != point:
-                    return x
-                x = x.clone()
-                x[torch.arange(T), torch.arange(T)] = source  # copy b, position b <- the clean stream there
+    def edits(copies: torch.Tensor, clean_run: Trace) -> dict:  # copy k: point k // T, position k % T
+        rows = torch.arange(len(copies), device=clean.device)
+
+        def edit(at: int, x: torch.Tensor) -> torch.Tensor:  # x (b, T, C)
+            mine = (copies // T == at).to(x.device)  # (b,) the copies that patch this point
+            if not mine.any():
                 return x
+            x, pos = x.clone(), (copies % T).to(x.device)
+            x[rows[mine], pos[mine]] = clean_run.residuals[at][rows[mine], pos[mine]]  # (m, C) <- the clean stream
+            return x
 
-            rows.append(recovered(trace(model, batch, edit_resid=edit)))  # (T,)
-    return torch.stack(rows).cpu()  # (L + 1, T)
+        return {"edit_resid": edit}
+
+    with eval_mode(model):
+        return run_patched(model, clean, corrupted, answer, wrong, points * T, edits).view(points, T)
 
 
 @torch.no_grad()
@@ -104,25 +126,26 @@ def patch_heads(
     (before the output projection, at every position) into the corrupted run. by_position=True:
     (n_layer, n_head, T), one head at one position at a time."""
     clean, corrupted = check_pair(model, clean, corrupted, answer, wrong)
-    H, T = model.config.n_head, clean.size(1)
+    L, H, T = model.config.n_layer, model.config.n_head, clean.size(1)
     P = T if by_position else 1  # copies per head: one per position, or one for all positions
-    copies = torch.arange(H * P)
-    take = torch.zeros(H * P, H, T, dtype=torch.bool)  # (H*P, H, T): where copy c takes the clean output
-    if by_position:
-        take[copies, copies // P, copies % P] = True  # copy c: head c // T at position c % T
-    else:
-        take[copies, copies] = True  # copy h: head h at every position
-    rows = []
+
+    def edits(
+        copies: torch.Tensor, clean_run: Trace
+    ) -> dict:  # copy k: layer k // (H P), head k // P % H, position k % P
+        take = torch.zeros(len(copies), H, T, dtype=torch.bool)  # (b, H, T): where each copy takes the clean output
+        rows, head = torch.arange(len(copies)), copies // P % H
+        if by_position:
+            take[rows, head, copies % P] = True
+        else:
+            take[rows, head] = True
+        layer = copies // (H * P)
+
+        def edit(at: int, out: torch.Tensor) -> torch.Tensor:  # out (b, H, T, D)
+            mask = (take & (layer == at)[:, None, None]).to(out.device)[..., None]  # (b, H, T, 1)
+            return torch.where(mask, clean_run.heads[at], out) if mask.any() else out
+
+        return {"edit_heads": edit}
+
     with eval_mode(model):
-        batch = corrupted.expand(H * P, -1)  # (H*P, T)
-        recovered = Recovery(model, clean.expand(H * P, -1), batch, answer, wrong)
-        take = take[..., None].to(batch.device)  # (H*P, H, T, 1)
-        for layer in range(model.config.n_layer):
-            source = recovered.clean_run.heads[layer][0]  # (H, T, D)
-
-            def edit(i: int, out: torch.Tensor, layer=layer, source=source) -> torch.Tensor:  # out (H*P, H, T, D)
-                return torch.where(take, source, out) if i == layer else out
-
-            rows.append(recovered(trace(model, batch, edit_heads=edit)).view(H, P))  # (H, P)
-    out = torch.stack(rows).cpu()  # (L, H, P)
-    return out if by_position else out[..., 0]  # (L, H, T) or (L, H)
+        got = run_patched(model, clean, corrupted, answer, wrong, L * H * P, edits).view(L, H, P)
+    return got if by_position else got[..., 0]  # (L, H, T) or (L, H)
