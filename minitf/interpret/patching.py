@@ -11,7 +11,8 @@ the corrupted run's:
 
 `patch_residual` patches the residual stream at one layer boundary and one position: (n_layer + 1, T),
 row 0 the embeddings, row i + 1 the stream after block i. `patch_heads` patches one head's output
-(before the output projection) at every position: (n_layer, n_head).
+(before the output projection) at every position: (n_layer, n_head), or at one position at a time:
+(n_layer, n_head, T). Each patch is one copy of the corrupted prompt; the copies run in batches.
 """
 
 from __future__ import annotations
