@@ -12,6 +12,7 @@ generation never delays another connection's request.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import threading
 import traceback
@@ -142,9 +143,13 @@ async def _watch(receive, gone: threading.Event) -> None:
 
 class Stream(Response):
     """An answer streamed from `chunks`, a blocking generator of bytes (made with the `gone` event
-    that is set when the client leaves), each next() run in a worker thread. Each piece is sent
-    within `timeout` seconds (a client that stops reading is dropped); however the answer ends,
-    the generator is closed, which stops its generation. `first` is a piece already made."""
+    that is set when the client leaves). One worker thread runs the generator through, never waiting
+    for the event loop between pieces (a generation runs at its own speed), and at most `AHEAD`
+    pieces ahead of what the client has taken, so a slow reader slows only its own generation. Each
+    piece is sent within `timeout` seconds (a client that stops reading is dropped); however the
+    answer ends, the generator is closed, which stops its generation. `first` is a piece already made."""
+
+    AHEAD = 16
 
     def __init__(self, chunks: Iterator[bytes], first: bytes, gone: threading.Event, kind: str, timeout: float, log):
         self.status_code, self.background = 200, None
@@ -153,22 +158,57 @@ class Stream(Response):
         self.chunks, self.first, self.gone, self.timeout, self.log = chunks, first, gone, timeout, log
 
     async def __call__(self, scope, receive, send) -> None:
+        made, ready = collections.deque(), asyncio.Event()
+        room = threading.Semaphore(self.AHEAD)
         watcher = asyncio.create_task(_watch(receive, self.gone))
-        sent = 0
+        maker = asyncio.ensure_future(run_in_threadpool(self._make, asyncio.get_running_loop(), made, ready, room))
+        sent, done = 0, self.first is None
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            piece = self.first
-            while piece is not None:
-                with anyio.fail_after(self.timeout):
-                    await send({"type": "http.response.body", "body": piece, "more_body": True})
-                sent += 1
-                piece = await run_in_threadpool(next, self.chunks, None)
+            batch, held = [self.first] if self.first is not None else [], 0  # held: places in `room`
+            while batch:
+                with anyio.fail_after(self.timeout):  # the pieces made meanwhile leave in one write
+                    await send({"type": "http.response.body", "body": b"".join(batch), "more_body": True})
+                sent += len(batch)
+                for _ in range(held):
+                    room.release()
+                batch, done = await self._taken(made, ready, done)
+                held = len(batch)
             await send({"type": "http.response.body", "body": b""})
         except (TimeoutError, OSError):
             self.log(f"the client stopped reading its stream after {sent} pieces; its generation stopped")
         finally:
+            self.gone.set()  # a generation still running stops at its next piece
             watcher.cancel()
-            await run_in_threadpool(self.chunks.close)
+            await maker
+
+    @staticmethod
+    async def _taken(made: collections.deque, ready: asyncio.Event, done: bool) -> tuple[list, bool]:
+        """Every piece made so far (waiting for one), and whether the generator has ended."""
+        while not made and not done:
+            await ready.wait()
+            ready.clear()
+        batch = []
+        while made:
+            piece = made.popleft()
+            if piece is None:
+                return batch, True
+            batch.append(piece)
+        return batch, done
+
+    def _make(self, loop, made: collections.deque, ready: asyncio.Event, room: threading.Semaphore) -> None:
+        """In a worker thread: the generator's pieces into `made` for the event loop, then None."""
+        try:
+            for piece in self.chunks:
+                while not room.acquire(timeout=0.25):  # the client reads slowly: wait, unless it is gone
+                    if self.gone.is_set():
+                        return
+                made.append(piece)
+                loop.call_soon_threadsafe(ready.set)
+        finally:
+            self.chunks.close()
+            made.append(None)
+            loop.call_soon_threadsafe(ready.set)
 
 
 def log_bug(log) -> None:

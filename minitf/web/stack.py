@@ -138,6 +138,10 @@ def _deadline_protocol(timeout_reply: bytes, log) -> type:
 
         def connection_made(self, transport) -> None:
             super().connection_made(transport)
+            # each streamed piece leaves at once: asyncio sets TCP_NODELAY only on sockets whose proto
+            # is IPPROTO_TCP, and a socket.create_server socket (and its connections) says 0
+            with contextlib.suppress(OSError, AttributeError):
+                transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
