@@ -1,15 +1,19 @@
 """The explorer in a real browser: headless Chromium (Debian's chromium and chromium-driver)
 driven by Selenium types a prompt, generates, opens a token's attention and each of its other views
-(next token, logit lens, positions), checks what they show against the API, and saves screenshots.
+(next token, logit lens, positions, heads, attribution), checks what they show against the API, and
+saves screenshots.
 Skipped, with the reason, where Chromium, its driver or Selenium is missing (.ci/run installs them).
 
 The screenshots in docs/ are these tests' own: MINITF_EXPLORE_RUN=runs/shakespeare points the
-views' test at a trained run instead of the tiny one, and MINITF_EXPLORE_SHOTS=docs saves its
+views' tests at a trained run instead of the tiny one, and MINITF_EXPLORE_SHOTS=docs saves their
 screenshots there as well as in the test's temporary directory."""
 
+import json
 import os
+import re
 import shutil
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -282,3 +286,190 @@ def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp
     assert not find("#error").is_displayed()
     errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+
+
+# the text has repeats, so the induction and duplicate-token heads have something to find
+REPEATS = "ROMEO: O love, sweet night! ROMEO: O love"
+# a grid's cells (#h-grid, #a-grid) as [text, class], and a table's rows after the header as cell texts
+CELLS = "return [...document.querySelectorAll(arguments[0] + ' .cell')].map(c => [c.innerText.trim(), c.className]);"
+ROWS = """return [...document.querySelectorAll(arguments[0] + ' tr')].slice(1).map(
+  tr => [...tr.querySelectorAll('td')].map(td => td.innerText.trim()));"""
+
+
+def post(server, view: str, body: dict) -> dict:
+    """The JSON of POST /api/<view>, as the page gets it."""
+    req = urllib.request.Request(
+        server.url.rstrip("/") + f"/api/{view}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def signed(text: str) -> float:
+    """A number as the page signs it: +0.123, −0.123 (a minus sign, U+2212)."""
+    return float(text.replace("\u2212", "-"))
+
+
+def open_view(d, wait, server, view: str) -> tuple[list[int], int]:
+    """Type REPEATS, generate a few tokens, click the prompt's last token and open a tab: the ids and that position."""
+    from selenium.webdriver.common.by import By
+
+    d.get(server.url)
+    wait.until(lambda _: d.find_element(By.ID, "run-name").text == server.explorer.run_dir.name)
+    for name, value in (("prompt", REPEATS), ("max_new_tokens", "6"), ("seed", "3"), ("temperature", "1")):
+        d.find_element(By.ID, name).clear()
+        d.find_element(By.ID, name).send_keys(value)
+    d.find_element(By.ID, "go").click()
+    wait.until(lambda _: "tokens," in d.find_element(By.ID, "status").text)
+    ids = d.execute_script("return state.ids")
+    position = len(ids) - len(d.find_elements(By.CSS_SELECTOR, "#tokens .tok.gen")) - 1
+    d.find_elements(By.CSS_SELECTOR, "#tokens .tok")[position].click()
+    d.find_element(By.CSS_SELECTOR, f'.tabs button[data-view="{view}"]').click()
+    wait.until(
+        lambda _: d.find_element(By.ID, view).is_displayed() and not d.find_element(By.ID, "attention").is_displayed()
+    )
+    return ids, position
+
+
+def until_shown(wait, check) -> None:
+    """Wait for the page to pass check() (it draws an answer a moment after a click), then check once
+    more, so that a page that never does fails with what differs."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    def done(_):
+        try:
+            check()
+            return True
+        except (AssertionError, ValueError, IndexError, StaleElementReferenceException):
+            return False
+
+    try:
+        wait.until(done)
+    finally:
+        check()
+
+
+def no_errors(d) -> None:
+    from selenium.webdriver.common.by import By
+
+    assert not d.find_element(By.ID, "error").is_displayed()
+    errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+def test_heads_scores_and_switching_heads_off(browser, views_server, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    d, wait, ex = browser, WebDriverWait(browser, 30), views_server.explorer
+    L, H = ex.cfg.model.n_layer, ex.cfg.model.n_head
+    ids, position = open_view(d, wait, views_server, "heads")
+    label = ex.label(ids[position])
+
+    def check(want, score: str) -> None:
+        """The grid shows the API's `score` of every head (to the 2 decimals shown), the heads it
+        switched off crossed out; the table its next tokens with every head and without those."""
+        assert d.execute_script("return document.querySelector('#heads .sel-label').textContent") == f"“{label}”"
+        assert Select(d.find_element(By.ID, "h-score")).first_selected_option.get_attribute("value") == score
+        cells = d.execute_script(CELLS, "#h-grid")
+        values = [v for row in want["scores"][score] for v in row]
+        assert len(cells) == len(values) == L * H
+        assert all(abs(float(text) - v) <= 0.005 + 1e-9 for (text, _), v in zip(cells, values))
+        off = [["off" in cls.split() for _, cls in cells[i * H : (i + 1) * H]] for i in range(L)]
+        assert off == [[[i, h] in want["heads"] for h in range(H)] for i in range(L)]
+        rows = d.execute_script(ROWS, "#h-table")
+        assert [r[1] for r in rows] == [t["label"] for t in want["tokens"]]
+        for r, t in zip(rows, want["tokens"]):
+            assert int(r[0]) == t["rank"] and abs(percent(r[2]) - t["before"]) < 6e-4
+            if want["heads"]:
+                assert abs(percent(r[3]) - t["after"]) < 6e-4
+                assert abs(signed(r[4].removesuffix("pt")) - 100 * (t["after"] - t["before"])) < 6e-4
+            else:
+                assert r[3] == r[4] == ""
+        summary = d.find_element(By.ID, "h-summary").text
+        if want["heads"]:
+            n = len(want["heads"])
+            assert summary.startswith(f"{n} head{'s' if n > 1 else ''} off")
+            assert ", ".join(f"L{i}H{h}" for i, h in want["heads"]) in summary
+            loss = [float(x) for x in re.search(r"over the text: ([\d.]+) → ([\d.]+)\.", summary).groups()]
+            assert all(abs(a - b) < 6e-4 for a, b in zip(loss, (want["loss"]["before"], want["loss"]["after"])))
+        else:
+            assert summary.startswith("Every head is on")
+
+    def shows(heads: list, mode: str = "zero", score: str = "induction") -> dict:
+        want = post(views_server, "heads", {"ids": ids, "position": position, "heads": heads, "mode": mode, "top": 8})
+        until_shown(wait, lambda: check(want, score))
+        return want
+
+    every = shows([])  # every head on, the induction scores first
+    assert all(t["before"] == t["after"] for t in every["tokens"])
+    for score in ("previous_token", "duplicate_token", "induction"):
+        Select(d.find_element(By.ID, "h-score")).select_by_value(score)
+        shows([], score=score)
+
+    def click(layer: int, head: int) -> None:
+        d.find_elements(By.CSS_SELECTOR, "#h-grid .cell")[layer * H + head].click()
+
+    click(0, H - 1)
+    one = shows([[0, H - 1]])
+    assert any(t["before"] != t["after"] for t in one["tokens"])  # a head off changes the next token
+    click(L - 1, 0)
+    two = shows([[0, H - 1], [L - 1, 0]])
+    Select(d.find_element(By.ID, "h-mode")).select_by_value("mean")
+    mean = shows([[0, H - 1], [L - 1, 0]], "mean")
+    assert one["tokens"] != two["tokens"] != mean["tokens"]  # each click shows a new answer
+    save(d, tmp_path, "explore-heads.png")
+    click(0, H - 1)  # on again
+    shows([[L - 1, 0]], "mean")
+    d.find_element(By.ID, "h-clear").click()
+    shows([], "mean")
+    no_errors(d)
+
+
+def test_attribution_of_the_next_tokens_logit(browser, views_server, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d, wait, ex = browser, WebDriverWait(browser, 30), views_server.explorer
+    L, H = ex.cfg.model.n_layer, ex.cfg.model.n_head
+    ids, position = open_view(d, wait, views_server, "attribution")
+
+    def check(want) -> None:
+        """The grid shows each head's share and the table every other part's, as the API gives them
+        (to the 3 decimals shown); the shares add up to the logit the page shows."""
+        target = d.execute_script("return document.getElementById('a-target').textContent")
+        assert target == f"“{want['target']['label']}”"
+        cells = d.execute_script(CELLS, "#a-grid")
+        heads = [v for row in want["heads"] for v in row]
+        assert len(cells) == len(heads) == L * H
+        assert all(abs(signed(text) - v) < 6e-4 for (text, _), v in zip(cells, heads))
+        parts = [("token embedding", want["parts"]["embedding"]), ("position vectors", want["parts"]["positions"])]
+        for layer in range(L):
+            parts.append((f"layer {layer}: attention output bias", want["attn_bias"][layer]))
+            parts.append((f"layer {layer}: feed-forward", want["ffn"][layer]))
+        parts += [("all heads (the grid)", sum(heads)), ("final norm's bias", want["parts"]["norm_bias"])]
+        *rows, last = d.execute_script(ROWS, "#a-table")
+        assert [r[0] for r in rows] == [name for name, _ in parts]
+        assert all(abs(signed(r[1]) - v) < 6e-4 for r, (_, v) in zip(rows, parts))
+        total, logit = (signed(x) for x in re.fullmatch(r"(\S+) \(the model's: (\S+)\)", last[1]).groups())
+        assert last[0] == "sum: the logit" and abs(total - want["total"]) < 6e-4 and abs(logit - want["logit"]) < 6e-4
+        assert abs(sum(signed(r[1]) for r in rows) - logit) < 6e-4 * len(rows) + 1e-3
+        choices = d.find_elements(By.CSS_SELECTOR, "#a-choices button")
+        assert [b.text for b in choices] == [c["label"].strip() for c in want["choices"]]
+
+    # by default the token that follows on the page
+    first = post(views_server, "attribution", {"ids": ids, "position": position})
+    assert first["target"]["id"] == ids[position + 1] == first["next"]["id"]
+    until_shown(wait, lambda: check(first))
+    assert abs(first["total"] - first["logit"]) < 1e-3
+
+    # another of the model's likeliest tokens, picked with its button
+    i, other = next((i, c) for i, c in enumerate(first["choices"]) if c["id"] != first["target"]["id"])
+    d.find_elements(By.CSS_SELECTOR, "#a-choices button")[i].click()
+    second = post(views_server, "attribution", {"ids": ids, "position": position, "token": other["id"]})
+    assert second["target"]["id"] == other["id"] and second["heads"] != first["heads"]
+    until_shown(wait, lambda: check(second))
+    save(d, tmp_path, "explore-attribution.png")
+    no_errors(d)
