@@ -818,7 +818,7 @@ assert both[1] > math.log(V - 1) - 1  # ...and without layer 1's heads it is as 
 
 # %% [markdown]
 # **Look at:** the loss sits at guessing (ln 63 = 4.1) for a few hundred steps, then drops within
-# about a hundred, at the steps where a layer-0 head's previous-token score and a layer-1 head's
+# a couple of hundred, at the steps where a layer-0 head's previous-token score and a layer-1 head's
 # induction score jump together: the phase change of Olsson et al., in seconds. The first half
 # stays at guessing whatever the heads do; the repeat costs little while the induction head is
 # there, and far more without it.
