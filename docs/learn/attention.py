@@ -816,6 +816,15 @@ whole, one, both = results.values()
 assert whole[1] < 1.5 and one[1] > whole[1] + 1  # the repeat needs the induction head...
 assert both[1] > math.log(V - 1) - 1  # ...and without layer 1's heads it is as hard as the first half
 
+# the library's head ablation (minitf.interpret.ablate) zeroes the same slice, for any heads of any model
+handle = zero_heads(layer, [head])
+with torch.no_grad():
+    mine = F.cross_entropy(net(probe[:, :-1])[0].transpose(1, 2), probe[:, 1:]).item()  # every position
+handle.remove()
+theirs = minitf.interpret.ablate(net, probe, [(layer, head)])
+print(f"minitf.interpret.ablate: loss {theirs.loss_before:.3f} -> {theirs.loss_after:.3f} (by hand: {mine:.3f})")
+assert abs(theirs.loss_after - mine) < 1e-4
+
 # %% [markdown]
 # **Look at:** the loss sits at guessing (ln 63 = 4.1) for a few hundred steps, then drops within
 # a couple of hundred, at the steps where a layer-0 head's previous-token score and a layer-1 head's
