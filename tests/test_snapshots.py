@@ -87,6 +87,9 @@ def test_heads_scores_and_draws_every_snapshot(snapshot_run, tmp_path, capsys):
     assert history.steps == [3, 6] and history.length == 16  # half the block of 32
     assert history.induction.shape == history.previous_token.shape == (2, 2, 2)  # (snapshots, layers, heads)
     assert ((history.induction >= 0) & (history.induction <= 0.5 + 1e-6)).all()
+    # random tokens among those the run's text uses (its token cache), the in-context score on its validation text
+    assert history.drawn_from.endswith("tokens its text uses") and int(history.drawn_from.split()[1]) < 300
+    assert history.in_context_on == "64 windows of its validation text"
     table = format_heads_table(history).splitlines()
     assert table[0].split()[:4] == ["step", "val", "loss", "in-context"] and len(table) == 3
     assert table[2].split()[0] == "6" and len(table[2].split()) == 3 + 4  # step, val loss, in-context, 4 heads
