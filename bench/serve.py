@@ -1,8 +1,10 @@
 """The OpenAI-compatible server's latency and throughput: minitf bench --only serve.
 
-The server runs in a thread of this process, as `minitf serve` runs it (its default settings:
-4 completions generate at once, the others wait for a slot); the clients are threads that speak
-plain HTTP over loopback (urllib, no client library in the way). Each client streams one
+The server is `minitf serve` itself, in its own process, as users run it (its default settings:
+4 completions generate at once, the others wait for a slot); the clients are threads of this
+process that speak plain HTTP over loopback (urllib, no client library in the way). Clients in the
+server's own process would take its interpreter lock to read every event, which a real client never
+does. Each client streams one
 completion of `new_tokens` tokens from the run's own prompt, with its own seed, and reports
 
 - first token: seconds from sending its request to the first server-sent event (one sampled token);
@@ -16,7 +18,11 @@ last stream's end. A first request warms up and is not counted.
 from __future__ import annotations
 
 import json
+import re
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -65,23 +71,33 @@ def _round(url: str, model: str, prompt: str, new_tokens: int, clients: int, see
     return {"first": [r["first_token_s"] for r in results], "tokens": tokens, "rate": tokens / wall}
 
 
-def serve_speed(run_dir: str | Path, new_tokens: int = 100, rounds: int = 3, clients=(1, 8), parallel: int = 4) -> dict:
-    from minitf.web.serve import Completions, CompletionServer
+def serve_speed(
+    run_dir: str | Path, new_tokens: int = 100, rounds: int = 3, clients=(1, 8), parallel: int = 4, cwd=None
+) -> dict:
+    """The numbers above; cwd: where `python -m minitf serve` starts (another checkout's, to compare)."""
+    from minitf.config import load_config
 
-    api = Completions(run_dir, max_tokens=max(new_tokens, 1), max_generations=parallel)
-    server = CompletionServer(api, "127.0.0.1", 0, log=lambda msg: None)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    prompt = api.cfg.sample.prompt
+    server = subprocess.Popen(
+        [sys.executable, "-m", "minitf", "serve", "--run", str(run_dir), "--port", "0", "--parallel", str(parallel),
+         "--max-tokens", str(max(new_tokens, 20))],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        _stream(server.url, api.name, prompt, min(new_tokens, 20), 0)  # warm-up
+        said = server.stdout.readline()
+        if not (found := re.search(r"http://\S+", said)):
+            raise RuntimeError(f"minitf serve did not start: {said}{server.stderr.read()}")
+        url = found[0].rstrip("/")
+        with urllib.request.urlopen(url + "/models", timeout=60) as r:
+            model = json.loads(r.read())["data"][0]["id"]
+        prompt = load_config(Path(run_dir) / "config.yaml").sample.prompt
+        _stream(url, model, prompt, min(new_tokens, 20), 0)  # warm-up
         seen = {c: [] for c in clients}
         for r in range(rounds):
             for c in clients:
-                seen[c].append(_round(server.url, api.name, prompt, new_tokens, c, seed=1000 * r))
+                seen[c].append(_round(url, model, prompt, new_tokens, c, seed=1000 * r))
     finally:
-        server.close()
-        thread.join(10)
+        server.send_signal(signal.SIGTERM)  # a graceful stop
+        server.communicate(timeout=60)
     out = {"run": str(run_dir), "new_tokens": new_tokens, "parallel": parallel, "runs": []}
     for c, done in seen.items():
         firsts = [t for d in done for t in d["first"]]

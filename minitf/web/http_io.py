@@ -144,12 +144,14 @@ async def _watch(receive, gone: threading.Event) -> None:
 class Stream(Response):
     """An answer streamed from `chunks`, a blocking generator of bytes (made with the `gone` event
     that is set when the client leaves). One worker thread runs the generator through, never waiting
-    for the event loop between pieces (a generation runs at its own speed), and at most `AHEAD`
-    pieces ahead of what the client has taken, so a slow reader slows only its own generation. Each
-    piece is sent within `timeout` seconds (a client that stops reading is dropped); however the
-    answer ends, the generator is closed, which stops its generation. `first` is a piece already made."""
+    for the event loop between pieces (a generation runs at its own speed), at most `AHEAD` pieces
+    ahead of what the client has taken, so a slow reader slows only its own generation. The event
+    loop sends what was made every `GATHER` seconds at most, in one write: each of its wake-ups is
+    Python time the generations lose under the GIL. Each write must go within `timeout` seconds (a
+    client that stops reading is dropped); however the answer ends, the generator is closed, which
+    stops its generation. `first` is a piece already made, sent at once."""
 
-    AHEAD = 16
+    AHEAD, GATHER = 64, 0.02
 
     def __init__(self, chunks: Iterator[bytes], first: bytes, gone: threading.Event, kind: str, timeout: float, log):
         self.status_code, self.background = 200, None
@@ -158,22 +160,26 @@ class Stream(Response):
         self.chunks, self.first, self.gone, self.timeout, self.log = chunks, first, gone, timeout, log
 
     async def __call__(self, scope, receive, send) -> None:
-        made, ready = collections.deque(), asyncio.Event()
-        room = threading.Semaphore(self.AHEAD)
+        pieces = _Handoff(asyncio.get_running_loop(), self.AHEAD)
         watcher = asyncio.create_task(_watch(receive, self.gone))
-        maker = asyncio.ensure_future(run_in_threadpool(self._make, asyncio.get_running_loop(), made, ready, room))
-        sent, done = 0, self.first is None
+        maker = asyncio.ensure_future(run_in_threadpool(self._make, pieces))
+        sent = 0
         try:
             await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-            batch, held = [self.first] if self.first is not None else [], 0  # held: places in `room`
-            while batch:
-                with anyio.fail_after(self.timeout):  # the pieces made meanwhile leave in one write
+            batch, held = [self.first], 0  # held: the batch's places in pieces.room
+            while batch and batch[0] is not None:
+                ended = batch[-1] is None
+                batch = batch[:-1] if ended else batch
+                with anyio.fail_after(self.timeout):
                     await send({"type": "http.response.body", "body": b"".join(batch), "more_body": True})
                 sent += len(batch)
-                for _ in range(held):
-                    room.release()
-                batch, done = await self._taken(made, ready, done)
-                held = len(batch)
+                pieces.release(held)
+                if ended:
+                    break
+                with anyio.move_on_after(self.GATHER):  # or less, when the generator has ended
+                    await pieces.ended.wait()
+                batch = await pieces.take()
+                held = len(batch) - (batch[-1] is None)
             await send({"type": "http.response.body", "body": b""})
         except (TimeoutError, OSError):
             self.log(f"the client stopped reading its stream after {sent} pieces; its generation stopped")
@@ -182,33 +188,48 @@ class Stream(Response):
             watcher.cancel()
             await maker
 
-    @staticmethod
-    async def _taken(made: collections.deque, ready: asyncio.Event, done: bool) -> tuple[list, bool]:
-        """Every piece made so far (waiting for one), and whether the generator has ended."""
-        while not made and not done:
-            await ready.wait()
-            ready.clear()
-        batch = []
-        while made:
-            piece = made.popleft()
-            if piece is None:
-                return batch, True
-            batch.append(piece)
-        return batch, done
-
-    def _make(self, loop, made: collections.deque, ready: asyncio.Event, room: threading.Semaphore) -> None:
-        """In a worker thread: the generator's pieces into `made` for the event loop, then None."""
+    def _make(self, pieces: _Handoff) -> None:
+        """In a worker thread: the generator's pieces to the event loop, then None."""
         try:
             for piece in self.chunks:
-                while not room.acquire(timeout=0.25):  # the client reads slowly: wait, unless it is gone
+                while not pieces.room.acquire(timeout=0.25):  # the client reads slowly: wait, unless it left
                     if self.gone.is_set():
                         return
-                made.append(piece)
-                loop.call_soon_threadsafe(ready.set)
+                pieces.put(piece)
         finally:
             self.chunks.close()
-            made.append(None)
-            loop.call_soon_threadsafe(ready.set)
+            pieces.put(None)
+
+
+class _Handoff:
+    """Pieces handed from a worker thread to the event loop. The thread wakes the loop only while
+    the loop waits for a piece, not for every piece; `room` bounds how many are made ahead."""
+
+    def __init__(self, loop, ahead: int):
+        self.loop, self.made, self.ready, self.ended = loop, collections.deque(), asyncio.Event(), asyncio.Event()
+        self.room, self.waiting = threading.Semaphore(ahead), False
+
+    def put(self, piece) -> None:  # in the worker thread
+        self.made.append(piece)
+        if piece is None:
+            self.loop.call_soon_threadsafe(self.ended.set)
+        if self.waiting:
+            self.waiting = False
+            self.loop.call_soon_threadsafe(self.ready.set)
+
+    async def take(self) -> list:
+        """Every piece made so far, waiting for one if there is none (None is the last)."""
+        while not self.made:
+            self.waiting = True
+            if self.made:  # put between the check and the flag: it may not have woken us
+                break
+            await self.ready.wait()
+            self.ready.clear()
+        return [self.made.popleft() for _ in range(len(self.made))]
+
+    def release(self, n: int) -> None:
+        for _ in range(n):
+            self.room.release()
 
 
 def log_bug(log) -> None:
