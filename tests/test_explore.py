@@ -501,7 +501,7 @@ def test_the_page_ships_in_a_built_package(tmp_path):
 def raw_request(server, head: bytes, body: bytes = b"") -> tuple[int, dict]:
     """(status, JSON) of a request sent byte for byte as given, with its body's Content-Length."""
     with socket.create_connection(server.server_address[:2], timeout=30) as s:
-        s.sendall(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        s.sendall(head + b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         data = b""
         while chunk := s.recv(65536):
             data += chunk
