@@ -82,9 +82,7 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
         )
     with eval_mode(model):
         idx = torch.tensor([ids], device=model.wte.weight.device)  # (1, T)
-        x = model.wte(idx)  # (1, T, C)
-        if model.wpe is not None:
-            x = x + model.wpe(len(ids))  # (1, T, C) + (T, C)
+        x = model.embed(idx)  # (1, T, C): token embeddings plus positions
         embeddings, layers, residuals = x, [], [x]
         for blk in model.blocks:
             steps = blk.attn.steps(blk.ln_1(x), model.rope)  # the module's own math, every step kept

@@ -274,6 +274,14 @@ class Transformer(nn.Module):
             logits = cap * torch.tanh(logits.float() / cap)
         return logits
 
+    def embed(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """idx (B, T) -> where the residual stream starts (B, T, C): token embeddings, plus learned
+        or sinusoidal positions from `offset` on (rotary adds none here: it rotates q and k)."""
+        x = self.wte(idx)  # (B, T, C)
+        if self.wpe is not None:
+            x = x + self.wpe(idx.size(1), offset)  # (B, T, C) + (T, C)
+        return x
+
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None, logits: bool = True):
         """idx (B, T) token ids -> (logits (B, T, vocab_size), loss or None).
 
@@ -284,11 +292,7 @@ class Transformer(nn.Module):
         """
         self._check_inputs(idx, targets, cache)
         B, T = idx.shape
-        offset = cache.pos if cache is not None else 0
-        x = self.wte(idx)  # (B, T, C)
-        if self.wpe is not None:
-            x = x + self.wpe(T, offset)  # (B, T, C) + (T, C)
-        x = self.drop(x)
+        x = self.drop(self.embed(idx, cache.pos if cache is not None else 0))  # (B, T, C)
         for i, block in enumerate(self.blocks):
             if self.checkpoint_blocks and self.training and cache is None and torch.is_grad_enabled():
                 x = torch.utils.checkpoint.checkpoint(block, x, self.rope, None, i, use_reentrant=False)

@@ -24,7 +24,7 @@ import torch.nn as nn
 from ..errors import ConfigError
 from ..model import Transformer
 from ..system.runtime import eval_mode
-from .trace import as_batch, embed, trace
+from .trace import as_batch, trace
 
 
 @dataclass
@@ -86,7 +86,7 @@ def attribute(model: Transformer, ids, token: int, position: int = -1, against: 
     with eval_mode(model):
         tr = trace(model, ids)
         tok = model.wte(ids)[0, p]  # (C,)
-        pos = embed(model, ids)[0, p] - tok  # (C,) zero with rope
+        pos = tr.residuals[0][0, p] - tok  # (C,) the embeddings less the token: positions, zero with rope
         head = model.lm_head(model.ln_f(tr.residuals[-1][0, p])).float()  # (V,) the logits before any soft cap
     unembed = model.lm_head.weight[token].float()  # (C,)
     if against is not None:

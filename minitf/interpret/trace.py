@@ -50,14 +50,6 @@ def as_batch(model: Transformer, ids) -> torch.Tensor:
     return ids.to(model.wte.weight.device)
 
 
-def embed(model: Transformer, ids: torch.Tensor) -> torch.Tensor:
-    """(B, T) ids -> (B, T, C): token embeddings plus learned or sinusoidal positions (rope adds none)."""
-    x = model.wte(ids)  # (B, T, C)
-    if model.wpe is not None:
-        x = x + model.wpe(ids.size(1))  # (B, T, C) + (T, C)
-    return x
-
-
 @torch.no_grad()
 def trace(
     model: Transformer, ids: torch.Tensor, edit_heads: HeadEdit | None = None, edit_resid: ResidEdit | None = None
@@ -68,7 +60,7 @@ def trace(
     which then go through the output projection; edit_resid(point, x) may return a new residual
     stream at point 0 (the embeddings) or i + 1 (after block i), which the next block reads.
     """
-    x = embed(model, ids)  # (B, T, C)
+    x = model.embed(ids)  # (B, T, C)
     if edit_resid is not None:
         x = edit_resid(0, x)
     t = Trace(weights=[], heads=[], attn_out=[], ffn_out=[], residuals=[x], logits=None)
