@@ -136,7 +136,7 @@ def test_rope_scaling_in_any_form_is_refused(model_dir, changes, kind):
 
 
 def test_plain_rotary_takes_its_theta_where_transformers_does(model_dir, tok):
-    tf = pytest.importorskip("transformers")
+    tf = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
     # rope_scaling, though plain, replaces rope_parameters: its 500 is not read, the top level's 700 is
     edit_config(
         model_dir, rope_scaling={"rope_type": "default"}, rope_parameters={"rope_theta": 500.0}, rope_theta=700.0
