@@ -12,9 +12,10 @@ from safetensors.torch import load_file
 import minitf
 from minitf.cli import main as minitf_main
 from minitf.errors import ConfigError
+from minitf.interpret.history import heads_over_training
 from minitf.training.checkpoint import weights_step
 from minitf.training.snapshots import MAX_BYTES, list_snapshots, plan, snapshot_path
-from minitf.web.training_figures import format_heads_table, heads_over_training
+from minitf.web.training_figures import format_heads_table
 
 from .helpers import tiny_config
 

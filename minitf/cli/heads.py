@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--run", required=True, help="run directory trained with train.snapshot_every")
     p.add_argument("--out", help="PNG to write (default: heads.png in the run directory)")
-    p.add_argument("--length", type=int, help="the repeated sequence's length (default: half the block, at most 128)")
+    p.add_argument("--length", type=int, help="the repeated sequence's length (default: half the block, at most 24)")
     args = p.parse_args(argv)
     history, path = watch_heads(args.run, args.out, length=args.length)
     print(format_heads_table(history))

@@ -1,0 +1,99 @@
+"""A run's heads over its training, read from its snapshots: what `minitf heads` draws.
+
+A run trained with train.snapshot_every keeps its weights every N steps (minitf/training/snapshots.py).
+`heads_over_training` scores every snapshot on repeated random tokens (a random sequence, then the
+same again): each head's induction score, which is how much it looks at the token after an
+earlier copy of the current one, and the in-context-learning score (the loss late in the run's own
+validation text minus early in it, as Olsson et al. measured it on text). The random tokens are
+drawn from those the run's text uses, where its token cache is at hand: a token the model never
+saw (most of the 256 byte tokens, in a corpus of English) has an untrained embedding, and a head
+cannot match what it cannot tell apart. minitf/web/training_figures.py draws the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..config import load_run_config
+from ..data import prepare_data
+from ..errors import MinitfError
+from ..model import Transformer
+from ..tokenizer import Tokenizer
+from ..training.checkpoint import CONFIG, TOKENIZER, load_weights
+from ..training.snapshots import list_snapshots
+from .scores import head_scores, in_context_score, repeated_tokens
+
+
+@dataclass
+class HeadHistory:
+    """A run's heads over its snapshots: one entry per snapshot, in step order."""
+
+    run_dir: Path
+    steps: list[int]
+    induction: torch.Tensor  # (S, n_layer, n_head): each head's induction score (1/2 is perfect, TransformerLens)
+    previous_token: torch.Tensor  # (S, n_layer, n_head): each head's previous-token score
+    in_context: list[float]  # the in-context-learning score (nats; negative: later tokens are predicted better)
+    length: int  # the repeated sequence's length: the ids are `length` random tokens, then the same again
+    drawn_from: str  # which tokens the random ones were drawn from, in words
+    in_context_on: str  # what the in-context score was measured on, in words
+
+
+def heads_over_training(run_dir: str | Path, length: int | None = None, batch: int = 16, seed: int = 0) -> HeadHistory:
+    """Score every snapshot of run_dir on `batch` sequences of `length` random tokens repeated
+    (default 24, or half the context if that is shorter: a small model learns the repeats its text
+    holds, and may not look back much further than those), and its in-context score on
+    IN_CONTEXT_WINDOWS windows of the run's validation text (on the repeated tokens without it).
+
+    Refused in one line when run_dir is not a run, or has no snapshots (train.snapshot_every).
+    """
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG).is_file():
+        what = "does not exist" if not run_dir.is_dir() else f"has no {CONFIG}"
+        raise MinitfError(f"run directory {str(run_dir)!r} {what}; pass --run DIR of a run trained with minitf train")
+    kept = list_snapshots(run_dir)
+    if not kept:
+        raise MinitfError(
+            f"{run_dir} has no snapshots; train it with train.snapshot_every=N (its weights every N steps), "
+            f"e.g. minitf train --config induction"
+        )
+    cfg = load_run_config(run_dir / CONFIG)
+    length = length or min(cfg.model.block_size // 2, 24)
+    if not 6 <= length <= cfg.model.block_size // 2:  # in_context_score needs 12 tokens; both copies fit the window
+        raise MinitfError(f"length must be in [6, {cfg.model.block_size // 2}] (half the block size), got {length}")
+    model = Transformer(cfg.model).eval()
+    ids, drawn_from, text = _probe(run_dir, cfg, length, batch, seed)  # (B, 2 * length), (W, block_size) or None
+    induction, previous, icl = [], [], []
+    for _, path in kept:
+        load_weights(model, path)
+        scores = head_scores(model, ids)  # each (n_layer, n_head)
+        induction.append(scores["induction"])
+        previous.append(scores["previous_token"])
+        icl.append(in_context_score(model, ids if text is None else text))
+    steps = [s for s, _ in kept]
+    on = f"{length} random tokens repeated" if text is None else f"{len(text)} windows of its validation text"
+    return HeadHistory(run_dir, steps, torch.stack(induction), torch.stack(previous), icl, length, drawn_from, on)
+
+
+SEEN_SAMPLE = 1 << 22  # the tokens read to find which ids the text uses: a few MB, enough for a small run
+IN_CONTEXT_WINDOWS = 64  # validation windows the in-context score averages over: one position each is noisy
+
+
+def _probe(run_dir: Path, cfg, length: int, batch: int, seed: int) -> tuple[torch.Tensor, str, torch.Tensor | None]:
+    """`repeated_tokens` drawn from the ids the run's training text uses (its token cache, found or
+    rebuilt from data.source), and windows of its validation text; from the whole vocabulary, and
+    no text, when the text is out of reach."""
+    try:
+        data = prepare_data(cfg.data, Tokenizer.load(run_dir / TOKENIZER), log=lambda line: None)
+        seen = np.unique(np.asarray(data.tokens("train")[:SEEN_SAMPLE]))
+        g = torch.Generator().manual_seed(seed)
+        text, _ = data.get_batch("val", IN_CONTEXT_WINDOWS, cfg.model.block_size, g)  # (W, block_size)
+    except (MinitfError, OSError):
+        ids = repeated_tokens(cfg.model.vocab_size, length, batch=batch, seed=seed)
+        return ids, "the whole vocabulary", None
+    seen = torch.from_numpy(seen[seen > 0].astype(np.int64))  # (K,) the ids the text uses, <|endoftext|> aside
+    picks = repeated_tokens(len(seen) + 1, length, batch=batch, seed=seed) - 1  # (B, 2 * length) in 0 .. K - 1
+    return seen[picks], f"the {len(seen)} tokens its text uses", text
