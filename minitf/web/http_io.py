@@ -65,10 +65,10 @@ def request_host(header: str) -> str | None:
 class Guard:
     """ASGI middleware that answers, before any route: a request line and headers over `max_head`
     bytes (431: h11 bounds only a head still arriving, not one that came whole); a malformed Host
-    header (400); on a server
-    bound to a loopback address, a Host naming another site (403: a page on some other site made
-    the browser send it, DNS rebinding); without the server's api_key (401); and while the server
-    stops (503). `error(RequestError) -> Response` gives each server its error shape."""
+    header (400); on a server bound to a loopback address, a Host naming another site (403: a page
+    on some other site made the browser send it, DNS rebinding); without the server's api_key
+    (401); and while the server stops (503). `error(RequestError) -> Response` gives each server
+    its error shape."""
 
     def __init__(self, app, limits: Limits, loopback: bool, stopping: threading.Event, error: Callable, api_key=None):
         self.app, self.limits, self.loopback, self.stopping = app, limits, loopback, stopping

@@ -40,7 +40,7 @@ class Limits:
     connections: int = 256  # open connections at once; past that, 503 at once
     timeout: float = 10.0  # seconds to send a request's head, then its body, and to take each piece of an answer
     max_body: int = 1 << 20  # bytes; a larger Content-Length is answered 413 before the body is read
-    max_head: int = 32 << 10  # bytes of request line and headers; a longer head is answered 400
+    max_head: int = 32 << 10  # bytes of request line and headers; a longer head is answered 431 (400 while arriving)
 
 
 class Server:
@@ -50,7 +50,7 @@ class Server:
     SIGTERM; `stopping` is set as soon as the server starts to stop. `timeout_reply` is the JSON body
     of the 408 answer to a client too slow to send its request's head (each server has its error shape)."""
 
-    def __init__(self, app, host, port, limits: Limits, log, name: str, timeout_reply: bytes, root="/", stopping=None):
+    def __init__(self, app, host, port, limits: Limits, log, timeout_reply: bytes, root="/", stopping=None):
         self.limits, self.log, self.root = limits, log, root
         self.sock = listen(host, port)
         self.loopback = is_loopback(host)  # then only requests whose Host names this machine are answered
@@ -67,7 +67,6 @@ class Server:
             timeout_graceful_shutdown=max(30.0, limits.timeout * 3),  # then open streams are cut
         )
         self._uvicorn = _Uvicorn(config, self.stopping)
-        self._uvicorn.name = name
 
     @property
     def server_address(self) -> tuple:

@@ -61,7 +61,7 @@ class ExploreServer(Server):
         stopping = threading.Event()
         app = explorer_app(explorer, limits, stopping, log)
         app.add_middleware(Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=error_answer)
-        super().__init__(app, host, port, limits, log, "minitf-explore", TIMED_OUT, stopping=stopping)
+        super().__init__(app, host, port, limits, log, TIMED_OUT, stopping=stopping)
         self.explorer = explorer
 
 

@@ -54,7 +54,7 @@ class CompletionServer(Server):
         app.add_middleware(
             Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=error_answer, api_key=api_key
         )
-        super().__init__(app, host, port, limits, log, "minitf-serve", dumps(TIMED_OUT), "/v1", stopping)
+        super().__init__(app, host, port, limits, log, dumps(TIMED_OUT), "/v1", stopping)
         self.api, self.api_key = api, api_key
 
 
