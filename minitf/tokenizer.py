@@ -14,7 +14,7 @@ from pathlib import Path
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from .errors import ConfigError, MinitfError, first_line
+from .errors import ConfigError, MinitfError, first_line, shown
 
 EOT = "<|endoftext|>"
 MIN_VOCAB = 256 + 1  # every byte, plus <|endoftext|>
@@ -144,8 +144,7 @@ class Tokenizer:
         ids = list(ids)
         if ids and not isinstance(ids[0], int):
             raise ValueError(f"decode takes a 1-D sequence of token ids, got elements of type {type(ids[0]).__name__}")
-        if ids and (min(ids) < 0 or max(ids) >= self.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got {min(ids)}..{max(ids)}")
+        check_ids(ids, self.vocab_size, "decode's input")
         return self.backend.decode(ids, skip_special_tokens=False)
 
     def __repr__(self) -> str:
@@ -166,10 +165,41 @@ def _check_texts(texts: list) -> None:
     for text in texts:
         if not isinstance(text, str):
             raise TypeError(f"encode takes str, got {type(text).__name__}")
-        try:  # a lone surrogate (e.g. from errors='surrogateescape') has no UTF-8 form
-            text.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise ValueError(
-                f"text is not valid Unicode: lone surrogate {text[e.start]!r} at index "
-                f"{e.start}; decode the source with errors='replace'"
-            ) from None
+        check_text(text)
+
+
+def check_text(text: str, what: str = "text") -> None:
+    """Refuse a str with a lone surrogate (e.g. from errors='surrogateescape' on bytes that were not
+    UTF-8): it has no UTF-8 form, so no tokenizer can encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ConfigError(
+            f"{what} is not valid UTF-8: a lone surrogate {text[e.start]!r} at character {e.start}; "
+            f"decode the source with errors='replace'"
+        ) from None
+
+
+def check_ids(ids, vocab_size: int, what: str = "ids") -> None:
+    """Refuse token ids outside 0 .. vocab_size - 1: they would index the model's padding rows, or
+    crash deep inside torch. `ids` is a tensor (one pass: aminmax) or a sequence of ints."""
+    if hasattr(ids, "aminmax"):  # a tensor, without importing torch here
+        if not ids.numel():
+            return
+        low, high = (int(v) for v in ids.aminmax())
+    else:
+        ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)  # a numpy array's ids as ints
+        if not ids:
+            return
+        wrong = next((i for i in ids if isinstance(i, bool) or not isinstance(i, int)), None)
+        if wrong is not None:
+            raise ConfigError(
+                f"{what} holds {shown(wrong)}, which is not a token id (an int in 0..{vocab_size - 1}); "
+                f"encode with the model's own tokenizer"
+            )
+        low, high = min(ids), max(ids)
+    if low < 0 or high >= vocab_size:
+        raise ConfigError(
+            f"{what} holds ids outside 0..{vocab_size - 1} (min {low}, max {high}); "
+            f"encode with the model's own tokenizer"
+        )

@@ -14,7 +14,7 @@ import torch
 
 from minitf.config import DataConfig
 from minitf.errors import ConfigError, MinitfError
-from minitf.tokenizer import EOT, MAX_PIECE_BYTES, Tokenizer
+from minitf.tokenizer import EOT, MAX_PIECE_BYTES, Tokenizer, check_ids, check_text
 
 WORDS = (
     "the of and to a in that is was he for it with as his on be at by I this had not are but "
@@ -129,7 +129,7 @@ def test_decode_accepts_tensors_and_arrays(tok):
     assert tok.decode(torch.tensor(ids)) == tok.decode(np.array(ids)) == tok.decode(tuple(ids)) == "thou art fair"
     with pytest.raises(ValueError, match="1-D"):
         tok.decode(torch.tensor([ids]))
-    with pytest.raises(ValueError, match=r"token ids must be in \[0, 400\)"):
+    with pytest.raises(ValueError, match=r"decode's input holds ids outside 0..399 \(min 1, max 400\)"):
         tok.decode([1, 400])
 
 
@@ -215,3 +215,21 @@ def test_a_megabyte_without_whitespace_trains_and_round_trips():
     assert len(ids) < len(text) * 0.6  # merges were learned inside the long run
     longest = max(len(tok.backend.decode([i])) for i in range(tok.vocab_size) if i != tok.eot_id)
     assert 2 <= longest <= MAX_PIECE_BYTES
+
+
+def test_check_ids_one_message_for_tensors_and_sequences():
+    for ids in ([0, 5, 9], (3,), np.array([1, 2]), torch.tensor([[0, 9]]), [], torch.tensor([], dtype=torch.long)):
+        check_ids(ids, 10)  # in range, or empty: nothing to refuse
+    message = r"idx holds ids outside 0..9 \(min -1, max 10\); encode with the model's own tokenizer"
+    for ids in ([-1, 10], np.array([-1, 10]), torch.tensor([[-1], [10]])):
+        with pytest.raises(ConfigError, match=message):
+            check_ids(ids, 10, "idx")
+    for wrong in ([1, True], [1, 2.0], ["a"]):
+        with pytest.raises(ValueError, match=r"ids holds .*, which is not a token id \(an int in 0..9\)"):
+            check_ids(wrong, 10)
+
+
+def test_check_text_names_the_lone_surrogate():
+    check_text("café")
+    with pytest.raises(ConfigError, match=r"the prompt is not valid UTF-8: a lone surrogate '\\udce9' at character 3"):
+        check_text("caf\udce9", "the prompt")
