@@ -15,8 +15,8 @@ from .generate import generate, sample_next_token, stream, stream_tokens
 from .inspection import inspect
 from .kv_cache import KVCache
 from .model import Transformer
+from .run_dir import load_run
 from .tokenizer import Tokenizer
-from .training.checkpoint import load_run
 
 __version__ = "0.1.0"
 
@@ -48,7 +48,7 @@ __all__ = [
 def train(cfg, resume: bool = False, log=print, plot: bool = True, overrides=()):
     """Train per cfg (a Config, or with resume=True a run directory) and return the run directory
     (see minitf.trainer.train); plot=True redraws the run's loss.png after each evaluation."""
+    from .plots.figures import plot_loss  # imported on use: sampling never pays for the training stack
     from .trainer import train as _train
-    from .web.figures import plot_loss  # imported on use: sampling never pays for the training stack
 
     return _train(cfg, resume=resume, log=log, on_eval=plot_loss if plot else None, overrides=overrides)

@@ -6,8 +6,8 @@ import torch
 
 import minitf
 from minitf.config import TrainConfig, load_config
+from minitf.run_dir import load_run
 from minitf.training import budget
-from minitf.training.checkpoint import load_run
 
 
 def default(*overrides: str) -> minitf.Config:

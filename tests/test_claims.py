@@ -18,6 +18,7 @@ from minitf.cli.common import newest_run
 from minitf.config import TrainConfig
 from minitf.optim import make_optimizer
 from minitf.positions import Rotary
+from minitf.run_dir import which_weights
 from minitf.system import runtime
 from minitf.trainer import forward_backward
 from minitf.training import checkpoint as ckpt
@@ -523,9 +524,9 @@ def test_the_tools_that_read_a_run_say_which_weights_and_that_best_exists(tiny_r
         f"[sampling from {run}: model.safetensors, step {latest} (the latest; --best samples best.safetensors, "
         f"step 3, the lowest val loss)]"
     )
-    assert ckpt.which_weights(run, best=True, verb="serves") == "best.safetensors, step 3"
+    assert which_weights(run, best=True, verb="serves") == "best.safetensors, step 3"
     shutil.copy(run / "model.safetensors", run / "best.safetensors")  # the latest are the best: no hint
-    assert ckpt.which_weights(run, best=False, verb="serves") == f"model.safetensors, step {latest}"
+    assert which_weights(run, best=False, verb="serves") == f"model.safetensors, step {latest}"
 
 
 def test_export_gguf_says_which_weights_it_exported(tiny_run, tmp_path):

@@ -25,8 +25,8 @@ import minitf
 from minitf.generate import generate_tokens, sample_settings, token_probs, window_start
 from minitf.inspection import logit_lens, token_label
 from minitf.positions import rotary_angles, sinusoidal_table
+from minitf.run_dir import METRICS, read_rows
 from minitf.sampling import sampler_distribution
-from minitf.training.metrics import METRICS, read_rows
 from minitf.web.explore import STATIC
 from minitf.web.explore.api import MAX_GENERATIONS, BadRequest
 

@@ -176,7 +176,7 @@ def test_a_second_signal_aborts(tmp_path, corpus):
 
 KILL_AFTER_WRITES = """
 import os, sys
-import minitf, minitf.training.checkpoint, minitf.web.figures
+import minitf, minitf.training.checkpoint, minitf.plots.figures
 from tests.helpers import tiny_config
 
 limit, count = int(sys.argv[3]), 0
@@ -189,7 +189,7 @@ def write_then_maybe_die(path, write):
     if count == limit:
         os._exit(9)  # as a kill -9 right after this file was moved into place
 
-minitf.training.checkpoint.atomic_write = minitf.web.figures.atomic_write = write_then_maybe_die
+minitf.training.checkpoint.atomic_write = minitf.plots.figures.atomic_write = write_then_maybe_die
 minitf.train(tiny_config(sys.argv[1], sys.argv[2]), log=lambda *a: None)
 """
 

@@ -10,7 +10,7 @@ import torch
 import minitf
 from minitf.attention import attention
 from minitf.inspection import check_layer_head, format_weights, logit_lens, token_label
-from minitf.web.figures import plot_attention
+from minitf.plots.figures import plot_attention
 
 TEXT = "ROMEO: O love, sweet night! The cat sat on the mat."
 

@@ -1,4 +1,4 @@
-"""minitf.web.interpret_figures: the head-score and patching figures are drawn, with the colours of their numbers."""
+"""minitf.plots.interpret_figures: the head-score and patching figures are drawn, with the colours of their numbers."""
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import minitf
 from minitf.interpret import attribute, head_scores, patch_heads, patch_residual, repeated_tokens
-from minitf.web.interpret_figures import plot_attribution, plot_head_patching, plot_head_scores, plot_patching
+from minitf.plots.interpret_figures import plot_attribution, plot_head_patching, plot_head_scores, plot_patching
 
 from .interpret_models import induction_model
 from .test_interpret_patching import CLEAN, CORRUPTED, E, F

@@ -17,9 +17,11 @@ LAYERS = [
     {"tokenizer", "corpus", "data"},  # text -> ids -> token cache -> batches
     {"positions", "attention", "lm_loss", "kv_cache", "sampling"},  # the parts of a model and of sampling
     {"model"},  # Transformer = embeddings + positions + blocks + head
+    {"run_dir"},  # a run directory read: its file names, load_run, its metrics and snapshots
     {"optim", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget
     {"trainer", "evaluate", "generate", "inspection", "interpret", "export"},  # what is done with a model and a run
-    {"web"},  # what is shown: the explorer, the OpenAI-compatible server, figures
+    {"plots"},  # figures: loss curves, attention heatmaps, interpretability grids (matplotlib, files only)
+    {"web"},  # the web apps: the explorer, the OpenAI-compatible server, and their HTTP layer
     {"cli", "__main__"},  # the command line: minitf <command>
 ]
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
@@ -54,6 +56,15 @@ def layer_name(path) -> str:
 MODULES = sorted(p for p in PKG.rglob("*.py") if p != PKG / "__init__.py")
 
 
+# the modules that read a run and never write one: what they read is run_dir.py's, so none needs training/
+READERS = sorted(
+    p
+    for p in MODULES
+    if p.relative_to(PKG).parts[0] in ("web", "export", "interpret", "evaluate.py", "generate.py", "cli")
+    and p != PKG / "cli" / "train.py"
+)
+
+
 def test_every_module_has_a_layer():
     assert {layer_name(p) for p in MODULES} == set(LEVEL)
 
@@ -64,6 +75,12 @@ def test_imports_point_down(path):
     package = path.relative_to(PKG).parent.parts
     up = {m for m in minitf_imports(path, package) if LEVEL.get(m, -1) > LEVEL[name]}
     assert not up, f"{path.relative_to(PKG)} (layer {LEVEL[name]}) imports from a higher layer: {sorted(up)}"
+
+
+@pytest.mark.parametrize("path", READERS, ids=lambda p: str(p.relative_to(PKG)))
+def test_reading_a_run_needs_nothing_from_training(path):
+    used = minitf_imports(path, path.relative_to(PKG).parent.parts)
+    assert "training" not in used, f"{path.relative_to(PKG)} reads runs but imports from minitf.training"
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 import minitf
 import minitf.export.hf
-from minitf.training.checkpoint import load_run
+from minitf.run_dir import load_run
 
 from .test_serve import serving
 

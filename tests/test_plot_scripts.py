@@ -10,7 +10,7 @@ import pytest
 
 import minitf
 from minitf.inspection import token_label
-from minitf.web.figures import plot_runs
+from minitf.plots.figures import plot_runs
 
 from .helpers import ROOT
 

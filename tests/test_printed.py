@@ -23,7 +23,7 @@ from minitf.system import progress
 from minitf.training import naming, session, setup
 from minitf.training.budget import budget_steps
 from minitf.training.metrics import METRICS, STEPS, read_rows
-from minitf.web import figures as plotting
+from minitf.plots import figures as plotting
 from minitf.web.explore import api as explore_api
 
 from .helpers import make_play, tiny_config

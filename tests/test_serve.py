@@ -18,7 +18,7 @@ import torch
 
 import minitf
 from minitf.generate import generate_tokens, sample_settings
-from minitf.training.checkpoint import load_run
+from minitf.run_dir import load_run
 from minitf.web.serve import APIError, Completions, CompletionServer, Limits
 from minitf.web.serve.completions import MAX_STOPS
 

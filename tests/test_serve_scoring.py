@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from minitf.training.checkpoint import load_run
+from minitf.run_dir import load_run
 
 from .test_serve import raw, serving
 

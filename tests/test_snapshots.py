@@ -13,9 +13,9 @@ import minitf
 from minitf.cli import main as minitf_main
 from minitf.errors import ConfigError
 from minitf.interpret.history import heads_over_training
-from minitf.training.checkpoint import weights_step
-from minitf.training.snapshots import MAX_BYTES, list_snapshots, plan, snapshot_path
-from minitf.web.training_figures import format_heads_table
+from minitf.plots.training_figures import format_heads_table
+from minitf.run_dir import list_snapshots, snapshot_path, weights_step
+from minitf.training.snapshots import MAX_BYTES, plan
 
 from .helpers import tiny_config
 
@@ -44,7 +44,7 @@ def test_snapshots_hold_the_weights_of_their_steps(snapshot_run):
     first = weights(kept[0][1])
     assert not torch.equal(first["lm_head.weight"], final["lm_head.weight"])  # three more steps changed them
     model, _, _ = minitf.load_run(run)  # a snapshot loads into the run's model
-    minitf.training.checkpoint.load_weights(model, kept[0][1])
+    minitf.run_dir.load_weights(model, kept[0][1])
     assert torch.equal(model.lm_head.weight, first["lm_head.weight"])
 
 

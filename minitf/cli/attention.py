@@ -9,7 +9,7 @@ import argparse
 
 from minitf.cli.common import newest_run
 from minitf.inspection import format_weights, inspect
-from minitf.training.checkpoint import load_run
+from minitf.run_dir import load_run
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -27,6 +27,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     if args.print:
         print(format_weights(ins, args.layer, 0 if args.head is None else args.head))
     if args.out or not args.print:
-        from minitf.web.figures import plot_attention
+        from minitf.plots.figures import plot_attention
 
         print(f"wrote {plot_attention(ins, args.out or 'attention.png', args.layer, args.head)}")

@@ -15,7 +15,7 @@ import dataclasses
 
 from minitf.cli.common import device_option, newest_run
 from minitf.evaluate import check_batch_size, evaluate_text
-from minitf.training.checkpoint import load_run
+from minitf.run_dir import load_run
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

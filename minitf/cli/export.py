@@ -16,7 +16,7 @@ import sys
 from minitf.cli.common import newest_run
 from minitf.export.architecture import FORMAT_NAMES
 from minitf.export.hf import HF_CLASSES, check_export_dir, to_hf
-from minitf.training.checkpoint import load_run, which_weights
+from minitf.run_dir import load_run, which_weights
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

@@ -13,7 +13,7 @@ import sys
 from minitf.cli.common import newest_run
 from minitf.export.architecture import FORMAT_NAMES, describe_formats
 from minitf.export.gguf import DTYPES, export_run
-from minitf.training.checkpoint import which_weights
+from minitf.run_dir import which_weights
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

@@ -14,8 +14,8 @@ import time
 from minitf.cli.common import device_option, newest_run, read_prompt, stdin_prompts
 from minitf.errors import ConfigError
 from minitf.generate import check_num_samples, check_prompt_text, generate, sample_settings, stream
+from minitf.run_dir import load_run, which_weights
 from minitf.sampling import SETTINGS
-from minitf.training.checkpoint import load_run, which_weights
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

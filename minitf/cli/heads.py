@@ -12,7 +12,7 @@ earlier copy of the current one (a perfect one scores 0.5).
 
 import argparse
 
-from minitf.web.training_figures import format_heads_table, watch_heads
+from minitf.plots.training_figures import format_heads_table, watch_heads
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

@@ -13,7 +13,7 @@ runs/learned and runs/rope come from
 import argparse
 
 from minitf.cli.common import newest_run
-from minitf.web.figures import plot_runs
+from minitf.plots.figures import plot_runs
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

@@ -26,7 +26,7 @@ import sys
 
 from minitf.cli.common import device_option, newest_run
 from minitf.errors import ConfigError
-from minitf.training.checkpoint import which_weights
+from minitf.run_dir import which_weights
 from minitf.web.serve.completions import MAX_TOKENS, Completions
 from minitf.web.serve.server import CompletionServer, Limits
 

@@ -27,9 +27,8 @@ import torch
 from minitf.config import recipe_path
 from minitf.errors import ConfigError, MinitfError
 from minitf.evaluate import evaluate_text
+from minitf.run_dir import METRICS, load_run, read_rows
 from minitf.system.machine import machine
-from minitf.training.checkpoint import load_run
-from minitf.training.metrics import METRICS, read_rows
 
 
 def parse_recipe(text: str) -> tuple[str, list[str]]:

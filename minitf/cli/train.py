@@ -53,9 +53,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     else:
         cfg = load_config(args.config, overrides)
     # after parsing, so --help and config errors are instant
+    from minitf.plots.figures import plot_loss
     from minitf.system.runtime import keep_freed_memory
     from minitf.trainer import train
-    from minitf.web.figures import plot_loss
 
     if cfg.train.parallel != "fsdp":  # fsdp frees and regathers shards all the time: its saving needs them returned
         keep_freed_memory()  # a process-wide allocator setting: this process only trains

@@ -264,8 +264,8 @@ def _kind(path: Path) -> str:
 
 def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = False) -> tuple[Path, str]:
     """Export a run directory's model to the GGUF file `out`; (the path, the architecture)."""
+    from ..run_dir import RUN_FILES, is_run_dir, load_run
     from ..system.files import atomic_write
-    from ..training.checkpoint import RUN_FILES, is_run_dir, load_run
 
     out = Path(out)
     if out.is_dir():

@@ -20,9 +20,9 @@ import torch
 
 from ..errors import MinitfError
 from ..model import Transformer
+from ..run_dir import is_run_dir
 from ..system.files import atomic_write_dir
 from ..tokenizer import EOT, Tokenizer, check_vocab
-from ..training import checkpoint as ckpt
 from .architecture import FORMATS, export_format
 from .hf_config import check_memory, hf_config, model_config
 from .hf_files import PICKLES, read, read_tokenizer
@@ -105,7 +105,7 @@ def check_export_dir(out_dir, force: bool = False) -> Path:
         raise MinitfError(
             f"--out {out} is {'a link' if out.is_symlink() else 'a file'}; --out names a directory to create"
         )
-    if ckpt.is_run_dir(out):
+    if is_run_dir(out):
         raise MinitfError(
             f"--out {out} is a minitf run directory; exporting there would replace its weights: choose a new directory"
         )

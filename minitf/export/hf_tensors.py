@@ -9,7 +9,7 @@ import torch
 from ..config import ModelConfig
 from ..errors import MinitfError
 from ..model import Transformer
-from ..training import checkpoint as ckpt
+from ..run_dir import refuse_non_finite
 from .architecture import FORMAT_NAMES
 from .layouts import VOCAB_ROWS
 from .weights import HEAD, TABLES, exported, hf_weights, minitf_tensors
@@ -44,7 +44,7 @@ def minitf_weights(state: dict, cfg: ModelConfig, fmt: str, config: dict, where)
     with torch.device("meta"):  # the names and shapes this config's checkpoint holds, without any memory
         expected = {k: tuple(v.shape) for k, v in hf_state(Transformer(cfg), fmt).items()}
     _check_shapes(state, expected, cfg.vocab_size, fmt, where)
-    ckpt.refuse_non_finite(
+    refuse_non_finite(
         sorted(state.items()), where, "it cannot be fine-tuned from; fetch or convert the model again"
     )
     missing: list[str] = []

@@ -7,7 +7,7 @@ earlier copy of the current one, and the in-context-learning score (the loss lat
 validation text minus early in it, as Olsson et al. measured it on text). The random tokens are
 drawn from those the run's text uses, where its token cache is at hand: a token the model never
 saw (most of the 256 byte tokens, in a corpus of English) has an untrained embedding, and a head
-cannot match what it cannot tell apart. minitf/web/training_figures.py draws the result.
+cannot match what it cannot tell apart. minitf/plots/training_figures.py draws the result.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from ..config import load_run_config
 from ..data import prepare_data
 from ..errors import MinitfError
 from ..model import Transformer
+from ..run_dir import CONFIG, TOKENIZER, list_snapshots, load_weights
 from ..tokenizer import Tokenizer
-from ..training.checkpoint import CONFIG, TOKENIZER, load_weights
-from ..training.snapshots import list_snapshots
 from .scores import head_scores, in_context_score, repeated_tokens
 
 

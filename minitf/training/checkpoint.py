@@ -1,8 +1,5 @@
-"""The run directory: what training writes and what `load_run` reads back.
-
-    runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
-                state.pt  metrics.jsonl  steps.jsonl  loss.png  (tensorboard/)
-                (train.parallel=fsdp: sharded-<step>/, see fsdp.py)
+"""Writing a run directory (its names and `load_run` are run_dir.py's): checkpoints, a resume's
+checks, and the lock.
 
 Every file but metrics.jsonl and steps.jsonl (appended a line at a time) is written to a temporary name in the
 same directory and moved into place with os.replace. A checkpoint is committed by one rename:
@@ -22,24 +19,27 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_model, save_model
+from safetensors.torch import save_model
 
-from ..config import Config, load_config, load_run_config, read_config_file, save_config
-from ..errors import ConfigError, MinitfError, first_line
-from ..model import Transformer
-from ..system.files import atomic_write, open_nofollow, read_yaml, refuse_symlink
-from ..system.runtime import resolve_device
-from ..tokenizer import Tokenizer, check_vocab
-
-WEIGHTS, BEST, STATE, CONFIG, TOKENIZER = (
-    "model.safetensors",
-    "best.safetensors",
-    "state.pt",
-    "config.yaml",
-    "tokenizer.json",
+from ..config import Config, load_config, read_config_file, save_config
+from ..errors import ConfigError, MinitfError
+from ..run_dir import (
+    BEST,
+    CONFIG,
+    LOCK,
+    LOSS_PLOT,
+    METRICS,
+    RUN_FILES,
+    STATE,
+    STEPS,
+    TOKENIZER,
+    WEIGHTS,
+    refuse_non_finite,
+    weights_metadata,
+    weights_step,
 )
-SNAPSHOTS = "snapshots"  # train.snapshot_every's folder of weights, one file per kept step (snapshots.py)
+from ..system.files import atomic_write, open_nofollow, read_yaml, refuse_symlink
+from ..tokenizer import Tokenizer
 
 
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
@@ -47,33 +47,6 @@ def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | 
     meta = {"step": str(step), **({"tokenizer": tokenizer_hash} if tokenizer_hash else {})}
     # save_model drops the tied lm_head copy that safetensors cannot store twice
     atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
-
-
-def weights_metadata(path: Path) -> dict:
-    """A weights file's metadata (step, tokenizer hash); {} if it is missing or unreadable."""
-    try:
-        with safe_open(str(path), "pt") as f:
-            return f.metadata() or {}
-    except (SafetensorError, OSError):
-        return {}
-
-
-def weights_step(path: Path) -> int | None:
-    """The training step a weights file was saved at, or None if it is missing or unreadable."""
-    step = weights_metadata(path).get("step")
-    return int(step) if step is not None and step.isdigit() else None
-
-
-def which_weights(run_dir: Path, best: bool, verb: str) -> str:
-    """The weights a tool reads from run_dir, for its start-up line: the file and its step, and,
-    when it reads the latest and the best are other weights, that --best `verb` them instead."""
-    run_dir = Path(run_dir)
-    path = run_dir / (BEST if best else WEIGHTS)
-    words = f"{path.name}, step {weights_step(path)}"
-    best_step = weights_step(run_dir / BEST)
-    if not best and best_step is not None and best_step != weights_step(path):
-        words += f" (the latest; --best {verb} {BEST}, step {best_step}, the lowest val loss)"
-    return words
 
 
 def write_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
@@ -125,81 +98,7 @@ def load_checkpoint(run_dir: Path, model: nn.Module, log=print, repair: bool = T
     return state
 
 
-def load_weights(model: nn.Module, path: Path) -> None:
-    """A weights file into model: refused in one line if it is missing, damaged, of another
-    config, or holds a NaN or infinite value (which would make every token's logits NaN)."""
-    path = Path(path)
-    if not path.is_file():
-        raise MinitfError(f"{path} not found; is this a run directory written by minitf training?")
-    try:
-        missing, unexpected = load_model(model, str(path), strict=False)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise MinitfError(f"{path} is truncated or corrupted ({first_line(e, 120)})") from None
-    if missing or unexpected:
-        raise MinitfError(
-            f"{path} does not fit this model config (missing {sorted(missing)[:3]}, "
-            f"unexpected {sorted(unexpected)[:3]}); was config.yaml edited?"
-        )
-    with safe_open(str(path), "pt") as f:  # the file's own names (it stores a tied head once, as lm_head.weight)
-        names = list(f.keys())
-    weights = model.state_dict()
-    other = path.with_name(BEST if path.name == WEIGHTS else WEIGHTS)
-    way_out = (
-        f"use {other.name} ({'--best' if other.name == BEST else 'without --best'}) or " if other.is_file() else ""
-    )
-    refuse_non_finite(((name, weights[name]) for name in names), path, f"{way_out}train again with a lower train.lr")
-
-
 DIVERGED_STATE = "it cannot be resumed; start a new run.out_dir with a lower train.lr"
-
-
-def refuse_non_finite(tensors, where, fix: str) -> None:
-    """Weights holding NaN or infinity compute NaN for every token: refused in one line naming the
-    file and the first such tensor. tensors: (name, tensor) pairs; fix: what the user can do."""
-    for name, t in tensors:
-        if torch.is_tensor(t) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
-            bad = int((~torch.isfinite(t)).sum())
-            raise MinitfError(
-                f"{where}: tensor {name} holds NaN/inf values ({bad} of {t.numel()}); the weights are unusable "
-                f"(training diverged, or the file was damaged): {fix}"
-            )
-
-
-def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):
-    """(model, tokenizer, config) from a run directory; the model is in eval mode on `device`."""
-    if not isinstance(path, (str, Path)):
-        raise MinitfError(f"load_run takes the path of a run directory, got {type(path).__name__}")
-    run_dir = Path(path)
-    if not run_dir.is_dir():
-        raise MinitfError(
-            f"run directory {str(run_dir)!r} does not exist; train one first (minitf train) or pass --run DIR"
-        )
-    for name in (CONFIG, TOKENIZER, BEST if best else WEIGHTS):
-        if not (run_dir / name).is_file():
-            raise MinitfError(f"{run_dir} has no {name}; it is not a complete minitf run directory")
-    cfg = load_run_config(run_dir / CONFIG)
-    tok = Tokenizer.load(run_dir / TOKENIZER)
-    check_vocab(tok, cfg.model.vocab_size, "the tokenizer does not belong to this run", what=str(run_dir / TOKENIZER))
-    weights = run_dir / (BEST if best else WEIGHTS)
-    trained_with = weights_metadata(weights).get("tokenizer")
-    if trained_with and trained_with != tok.hash:
-        raise MinitfError(
-            f"{run_dir / TOKENIZER} is not the tokenizer this model was trained with (its hash "
-            f"differs from the one recorded in {weights.name}); restore the run's own tokenizer.json"
-        )
-    model = Transformer(cfg.model).to(_as_device(device))
-    load_weights(model, weights)
-    return model.eval(), tok, cfg
-
-
-def _as_device(device: str | torch.device) -> torch.device:
-    """load_run's device argument as a torch.device: a name is resolved, and refused if unknown."""
-    if isinstance(device, str) and ":" not in device:
-        return resolve_device(device)  # names it, if it is unknown or not there
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError):
-        raise MinitfError(f"device {device!r} is not a torch device; use auto, cpu, cuda or mps") from None
 
 
 def write_config(run_dir: Path, cfg: Config) -> None:
@@ -331,9 +230,8 @@ def check_resume_tokenizer(run_dir: Path) -> None:
 
 # what a fresh run may find in its directory: what an earlier attempt at the same run left before
 # its first checkpoint (config.yaml, tokenizer.json, logs), the lock, and half-written temporary files
-OURS = {CONFIG, TOKENIZER, "metrics.jsonl", "steps.jsonl", "loss.png", "tensorboard", SNAPSHOTS, ".lock"}
-RUN_FILES = OURS | {STATE, WEIGHTS, BEST}
-STALE = ("metrics.jsonl", "steps.jsonl", "loss.png")  # rows of an attempt that never checkpointed
+OURS = RUN_FILES - {STATE, WEIGHTS, BEST}
+STALE = (METRICS, STEPS, LOSS_PLOT)  # rows of an attempt that never checkpointed
 
 
 def check_fresh_dir(run_dir: Path, cfg: Config) -> None:
@@ -374,12 +272,6 @@ def _our_config(path: Path, cfg: Config) -> bool:
     return theirs == mine or Path(theirs).resolve() == Path(mine).resolve()
 
 
-def is_run_dir(path: Path) -> bool:
-    """path holds a minitf run (a config.yaml beside weights or a training state): exports never write there."""
-    path = Path(path)
-    return (path / CONFIG).is_file() and any((path / n).is_file() for n in (WEIGHTS, BEST, STATE))
-
-
 @contextlib.contextmanager
 def lock_run_dir(run_dir: Path, create: bool = True):
     """Hold an exclusive OS lock on run_dir/.lock: a second trainer on the same directory is refused.
@@ -404,7 +296,7 @@ def lock_run_dir(run_dir: Path, create: bool = True):
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise MinitfError(f"could not create {run_dir}: {e.strerror or e}") from None
-    lock = run_dir / ".lock"
+    lock = run_dir / LOCK
     new_lock, locked = not os.path.lexists(lock), False
     try:
         fd = open_nofollow(lock, os.O_RDWR | os.O_CREAT)  # a linked .lock is never truncated

@@ -20,9 +20,8 @@ import time
 from pathlib import Path
 
 from ..errors import MinitfError
+from ..run_dir import METRICS, STEPS, TENSORBOARD, read_rows
 from ..system.files import atomic_write, open_nofollow, refuse_symlink
-
-METRICS, STEPS, TENSORBOARD = "metrics.jsonl", "steps.jsonl", "tensorboard"
 
 
 def append_row(path: Path, record: dict) -> None:
@@ -32,18 +31,6 @@ def append_row(path: Path, record: dict) -> None:
             f.write(json.dumps(record) + "\n")
     except OSError as e:
         raise MinitfError(f"could not write {path}: {e.strerror or e}") from None
-
-
-def read_rows(path: Path) -> list[dict]:
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut short by a kill
-            pass
-    return out
 
 
 def truncate(run_dir: Path, step: int) -> None:

@@ -10,30 +10,15 @@ and the start-up line says what the history will cost.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import torch.nn as nn
 
 from ..errors import ConfigError
-from .checkpoint import SNAPSHOTS, save_weights
+from ..run_dir import SNAPSHOTS, list_snapshots, snapshot_path
+from .checkpoint import save_weights
 from .session import Session
 
 MAX_PARAMS = 50_000_000  # 200 MB a snapshot in float32: past it, a history is gigabytes after a few dozen
 MAX_BYTES = 4 * 2**30  # the most disk a run's history may take
-_NAME = re.compile(r"step_(\d+)\.safetensors")
-
-
-def snapshot_path(run_dir: str | Path, step: int) -> Path:
-    """Where the snapshot of `step` is kept: <run>/snapshots/step_000100.safetensors."""
-    return Path(run_dir) / SNAPSHOTS / f"step_{step:06d}.safetensors"
-
-
-def list_snapshots(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every snapshot in a run directory, in step order; [] if it has none."""
-    folder = Path(run_dir) / SNAPSHOTS
-    found = [(int(m.group(1)), p) for p in folder.glob("step_*.safetensors") if (m := _NAME.fullmatch(p.name))]
-    return sorted(found)
 
 
 def plan(every: int, model: nn.Module, first_step: int, max_steps: int) -> str:

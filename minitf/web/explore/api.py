@@ -26,11 +26,10 @@ from ...errors import MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
 from ...inspection import Inspection, inspect, logit_lens, token_label
 from ...positions import rotary_angles
+from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step
 from ...sampling import SETTINGS, sampler_distribution, window_start
 from ...system.runtime import eval_mode
 from ...training.budget import budget_steps
-from ...training.checkpoint import BEST, WEIGHTS, load_run, weights_step
-from ...training.metrics import METRICS, read_rows
 from .interpret_views import attribution_view, heads_view, predicted
 
 MAX_PROMPT_CHARS = 4000

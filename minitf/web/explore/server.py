@@ -33,7 +33,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from ...errors import MinitfError
-from ...training.checkpoint import which_weights
+from ...run_dir import which_weights
 from ..http_io import NO_STORE, Guard, json_answer, log_bug, read_body, stream
 from ..stack import Limits, Server, is_loopback
 from ..strict_json import dumps, loads

@@ -60,7 +60,7 @@ import torch
 from ...config import INT_RANGE, SampleConfig, check_sampling
 from ...errors import ConfigError, MinitfError
 from ...generate import _TextAssembler, check_num_samples, generate_tokens, sample_settings, token_probs
-from ...training.checkpoint import BEST, WEIGHTS, load_run
+from ...run_dir import BEST, WEIGHTS, load_run
 
 MAX_CHOICES = 16  # prompts x n in one request: each is a row of the batch and a KV cache
 MAX_STOPS = 32  # OpenAI's API takes 4; lm-evaluation-harness sends a task's stop strings plus <|endoftext|>

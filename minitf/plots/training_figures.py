@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..interpret.history import HeadHistory, heads_over_training
-from ..training.metrics import METRICS, STEPS, read_rows
+from ..run_dir import METRICS, STEPS, read_rows
 from .figures import new_figure, save_figure
 
 HEADS_PNG = "heads.png"  # minitf heads' figure, in the run directory unless --out says otherwise

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..errors import MinitfError
 from ..inspection import Inspection, check_layer_head, token_label
+from ..run_dir import LOSS_PLOT, METRICS, STEPS, read_rows
 from ..system.files import atomic_write
-from ..training.metrics import METRICS, STEPS, read_rows
 
 
 def new_figure(**kw):
@@ -102,7 +102,7 @@ def _marks(rows: list) -> dict:
 
 def plot_loss(run_dir) -> Path:
     """A run's own loss.png, from its metrics.jsonl (what training wires in after each evaluation)."""
-    return plot_runs([run_dir], Path(run_dir) / "loss.png")
+    return plot_runs([run_dir], Path(run_dir) / LOSS_PLOT)
 
 
 def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None = None) -> Path:
