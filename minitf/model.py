@@ -15,13 +15,8 @@ from .config import ModelConfig
 from .errors import ConfigError
 from .lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
-from .system.memory import physical_memory, size_words
-
-VOCAB_MULTIPLE = 64  # embedding rows are padded to this for faster matmuls
-
-
-def padded_vocab(vocab_size: int) -> int:
-    return math.ceil(vocab_size / VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+from .sizes import check_fits_in_memory, ffn_hidden, padded_vocab
+from .tokenizer import check_ids
 
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
@@ -30,16 +25,31 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     return nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=cfg.bias)
 
 
-def swiglu_hidden(n_embd: int) -> int:
-    """About 8/3 of the width, so SwiGLU's three matrices cost what GELU's two 4x ones do."""
-    return max(64, 64 * round(8 * n_embd / 3 / 64))
+class FeedForward(nn.Module):
+    """Position-wise MLP: d -> hidden -> activation -> d (hidden: 4d unless model.ffn_hidden says;
+    swiglu's about 8/3 d, see sizes.py)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        hidden = ffn_hidden(cfg)
+        # swiglu's gate and up projections are fused in one matrix, split after the matmul
+        self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if cfg.ffn == "swiglu" else hidden, bias=cfg.bias)
+        self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
+        self.act = activation(cfg)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.c_fc(x))  # (B, T, hidden)
+        return self.dropout(self.c_proj(h))  # (B, T, C)
 
 
-def ffn_hidden(cfg: ModelConfig) -> int:
-    """The feed-forward block's hidden width: model.ffn_hidden, else 4 x n_embd (swiglu: swiglu_hidden)."""
-    if cfg.ffn_hidden is not None:
-        return cfg.ffn_hidden
-    return swiglu_hidden(cfg.n_embd) if cfg.ffn == "swiglu" else 4 * cfg.n_embd
+def activation(cfg: ModelConfig) -> nn.Module:
+    """The feed-forward block's nonlinearity: model.ffn = gelu (model.gelu: exact or tanh), relu2 or swiglu."""
+    if cfg.ffn == "swiglu":
+        return SwiGLU()
+    if cfg.ffn == "relu2":
+        return ReLU2()
+    return nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
 
 
 class ReLU2(nn.Module):
@@ -49,52 +59,25 @@ class ReLU2(nn.Module):
         return F.relu(x).square()
 
 
-class FeedForward(nn.Module):
-    """Position-wise MLP: gelu or relu2 (d -> 4d -> d), or swiglu (silu(x W_gate) * (x W_up) -> d)."""
+class SwiGLU(nn.Module):
+    """(B, T, 2 x hidden) -> (B, T, hidden): silu(gate) * up, a gate learned per hidden unit (Llama)."""
 
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.swiglu = cfg.ffn == "swiglu"
-        hidden = ffn_hidden(cfg)
-        # swiglu's gate and up projections are fused in one matrix, split after the matmul
-        self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if self.swiglu else hidden, bias=cfg.bias)
-        self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
-        self.act = (
-            None
-            if self.swiglu
-            else ReLU2()
-            if cfg.ffn == "relu2"
-            else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
-        )
-        self.dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.c_fc(x)  # (B, T, hidden) or (B, T, 2*hidden)
-        if self.swiglu:
-            gate, up = h.chunk(2, dim=-1)
-            h = F.silu(gate) * up  # (B, T, hidden)
-        else:
-            h = self.act(h)
-        return self.dropout(self.c_proj(h))  # (B, T, C)
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        gate, up = h.chunk(2, dim=-1)  # (B, T, hidden) each
+        return F.silu(gate) * up
 
 
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with a fused QKV projection.
-
-    With model.n_kv_head < n_head (grouped-query attention) there are fewer key/value heads than
-    query heads: query head h reads key/value head h // (n_head / n_kv_head), so the projection
-    has n_head + 2 n_kv_head head-sized column blocks and the KV cache shrinks by the same factor.
 
     `forward(x, rope, cache, layer)`: `rope` rotates q and k (rotary positions); `cache` is a
     KVCache whose keys and values this layer appends to (the model advances its position once
     all layers have run). `steps(x, rope)` computes the same output with every step kept, for
     inspection.
 
-    Which path computes attention:
-    - `F.scaled_dot_product_attention` (one fused kernel) when model.attention=sdpa;
-    - the written-out `attention()` when model.attention=reference, or when decoding with a
-      static cache (KVCache(static=True), made for torch.compile, which fuses the written-out
-      mask and softmax around the two small matmuls: cheaper than the fused kernel's fixed cost).
+    With model.n_kv_head < n_head (grouped-query attention) there are fewer key/value heads than
+    query heads: query head h reads key/value head h // (n_head / n_kv_head), so the projection
+    has n_head + 2 n_kv_head head-sized column blocks and the KV cache shrinks by the same factor.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -110,53 +93,84 @@ class CausalSelfAttention(nn.Module):
         self.qk_norm = cfg.qk_norm
         self.norm_eps = cfg.norm_eps
 
+    def forward(self, x, rope=None, cache=None, layer: int = 0):
+        if cache is not None:
+            return self.forward_cached(x, rope, cache, layer)
+        q, k, v = self.qkv(x, rope)  # (B, H, T, D), (B, KV, T, D), (B, KV, T, D)
+        y = self.attend(q, k, v)  # (B, H, T, D)
+        return self.project(y)  # (B, T, C)
+
     def qkv(self, x: torch.Tensor, rope=None, offset=0):
-        """Queries (B, H, T, D), keys and values (B, KV, T, D) each (KV = n_kv_head); q and k
-        RMS-normalised per head when model.qk_norm, then rotated by rope if given."""
+        """Queries (B, H, T, D), keys and values (B, KV, T, D) each (KV = n_kv_head, = H without
+        grouping), from one projection; q and k normalised and rotated when the model asks."""
         B, T, C = x.shape
         H, KV, D = self.n_head, self.n_kv_head, self.head_dim
-        # the projection's columns are q's H heads, then k's KV heads, then v's KV heads
-        qk, v = self.c_attn(x).view(B, T, H + 2 * KV, D).split((H + KV, KV), dim=2)  # (B, T, H+KV, D), (B, T, KV, D)
-        # q and k are normalised and rotated together, head by head: half the small elementwise
-        # kernels of doing each on its own, and the same numbers
-        if self.qk_norm:  # unit-RMS rows bound every score, so no logit can run away with one head
-            # model.norm_eps, as every other norm: Qwen3 uses one eps for all, so the export is exact
-            qk = F.rms_norm(qk, (D,), eps=self.norm_eps)
-        if rope is not None:
-            qk = rope.rotate_heads(qk, offset)  # (B, T, H+KV, D)
-        q, k = qk.split((H, KV), dim=2)  # (B, T, H, D), (B, T, KV, D)
+        heads = self.c_attn(x).view(B, T, H + 2 * KV, D)  # q's H heads, then k's KV, then v's KV
+        q, k, v = heads.split((H, KV, KV), dim=2)  # (B, T, H, D), (B, T, KV, D), (B, T, KV, D)
+        if self.qk_norm or rope is not None:
+            q, k = self.norm_and_rotate(heads, rope, offset)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D), (B, KV, T, D) x 2
 
-    def expand(self, kv: torch.Tensor) -> torch.Tensor:
-        """Keys or values (B, KV, S, D) -> (B, H, S, D): each key/value head repeated for its group
-        of query heads (a no-op without grouping)."""
-        return kv if self.groups == 1 else kv.repeat_interleave(self.groups, dim=1)
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None) -> torch.Tensor:
+        """softmax(q kᵀ / √D) v per head, (B, H, T, D): one fused kernel (model.attention=sdpa), or
+        attention.py's written-out formula (model.attention=reference). mask (T, S) bool, or None
+        for the plain causal rule: query i sees keys 0 .. S - T + i."""
+        if not self.fused:
+            return self.written_out(q, k, v, mask)
+        p = self.dropout if self.training else 0.0
+        # is_causal is top-left aligned, right only when S == T; one query (T == 1) sees every key
+        is_causal = mask is None and q.size(2) > 1
+        # enable_gqa: each key/value head serves its group of query heads, without copies
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal, enable_gqa=self.groups > 1
+        )  # (B, H, T, D)
 
     def project(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, H, T, D) head outputs -> (B, T, C): side by side, through the output projection."""
         B, H, T, D = heads.shape
         return self.resid_dropout(self.c_proj(heads.transpose(1, 2).reshape(B, T, H * D)))
 
-    def forward(self, x, rope=None, cache=None, layer: int = 0):
-        T = x.size(1)
-        q, k, v = self.qkv(x, rope, offset=cache.pos if cache is not None else 0)
-        mask = None  # None: query i sees keys 0 .. S - T + i, the plain causal rule
-        if cache is not None:
-            mask = cache.attn_mask(T)  # (T, S) bool, or None where the causal rule says the same
-            k, v = cache.update(layer, k, v)  # (B, KV, S, D)
+    # ---- the options: each one a place the default path above does not need
 
-        if self.fused and not (cache is not None and cache.static):
-            p = self.dropout if self.training else 0.0
-            # is_causal is top-left aligned, right only when S == T; one query (T == 1) sees every key
-            y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p, is_causal=mask is None and T > 1, enable_gqa=self.groups > 1
-            )  # (B, H, T, D)
-        else:
-            k, v = self.expand(k), self.expand(v)  # (B, H, S, D)
-            y, weights = attention(q, k, v, causal=mask is None, mask=mask)  # (B, H, T, D), (B, H, T, S)
-            if self.training and self.dropout > 0:
-                y = F.dropout(weights, self.dropout) @ v
-        return self.project(y)
+    def norm_and_rotate(self, heads: torch.Tensor, rope, offset=0):
+        """q and k (B, T, H, D), (B, T, KV, D) from the projection's heads (B, T, H+2KV, D):
+        RMS-normalised per head when model.qk_norm, then rotated by rope if given. q's and k's
+        heads go together, head by head: half the small elementwise kernels of doing each on its
+        own, and the same numbers."""
+        qk = heads[:, :, : self.n_head + self.n_kv_head]  # (B, T, H+KV, D)
+        if self.qk_norm:  # unit-RMS rows bound every score, so no logit can run away with one head
+            # model.norm_eps, as every other norm: Qwen3 uses one eps for all, so the export is exact
+            qk = F.rms_norm(qk, (self.head_dim,), eps=self.norm_eps)
+        if rope is not None:
+            qk = rope.rotate_heads(qk, offset)  # (B, T, H+KV, D)
+        return qk.split((self.n_head, self.n_kv_head), dim=2)  # (B, T, H, D), (B, T, KV, D)
+
+    def expand(self, kv: torch.Tensor) -> torch.Tensor:
+        """Keys or values (B, KV, S, D) -> (B, H, S, D): each key/value head repeated for its group
+        of query heads (a no-op without grouping)."""
+        return kv if self.groups == 1 else kv.repeat_interleave(self.groups, dim=1)
+
+    def written_out(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None) -> torch.Tensor:
+        """attend() through attention.py's formula, one step at a time, (B, H, T, D)."""
+        k, v = self.expand(k), self.expand(v)  # (B, H, S, D)
+        y, weights = attention(q, k, v, causal=mask is None, mask=mask)  # (B, H, T, D), (B, H, T, S)
+        if self.training and self.dropout > 0:
+            y = F.dropout(weights, self.dropout) @ v
+        return y
+
+    def forward_cached(self, x: torch.Tensor, rope, cache, layer: int) -> torch.Tensor:
+        """forward() while decoding: x's T new tokens attend to the cached keys and values and
+        their own, which the cache then keeps.
+
+        A static cache (KVCache(static=True), made for torch.compile) takes the written-out formula:
+        compiled, its mask and softmax fuse around the two small matmuls, cheaper than the fused
+        kernel's fixed cost."""
+        q, k, v = self.qkv(x, rope, offset=cache.pos)  # (B, H, T, D), (B, KV, T, D) x 2
+        mask = cache.attn_mask(x.size(1))  # (T, S) bool, or None where the causal rule says the same
+        k, v = cache.update(layer, k, v)  # (B, KV, S, D): the cached keys and values, then these
+        if cache.static:
+            return self.project(self.written_out(q, k, v, mask))
+        return self.project(self.attend(q, k, v, mask))  # (B, T, C)
 
     def steps(self, x: torch.Tensor, rope=None) -> dict:
         """forward() for a whole sequence (no cache, no dropout), with every step kept.
@@ -166,18 +180,9 @@ class CausalSelfAttention(nn.Module):
         """
         q, k, v = self.qkv(x, rope)
         k, v = self.expand(k), self.expand(v)  # (B, H, T, D)
-        s = attention_steps(q, k, v, causal=True)
-        return dict(
-            q=q,
-            k=k,
-            v=v,
-            scores=s["scores"],
-            scaled=s["scaled"],
-            masked=s["masked"],
-            weights=s["weights"],
-            heads=s["out"],
-            out=self.project(s["out"]),
-        )
+        s = attention_steps(q, k, v, causal=True)  # scores, scaled, masked, weights (B, H, T, T); out
+        heads = s.pop("out")  # (B, H, T, D)
+        return dict(q=q, k=k, v=v, **s, heads=heads, out=self.project(heads))
 
 
 class Block(nn.Module):
@@ -207,7 +212,7 @@ class Transformer(nn.Module):
             )
         check_fits_in_memory(cfg)
         self.config = cfg
-        self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)
+        self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)  # rows padded to a multiple of 64
         additive = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
         self.wpe = additive(cfg.block_size, cfg.n_embd) if additive else None  # None: rope rotates q, k instead
         self.rope = Rotary(cfg.block_size, cfg.head_dim, cfg.rope_base) if cfg.positions == "rope" else None
@@ -215,9 +220,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg.vocab_size), bias=False)
-        # recompute each block's activations in backward instead of keeping them (less memory,
-        # about one more forward pass of compute); set by training, off for everything else
-        self.checkpoint_blocks = False
+        self.checkpoint_blocks = False  # activation checkpointing: set by training, see checkpointing()
         self.compiled = False  # compile_regions() compiles the head with its loss (the plain path)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight
@@ -251,37 +254,6 @@ class Transformer(nn.Module):
         if not self.config.tie_embeddings:
             self.lm_head.weight.zero_()
 
-    def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count; by default without position embeddings (as nanoGPT counts), since
-        the token embedding is also the output layer when tied and so does real compute."""
-        n = sum(p.numel() for p in self.parameters())
-        if non_embedding and isinstance(self.wpe, LearnedPositions):
-            n -= self.wpe.wpe.weight.numel()
-        return n
-
-    def flops_per_token(self) -> float:
-        """Training FLOPs per token: 6N for the matmuls forward and backward, plus 12·L·C·T for
-        attention's scores and weighted sum."""
-        c = self.config
-        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
-
-    def logits(self, x: torch.Tensor) -> torch.Tensor:
-        """The last block's output (B, T, C) -> logits (B, T, vocab_size): final norm, LM head,
-        and the soft cap when model.logit_softcap is set (padding rows are never predicted)."""
-        logits = self.lm_head(self.ln_f(x))[..., : self.config.vocab_size]  # (B, T, V)
-        cap = self.config.logit_softcap
-        if cap is not None:  # smooth clip to (-cap, cap): confident logits cannot grow without bound
-            logits = cap * torch.tanh(logits.float() / cap)
-        return logits
-
-    def embed(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
-        """idx (B, T) -> where the residual stream starts (B, T, C): token embeddings, plus learned
-        or sinusoidal positions from `offset` on (rotary adds none here: it rotates q and k)."""
-        x = self.wte(idx)  # (B, T, C)
-        if self.wpe is not None:
-            x = x + self.wpe(idx.size(1), offset)  # (B, T, C) + (T, C)
-        return x
-
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache=None, logits: bool = True):
         """idx (B, T) token ids -> (logits (B, T, vocab_size), loss or None).
 
@@ -292,9 +264,10 @@ class Transformer(nn.Module):
         """
         self._check_inputs(idx, targets, cache)
         B, T = idx.shape
-        x = self.drop(self.embed(idx, cache.pos if cache is not None else 0))  # (B, T, C)
+        offset = 0 if cache is None else cache.pos  # where these T tokens stand in the sequence
+        x = self.drop(self.embed(idx, offset))  # (B, T, C)
         for i, block in enumerate(self.blocks):
-            if self.checkpoint_blocks and self.training and cache is None and torch.is_grad_enabled():
+            if self.checkpointing(cache):
                 x = torch.utils.checkpoint.checkpoint(block, x, self.rope, None, i, use_reentrant=False)
             else:
                 x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
@@ -302,53 +275,23 @@ class Transformer(nn.Module):
             cache.advance(T)
         if targets is None or logits:
             return self.logits_and_loss(x, targets)
-        if self.fused_loss_applies(x):
-            h = self.ln_f(x).reshape(B * T, -1)  # (B*T, C)
-            return None, linear_cross_entropy(h, self.lm_head.weight[: self.config.vocab_size], targets.reshape(-1))
-        return None, self.logits_and_loss(x, targets)[1]
+        return None, self.loss(x, targets)
 
-    def _check_inputs(self, idx: torch.Tensor, targets: torch.Tensor | None, cache) -> None:
-        """forward's inputs, refused in one line: ids that are not (B, T), outside the vocabulary,
-        or a sequence longer than block_size."""
-        if idx.dim() != 2:
-            raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
-        # on the CPU only (a GPU check would wait for the device), and not while decoding with a
-        # cache, where the ids come from the sampler and every token would pay for the check
-        if cache is None and idx.device.type == "cpu" and not torch.compiler.is_compiling():
-            self._check_ids(idx, "idx")
-            if targets is not None:
-                self._check_ids(targets[targets != IGNORE], "targets")
-        T = idx.size(1)
-        offset = cache.pos if cache is not None else 0
-        # a static cache's position is a tensor: checking it would cost a device sync per step
-        if isinstance(offset, int) and offset + T > self.config.block_size:
-            raise ValueError(
-                f"sequence of {offset + T} tokens exceeds block_size "
-                f"{self.config.block_size}; crop the input to the last block_size tokens"
-            )
+    def embed(self, idx: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """idx (B, T) -> where the residual stream starts (B, T, C): token embeddings, plus learned
+        or sinusoidal positions from `offset` on (rotary adds none here: it rotates q and k)."""
+        x = self.wte(idx)  # (B, T, C)
+        if self.wpe is not None:
+            x = x + self.wpe(idx.size(1), offset)  # (B, T, C) + (T, C)
+        return x
 
-    def _check_ids(self, ids: torch.Tensor, what: str) -> None:
-        """Ids outside 0 .. vocab_size - 1 would index a padding row or crash deep inside torch."""
-        if not ids.numel():
-            return
-        low, high = (int(v) for v in torch.aminmax(ids))  # one pass over the ids
-        if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(
-                f"{what} holds ids outside 0..{self.config.vocab_size - 1} (min {low}, max {high}); "
-                f"encode with the model's own tokenizer"
-            )
-
-    def fused_loss_applies(self, x: torch.Tensor) -> bool:
-        """The fused head computes the plain float32 loss for a step that will run backward: not
-        with a soft cap, under autocast (whose matmuls run in bf16/fp16), or with a compiled head."""
-        return (
-            torch.is_grad_enabled()
-            and x.requires_grad
-            and x.dtype == torch.float32
-            and self.config.logit_softcap is None
-            and not self.compiled
-            and not torch.is_autocast_enabled(x.device.type)
-        )
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's output (B, T, C) -> logits (B, T, vocab_size): final norm, LM head,
+        and the soft cap when model.logit_softcap is set (padding rows are never predicted)."""
+        logits = self.lm_head(self.ln_f(x))[..., : self.config.vocab_size]  # (B, T, V)
+        if self.config.logit_softcap is not None:
+            logits = soft_cap(logits, self.config.logit_softcap)
+        return logits
 
     def logits_and_loss(
         self, x: torch.Tensor, targets: torch.Tensor | None
@@ -363,6 +306,34 @@ class Transformer(nn.Module):
             )
         return logits, loss
 
+    # ---- the options: each one a place the default path above does not need
+
+    def checkpointing(self, cache) -> bool:
+        """Activation checkpointing (training sets checkpoint_blocks): a block keeps no activations
+        and runs again in backward, less memory for about one more forward pass of compute."""
+        return self.checkpoint_blocks and self.training and cache is None and torch.is_grad_enabled()
+
+    def loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The loss alone, as training asks for it: from the fused head (lm_loss), which never holds
+        the logits whole, where that computes the same number; else from logits_and_loss."""
+        if self.fused_loss_applies(x):
+            B, T, C = x.shape
+            h = self.ln_f(x).reshape(B * T, C)  # (B*T, C)
+            return linear_cross_entropy(h, self.lm_head.weight[: self.config.vocab_size], targets.reshape(-1))
+        return self.logits_and_loss(x, targets)[1]
+
+    def fused_loss_applies(self, x: torch.Tensor) -> bool:
+        """The fused head computes the plain float32 loss for a step that will run backward: not
+        with a soft cap, under autocast (whose matmuls run in bf16/fp16), or with a compiled head."""
+        return (
+            torch.is_grad_enabled()
+            and x.requires_grad
+            and x.dtype == torch.float32
+            and self.config.logit_softcap is None
+            and not self.compiled
+            and not torch.is_autocast_enabled(x.device.type)
+        )
+
     def compile_regions(self) -> None:
         """torch.compile what a training step spends its time on: each block, and the head with its loss.
 
@@ -375,45 +346,44 @@ class Transformer(nn.Module):
         self.logits_and_loss = torch.compile(self.logits_and_loss)
         self.compiled = True
 
+    # ---- counting
 
-# ---------------------------------------------------------------- the model's size, from its config alone
+    def num_params(self, non_embedding: bool = True) -> int:
+        """Parameter count; by default without position embeddings (as nanoGPT counts), since
+        the token embedding is also the output layer when tied and so does real compute."""
+        n = sum(p.numel() for p in self.parameters())
+        if non_embedding and isinstance(self.wpe, LearnedPositions):
+            n -= self.wpe.wpe.weight.numel()
+        return n
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: 6N for the matmuls forward and backward, plus 12·L·C·T for
+        attention's scores and weighted sum."""
+        c = self.config
+        return 6 * self.num_params() + 12 * c.n_layer * c.n_embd * c.block_size
+
+    # ---- the guard
+
+    def _check_inputs(self, idx: torch.Tensor, targets: torch.Tensor | None, cache) -> None:
+        """forward's inputs, refused in one line: ids that are not (B, T), outside the vocabulary,
+        or a sequence longer than block_size."""
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be (batch, time) token ids, got shape {tuple(idx.shape)}")
+        # on the CPU only (a GPU check would wait for the device), and not while decoding with a
+        # cache, where the ids come from the sampler and every token would pay for the check
+        if cache is None and idx.device.type == "cpu" and not torch.compiler.is_compiling():
+            check_ids(idx, self.config.vocab_size, "idx")  # one pass over the ids (aminmax)
+            if targets is not None:
+                check_ids(targets[targets != IGNORE], self.config.vocab_size, "targets")
+        offset = 0 if cache is None else cache.pos
+        # a static cache's position is a tensor: checking it would cost a device sync per step
+        if isinstance(offset, int) and offset + idx.size(1) > self.config.block_size:
+            raise ValueError(
+                f"sequence of {offset + idx.size(1)} tokens exceeds block_size "
+                f"{self.config.block_size}; crop the input to the last block_size tokens"
+            )
 
 
-def model_floats(cfg: ModelConfig) -> int:
-    """How many float32 numbers Transformer(cfg) holds: its parameters (a tied head counted once)
-    and its position buffers (sinusoidal table, rotary cos and sin)."""
-    C, V, T = cfg.n_embd, padded_vocab(cfg.vocab_size or 0), cfg.block_size
-    bias = int(cfg.bias)
-    norm = C * (1 + bias) if cfg.norm == "layernorm" else C
-    hidden = ffn_hidden(cfg)
-    qkv = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
-    block = (
-        2 * norm
-        + C * qkv
-        + qkv * bias  # c_attn
-        + C * C
-        + C * bias  # attention's c_proj
-        + C * hidden * (2 if cfg.ffn == "swiglu" else 1)
-        + hidden * (2 if cfg.ffn == "swiglu" else 1) * bias
-        + hidden * C
-        + C * bias  # the feed-forward's c_proj
-    )
-    positions = T * C if cfg.positions in ("learned", "sinusoidal") else T * 2 * (cfg.head_dim // 2)
-    head = 0 if cfg.tie_embeddings else V * C
-    return V * C + positions + cfg.n_layer * block + norm + head
-
-
-def check_fits_in_memory(cfg: ModelConfig) -> None:
-    """Refuse, in one line, a model whose float32 weights alone outgrow this machine's memory.
-
-    Counted from the config (model_floats), so model.block_size=10**15 or model.n_layer=10**7 is
-    refused before a byte is allocated, not by a failed allocation deep in torch or after minutes
-    spent building layers."""
-    need = 4 * model_floats(cfg)
-    have = physical_memory()
-    if have is not None and need > have:
-        raise ConfigError(
-            f"this model (n_layer={cfg.n_layer}, n_embd={cfg.n_embd}, block_size={cfg.block_size}, vocabulary "
-            f"{cfg.vocab_size}) needs {size_words(need)} for its float32 weights alone, more than this machine's "
-            f"{size_words(have)} of memory; choose smaller model.* values"
-        )
+def soft_cap(logits: torch.Tensor, cap: float) -> torch.Tensor:
+    """model.logit_softcap: a smooth clip to (-cap, cap), so confident logits cannot grow without bound."""
+    return cap * torch.tanh(logits.float() / cap)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import minitf
-from minitf.model import padded_vocab, swiglu_hidden
+from minitf.sizes import padded_vocab, swiglu_hidden
 
 VARIANTS = list(
     itertools.product(

@@ -17,7 +17,7 @@ from minitf.corpus.sources import _text_files, cache_dir
 from minitf.data import prepare_data
 from minitf.errors import ConfigError, MinitfError, shown
 from minitf.evaluate import evaluate_text
-from minitf.model import model_floats
+from minitf.sizes import model_floats
 from minitf.system.memory import physical_memory
 from minitf.system.runtime import resolve_device
 

@@ -17,7 +17,7 @@ import re
 
 from ..config import ModelConfig
 from ..errors import ConfigError, MinitfError, shown
-from ..model import ffn_hidden, model_floats, swiglu_hidden
+from ..sizes import ffn_hidden, model_floats, swiglu_hidden
 from ..system.memory import physical_memory, size_words
 from .architecture import FORMAT_NAMES
 from .weights import TABLES
