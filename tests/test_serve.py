@@ -20,7 +20,7 @@ import minitf
 from minitf.generate import generate_tokens, sample_settings
 from minitf.run_dir import load_run
 from minitf.web.serve import APIError, Completions, CompletionServer, Limits
-from minitf.web.serve.completions import MAX_STOPS
+from minitf.web.serve.request import MAX_STOPS
 
 from .helpers import ROOT, default_sigint
 

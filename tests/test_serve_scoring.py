@@ -85,7 +85,7 @@ def test_a_generated_endoftext_has_its_entry_with_echo(server, loaded):
     probs = log_softmax(model, [eot, eot])[-1].exp()  # (V,)
     for echo in (True, False):
         req = api.parse({"model": api.name, "prompt": "O", "logprobs": 1, "echo": echo, "temperature": 0})
-        entry = api._logprobs(probs, eot, 1, req)
+        entry = api.engine._logprobs(probs, eot, 1, req)
         if echo:
             assert entry["tokens"] == ["<|endoftext|>"] and entry["text_offset"] == [1]
             assert entry["token_logprobs"][0] == pytest.approx(probs[eot].log().item(), abs=1e-6)

@@ -1,7 +1,8 @@
 """What minitf's two web servers (the explorer, the OpenAI-compatible server) do the same way with a
 request and its answer, on the ASGI stack (stack.py): refusing a request before any route sees it
 (a Host header naming another site, a missing API key, a server that is stopping), reading a JSON
-body within bounds, answering JSON, and streaming an answer made by a blocking generator.
+body within bounds, answering JSON (an error in each app's own shape), and streaming an answer
+made by a blocking generator.
 
 Every request is untrusted: its body is read only up to `max_body` bytes (a larger Content-Length is
 refused before a byte of the body is read, a chunked body is cut off at the bound) and within
@@ -50,6 +51,13 @@ def busy(why: str) -> RequestError:
 
 def json_answer(status: int, payload) -> Response:
     return Response(dumps(payload), status, NO_STORE, "application/json")
+
+
+def error_answer(error: MinitfError, shape: Callable[[MinitfError, int], dict]) -> Response:
+    """An error as a JSON answer: its own status (400 when it carries none), and the body in the
+    app's shape (the explorer's {"error": line}, OpenAI's {"error": {message, type, param, code}})."""
+    status = getattr(error, "status", 400)
+    return json_answer(status, shape(error, status))
 
 
 def request_host(header: str) -> str | None:

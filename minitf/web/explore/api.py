@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ...config import TrainConfig
+from ...config import SEED_RANGE, TrainConfig
 from ...errors import MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
 from ...inspection import Inspection, inspect, logit_lens, token_label
@@ -30,6 +30,7 @@ from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step
 from ...sampling import SETTINGS, sampler_distribution, window_start
 from ...system.runtime import eval_mode
 from ...training.budget import budget_steps
+from ..fields import BadRequest, number, whole
 from .interpret_views import attribution_view, heads_view, predicted
 
 MAX_PROMPT_CHARS = 4000
@@ -52,12 +53,10 @@ VIEWS = {
 }
 
 
-class BadRequest(MinitfError):
-    """Input from the page that cannot be used (HTTP 400); the page shows the message."""
-
-
 class Busy(MinitfError):
     """Too many generations at once (HTTP 503)."""
+
+    status = 503
 
 
 class Explorer:
@@ -133,8 +132,8 @@ class Explorer:
         given = {}
         for name, (kind, nullable) in SETTINGS.items():  # null: top_k/top_p off, a random seed
             if name in body:
-                bounds = (0, 2**63 - 1) if name == "seed" else ()  # the others' ranges are SampleConfig's to check
-                given[name] = None if nullable and body[name] is None else number(body, name, kind, *bounds)
+                bounds = SEED_RANGE if name == "seed" else ()  # the others' ranges are SampleConfig's to check
+                given[name] = None if nullable and body[name] is None else field(body, name, kind, *bounds)
         return sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
 
     def _events(self, prompt: str, settings):
@@ -171,9 +170,9 @@ class Explorer:
         ids = body.get("ids")
         if not isinstance(ids, list) or not 0 < len(ids) <= block + MAX_NEW_TOKENS:
             raise BadRequest(f"ids must be a list of 1 to {block + MAX_NEW_TOKENS} token ids")
-        query = number(body, "query", int, 0, len(ids) - 1)
-        layer = number(body, "layer", int, 0, m.n_layer - 1, default=0)
-        head = number(body, "head", int, 0, m.n_head - 1, default=0)
+        query = field(body, "query", int, 0, len(ids) - 1)
+        layer = field(body, "layer", int, 0, m.n_layer - 1, default=0)
+        head = field(body, "head", int, 0, m.n_head - 1, default=0)
         start = max(0, query + 1 - block)
         ins = inspect(self.model, self.tok, ids[start : start + block])  # bad ids: a MinitfError
         return {"offset": start, **attention_view(ins, query - start, layer, head)}
@@ -185,7 +184,7 @@ class Explorer:
         ids = body.get("ids")
         if not isinstance(ids, list) or not 0 < len(ids) <= self.cfg.model.block_size + MAX_NEW_TOKENS:
             raise BadRequest(f"ids must be a list of 1 to {self.cfg.model.block_size + MAX_NEW_TOKENS} token ids")
-        position = number(body, "position", int, 0, len(ids) - 1)
+        position = field(body, "position", int, 0, len(ids) - 1)
         bad = [i for i in ids if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < self.tok.vocab_size)]
         if bad:
             raise BadRequest(f"token id {bad[0]!r} is not in the vocabulary (0..{self.tok.vocab_size - 1})")
@@ -210,7 +209,7 @@ class Explorer:
         sharpen or flatten the distribution.
         """
         ids, position, start = self._position(body, {*RULES, "top"})
-        top = number(body, "top", int, 1, MAX_SHOWN, default=20)
+        top = field(body, "top", int, 1, MAX_SHOWN, default=20)
         settings = self._settings({k: body[k] for k in RULES if k in body})
         w = self.model.wte.weight
         with eval_mode(self.model):
@@ -257,7 +256,7 @@ class Explorer:
         `logit_lens`); the last row is the model's real prediction. Per row, the `top` likeliest
         tokens (softmax at temperature 1) and the rank and probability of the token that follows."""
         ids, position, start = self._position(body, {"top"})
-        top = number(body, "top", int, 1, MAX_SHOWN, default=5)
+        top = field(body, "top", int, 1, MAX_SHOWN, default=5)
         ins = inspect(self.model, self.tok, ids[start : position + 1])
         probs = logit_lens(self.model, ins)[:, -1].softmax(dim=-1)  # (L + 1, V): the position's row
         nxt = self._next(ids, position)
@@ -323,11 +322,11 @@ class Explorer:
             if not isinstance(p, list) or len(p) != 2:
                 raise BadRequest(f"each of heads must be a [layer, head] pair, got {p!r}")
             pair = {"layer": p[0], "head": p[1]}
-            heads.append((number(pair, "layer", int, 0, m.n_layer - 1), number(pair, "head", int, 0, m.n_head - 1)))
+            heads.append((field(pair, "layer", int, 0, m.n_layer - 1), field(pair, "head", int, 0, m.n_head - 1)))
         mode = body.get("mode", "zero")
         if mode not in ("zero", "mean"):
             raise BadRequest(f"mode must be 'zero' or 'mean', got {mode!r}")
-        top = number(body, "top", int, 1, MAX_SHOWN, default=10)
+        top = field(body, "top", int, 1, MAX_SHOWN, default=10)
         view = heads_view(self.model, ids[start : position + 1], heads, mode, top, self.label)
         return {"offset": start, "position": position, "token": self.token(ids[position]), **view}
 
@@ -339,10 +338,10 @@ class Explorer:
         V = self.tok.vocab_size
         nxt = self._next(ids, position)
         if "token" in body:
-            token = number(body, "token", int, 0, V - 1)
+            token = field(body, "token", int, 0, V - 1)
         else:
             token = nxt["id"] if nxt is not None else predicted(self.model, window, 1)[0]
-        against = None if body.get("against") is None else number(body, "against", int, 0, V - 1)
+        against = None if body.get("against") is None else field(body, "against", int, 0, V - 1)
         view = attribution_view(self.model, window, token, against, self.label)
         return {"offset": start, "position": position, "token": self.token(ids[position]), "next": nxt, **view}
 
@@ -407,14 +406,8 @@ def check_keys(body: dict, known: set[str]) -> None:
         raise BadRequest(f"unknown field {unknown[0]!r}; expected some of {', '.join(sorted(known))}")
 
 
-def number(body: dict, name: str, kind: type, lo=None, hi=None, default=None):
-    """body[name] as an int or a float within [lo, hi] (bools, text and infinities refused)."""
-    x = body.get(name, default)
-    what = "a whole number" if kind is int else "a number"
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or (kind is int and x != int(x)):
-        raise BadRequest(f"{name} must be {what}, got {x!r}")
-    x = kind(x)
-    if (lo is not None and x < lo) or (hi is not None and x > hi):
-        bounds = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-        raise BadRequest(f"{name} is {x}; it must be {bounds}")
-    return x
+def field(body: dict, name: str, kind: type, lo=None, hi=None, default=None):
+    """body[name] as an int (a whole number) or a float within lo..hi (web/fields.py's checks);
+    absent: default. null is refused: the settings that take it (SETTINGS) are read before."""
+    check = whole if kind is int else number
+    return check(body.get(name, default), name, lo, hi)

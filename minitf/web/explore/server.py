@@ -34,10 +34,10 @@ from starlette.responses import Response
 
 from ...errors import MinitfError
 from ...run_dir import which_weights
-from ..http_io import NO_STORE, Guard, json_answer, log_bug, read_body, stream
+from ..http_io import NO_STORE, Guard, error_answer, json_answer, log_bug, read_body, stream
 from ..stack import Limits, Server, is_loopback
 from ..strict_json import dumps, loads
-from .api import VIEWS, BadRequest, Busy, Explorer
+from .api import VIEWS, BadRequest, Explorer
 
 # the only files served, by exact path: nothing in a request ever becomes a file path
 STATIC = {
@@ -60,7 +60,7 @@ class ExploreServer(Server):
         log = log or (lambda msg: print(msg, file=sys.stderr))
         stopping = threading.Event()
         app = explorer_app(explorer, limits, stopping, log)
-        app.add_middleware(Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=error_answer)
+        app.add_middleware(Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=explorer_answer)
         super().__init__(app, host, port, limits, log, TIMED_OUT, stopping=stopping)
         self.explorer = explorer
 
@@ -79,10 +79,9 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
     server.serve_forever(ready=lambda: print(said, flush=True))
 
 
-def error_answer(error: MinitfError) -> Response:
+def explorer_answer(error: MinitfError) -> Response:
     """{"error": "one line"} with the error's status: 503 when busy, 400 for other bad input."""
-    status = getattr(error, "status", 503 if isinstance(error, Busy) else 400)
-    return json_answer(status, {"error": str(error)})
+    return error_answer(error, lambda error, status: {"error": str(error)})
 
 
 def explorer_app(ex: Explorer, limits: Limits, stopping: threading.Event, log) -> FastAPI:
@@ -169,7 +168,7 @@ def _errors(app: FastAPI, log) -> None:
 
     @app.exception_handler(MinitfError)
     async def bad_input(request: Request, error: MinitfError) -> Response:
-        return error_answer(error)
+        return explorer_answer(error)
 
     @app.exception_handler(HTTPException)
     async def no_page(request: Request, error: HTTPException) -> Response:

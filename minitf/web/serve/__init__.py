@@ -8,12 +8,14 @@ Only completions: /v1/chat/completions answers as OpenAI's API answers for a com
 (404, "not a chat model"), because a minitf model learns plain text and no chat format; a
 conversation that it should continue goes into the prompt, in the corpus's own form.
 
-completions.py speaks the protocol over the loaded run (checking requests, sampling with minitf's
-own sampler, shaping responses and errors); server.py carries it over HTTP (a FastAPI app on
-uvicorn, minitf/web/stack.py); the command line is minitf/cli/serve.py.
+completions.py answers each route over the loaded run: request.py checks a request's fields,
+engine.py samples with minitf's own sampler and scores prompts, shaping OpenAI's responses;
+server.py carries it over HTTP (a FastAPI app on uvicorn, minitf/web/stack.py); the command line
+is minitf/cli/serve.py.
 """
 
-from .completions import APIError, Completions
+from .completions import Completions
+from .request import APIError
 from .server import CompletionServer, Limits
 
 __all__ = ["APIError", "CompletionServer", "Completions", "Limits"]

@@ -29,10 +29,12 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from ...errors import MinitfError
-from ..http_io import Guard, RequestError, json_answer, log_bug, read_body, stream, watched
+from ..http_io import Guard, RequestError, error_answer, json_answer, log_bug, read_body, stream, watched
 from ..stack import Limits, Server, is_loopback
 from ..strict_json import dumps, loads
-from .completions import APIError, Cancelled, Completions
+from .completions import Completions
+from .engine import Cancelled
+from .request import APIError
 
 __all__ = ["CompletionServer", "Limits"]
 
@@ -52,19 +54,23 @@ class CompletionServer(Server):
         stopping = threading.Event()
         app = completions_app(api, limits, stopping, log)
         app.add_middleware(
-            Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=error_answer, api_key=api_key
+            Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=openai_answer, api_key=api_key
         )
         super().__init__(app, host, port, limits, log, dumps(TIMED_OUT), "/v1", stopping)
         self.api, self.api_key = api, api_key
 
 
-def error_answer(error: MinitfError) -> Response:
+def openai_answer(error: MinitfError) -> Response:
     """OpenAI's error shape and status: an APIError's own, a RequestError's status, else 400."""
+    return error_answer(error, openai_error)
+
+
+def openai_error(error: MinitfError, status: int) -> dict:
+    """{"error": {message, type, param, code}}: an APIError's own; another error's, with its status."""
     if not isinstance(error, APIError):
-        status = getattr(error, "status", 400)
         kind = "server_error" if status >= 500 else "invalid_request_error"
-        error = APIError(str(error), status, kind, code=getattr(error, "code", None))
-    return json_answer(error.status, error.body())
+        error = APIError(str(error), status, kind, getattr(error, "param", None), getattr(error, "code", None))
+    return error.body()
 
 
 def completions_app(api: Completions, limits: Limits, stopping: threading.Event, log) -> FastAPI:
@@ -163,24 +169,24 @@ def _errors(app: FastAPI, log) -> None:
 
     @app.exception_handler(MinitfError)
     async def api_error(request: Request, error: MinitfError) -> Response:
-        return error_answer(error)
+        return openai_answer(error)
 
     @app.exception_handler(Cancelled)
     async def cancelled(request: Request, error: Cancelled) -> Response:
         log(f"{error}: the client went away, or the server is stopping; its completion stopped")
-        return error_answer(APIError("the server is shutting down; retry on another", 503, "server_error"))
+        return openai_answer(APIError("the server is shutting down; retry on another", 503, "server_error"))
 
     @app.exception_handler(HTTPException)
     async def no_route(request: Request, error: HTTPException) -> Response:
         path = request.url.path.rstrip("/") or "/"
         if error.status_code == 405:
             other = "GET it" if request.method == "POST" else "POST a JSON request"
-            return error_answer(APIError(f"{request.method} is not allowed on {path}; {other}", 405))
+            return openai_answer(APIError(f"{request.method} is not allowed on {path}; {other}", 405))
         if error.status_code == 404:
-            return error_answer(APIError(f"Invalid URL ({request.method} {path})", 404, code="unknown_url"))
-        return error_answer(RequestError(str(error.detail), error.status_code))
+            return openai_answer(APIError(f"Invalid URL ({request.method} {path})", 404, code="unknown_url"))
+        return openai_answer(RequestError(str(error.detail), error.status_code))
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> Response:
         log_bug(log)
-        return error_answer(APIError(f"internal error ({type(error).__name__}); see the server's console", 500))
+        return openai_answer(APIError(f"internal error ({type(error).__name__}); see the server's console", 500))
