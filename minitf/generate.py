@@ -12,74 +12,20 @@ gives identical tokens with and without the cache.
 from __future__ import annotations
 
 import warnings
-import weakref
 from dataclasses import dataclass
 
 import torch
 
 from .config import SampleConfig
-from .errors import ConfigError, MinitfError
+from .decoding import compiled_decode_step, decode_step
+from .errors import shown
 from .kv_cache import KVCache
-from .model import Transformer, padded_vocab
+from .model import Transformer
 from .sampling import draw_next_token, sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
-from .system.memory import physical_memory, size_words
+from .sizes import check_num_samples
+from .stop_strings import TextAssembler
 from .system.runtime import eval_mode
-from .tokenizer import Tokenizer, check_vocab
-
-
-def _decode_step(model: Transformer, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
-    return model(idx, cache=cache)[0][:, -1]  # (B, V): the logits of the one new position
-
-
-# one compiled decode step per model, dropped with the model; made on first use, since importing
-# the compiler takes seconds
-_compiled_steps: weakref.WeakKeyDictionary[Transformer, object] = weakref.WeakKeyDictionary()
-
-
-def _compiled_step(model: Transformer, idx: torch.Tensor, cache: KVCache, checked: bool) -> torch.Tensor:
-    """`_decode_step` under torch.compile, compiled once per model and batch size: a static
-    KVCache keeps every shape fixed. checked: a step of this generation has already run with
-    torch.compile's guards checked; the next ones see the same model and cache, so checking
-    again on every token (a real cost next to a small model's step on a CPU) is skipped."""
-    step = _compiled_steps.get(model)
-    if step is None:
-        import torch._inductor.config as inductor_config
-
-        # no per-call size and alignment asserts on the ~60 inputs: in Python they cost more than a
-        # small model's kernels, and the guards have checked those shapes once per generation
-        # already. (Only the switches this torch has: older ones lack alignment_asserts.)
-        off = {k: False for k in ("size_asserts", "alignment_asserts") if hasattr(inductor_config, k)}
-        step = _compiled_steps[model] = torch.compile(_decode_step, dynamic=False, options=off)
-    with torch.compiler.set_stance(skip_guard_eval_unsafe=checked):
-        return step(model, idx, cache)
-
-
-# float32 (B, V) tensors a decoding step holds per row at its peak: the step's logits, their
-# penalized and shifted copies, the probabilities, the exponential race and its quotient
-SAMPLER_COPIES = 6
-
-
-def sample_row_bytes(model: Transformer) -> int:
-    """The memory one more sample takes while decoding: its row of the KV cache (block_size keys
-    and values of every layer) and of the sampler's float32 logits."""
-    cfg, p = model.config, next(model.parameters())
-    cache = 2 * cfg.n_layer * cfg.kv_heads * cfg.block_size * cfg.head_dim * p.element_size()
-    return cache + SAMPLER_COPIES * 4 * padded_vocab(cfg.vocab_size)
-
-
-def check_num_samples(model: Transformer, num_samples: int, name: str = "num_samples") -> None:
-    """Refuse, in one line, a number of samples below 1 or beyond this machine's memory, before a
-    byte is allocated: the rows are allocated at once after the prompt's prefill, so
-    num_samples=2_000_000 would otherwise fail deep in torch (or swap) after 32 GB.
-    name: how the caller's user names it (--num-samples, n)."""
-    if num_samples < 1:
-        raise ConfigError(f"{name} must be at least 1, got {num_samples}")
-    row, have = sample_row_bytes(model), physical_memory()
-    if have is not None and num_samples * row > have:
-        raise ConfigError(
-            f"{name}={num_samples} needs {size_words(num_samples * row)} for the KV cache and logits of that many "
-            f"samples, more than this machine's {size_words(have)} of memory; ask for at most {have // row}"
-        )
+from .tokenizer import Tokenizer, check_text, check_vocab
 
 
 def generate_tokens(
@@ -123,17 +69,17 @@ def _tokens(
     seq = torch.tensor([prompt_ids], dtype=torch.long, device=device)  # (1, n)
     cache, cache_start, checked, nxt = None, None, False, None
     for _ in range(settings.max_new_tokens):
-        start = window_start(seq.size(1), block)
-        if not use_cache:
-            logits = model(seq[:, start:])[0][:, -1]  # (B, V): the whole window, every step
-        elif start != cache_start:  # first step, or the window jumped: fill the cache afresh (eager)
+        start = window_start(seq.size(1), block)  # past block_size the window slides (sampling.py)
+        if not use_cache:  # the whole window through the model, every step
+            logits = model(seq[:, start:])[0][:, -1]  # (B, V)
+        elif start != cache_start:  # the prompt once (and again when the window jumps): fill the cache
             cache = KVCache(model, seq.size(0), static=compile) if cache is None else cache
             cache.reset()
-            logits = model(seq[:, start:], cache=cache)[0][:, -1]
+            logits = model(seq[:, start:], cache=cache)[0][:, -1]  # (B, V), eager
             cache_start = start
-        else:
+        else:  # then one token at a time: its own query against the cached keys and values
             last = nxt[:, None]  # (B, 1): the token sampled last
-            logits = _compiled_step(model, last, cache, checked) if compile else _decode_step(model, last, cache)
+            logits = compiled_decode_step(model, last, cache, checked) if compile else decode_step(model, last, cache)
             checked = True
         if seq.size(0) < num_samples:  # after the shared prefill, branch into num_samples rows
             seq, logits = seq.repeat(num_samples, 1), logits.repeat(num_samples, 1)
@@ -142,105 +88,6 @@ def _tokens(
         nxt = draw_next_token(logits, s.temperature, s.top_k, s.top_p, generator, seq, s.repetition_penalty)
         seq = torch.cat([seq, nxt[:, None]], dim=1)
         yield (nxt, logits) if with_logits else nxt
-
-
-class _TextAssembler:
-    """One sample's ids -> text pieces: whole characters only, cut at <|endoftext|> or a stop string."""
-
-    def __init__(self, tokenizer: Tokenizer, stop: list[str]):
-        self.tok, self.stop = tokenizer, [s for s in stop if s]
-        self.pending: list[int] = []  # ids whose bytes do not yet end on a whole character
-        self.text, self.emitted, self.done = "", 0, False
-        self.tokens = 0  # ids pushed: the sampled tokens, <|endoftext|> included
-
-    def push(self, token: int) -> str:
-        self.tokens += 1
-        if token == self.tok.eot_id:
-            self.done = True
-            return self.flush()
-        self.pending.append(token)
-        piece = self.tok.decode(self.pending)
-        if piece.endswith("\ufffd") and len(self.pending) < 4:  # a UTF-8 character cut in two
-            return ""
-        start = len(self.text)
-        self.text += piece
-        self.pending = []
-        for s in self.stop:  # only where the new piece could complete a stop string
-            i = self.text.find(s, max(0, start - len(s) + 1))
-            if i >= 0:
-                self.text, self.done = self.text[:i], True
-        return self._emit(final=self.done)
-
-    def flush(self) -> str:
-        """Everything not yet handed out, held-back tail included: generation has ended."""
-        return self._emit(final=True)
-
-    def _emit(self, final: bool) -> str:
-        safe = len(self.text)
-        if not final:  # hold back a tail that could still become a stop string
-            for s in self.stop:
-                for k in range(min(len(s) - 1, len(self.text)), 0, -1):
-                    if self.text.endswith(s[:k]):
-                        safe = min(safe, len(self.text) - k)
-                        break
-        out, self.emitted = self.text[self.emitted : safe], max(self.emitted, safe)
-        return out
-
-
-def check_prompt_text(prompt: str) -> None:
-    try:
-        prompt.encode("utf-8")
-    except UnicodeEncodeError as e:  # lone surrogates: bytes that were not UTF-8 on the command line
-        raise MinitfError(
-            f"the prompt is not valid UTF-8 text (at character {e.start}); re-encode it as UTF-8"
-        ) from None
-
-
-def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
-    """The ids generation starts from: the prompt's, or <|endoftext|> for an empty one (a new
-    document); a prompt longer than block_size keeps its last block_size (with a warning)."""
-    check_prompt_text(prompt)
-    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
-    if len(ids) > block_size:
-        warnings.warn(
-            f"prompt is {len(ids)} tokens, longer than block_size {block_size}; keeping its last {block_size}",
-            stacklevel=2,
-        )
-        ids = ids[-block_size:]
-    return ids
-
-
-def check_arguments(fn: str, model, tokenizer, prompt, stop=None, num_samples: int = 1) -> None:
-    """A TypeError naming the parameter when a caller passes the wrong kind of thing (swapped
-    model and tokenizer, a prompt that is not text, ...), instead of an AttributeError from deep
-    inside. The settings are sample_settings' to check."""
-    usage = f"{fn}(model, tokenizer, prompt, settings=None, **settings)"
-    if not isinstance(model, Transformer) and not isinstance(getattr(model, "_orig_mod", None), Transformer):
-        raise TypeError(
-            f"{fn}(): model must be a minitf Transformer (from minitf.load_run), got {_kind(model)}; {usage}"
-        )
-    if not isinstance(tokenizer, Tokenizer):
-        raise TypeError(
-            f"{fn}(): tokenizer must be a minitf Tokenizer (from minitf.load_run), got {_kind(tokenizer)}; {usage}"
-        )
-    if not isinstance(prompt, str):
-        hint = " (decode bytes first)" if isinstance(prompt, (bytes, bytearray)) else ""
-        raise TypeError(f"{fn}(): prompt must be text (a str), got {_kind(prompt)}{hint}; {usage}")
-    if stop is not None and not isinstance(stop, str):
-        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
-            raise TypeError(f"{fn}(): stop must be a str or a list of str, got {_kind(stop)}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
-        raise TypeError(f"{fn}(): num_samples must be an int, got {_kind(num_samples)}")
-
-
-def _kind(value) -> str:
-    from .errors import shown
-
-    return (
-        f"{type(value).__name__} {shown(value, 40)}"
-        if isinstance(value, (str, int, float, bytes))
-        else type(value).__name__
-    )
 
 
 def _text_steps(
@@ -260,7 +107,7 @@ def _text_steps(
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     stop = [stop] if isinstance(stop, str) else list(stop or [])
-    texts = [_TextAssembler(tokenizer, stop) for _ in range(num_samples)]
+    texts = [TextAssembler(tokenizer, stop) for _ in range(num_samples)]
     try:
         for nxt in generate_tokens(model, ids, settings, num_samples, use_cache, compile):
             yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]
@@ -355,7 +202,7 @@ def stream_tokens(
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     history = torch.tensor([ids], device=next(model.parameters()).device)  # (1, n): what the sampler saw
-    text = _TextAssembler(tokenizer, [])
+    text = TextAssembler(tokenizer, [])
     steps = generate_tokens(model, ids, settings, use_cache=use_cache, compile=compile, with_logits=True)
     for nxt, logits in steps:
         probs = token_probs(logits, settings, history)[0]  # (V,)
@@ -370,3 +217,56 @@ def stream_tokens(
         if text.done:
             return
         history = torch.cat([history, nxt[:, None]], dim=1)
+
+
+# ---------------------------------------------------------------- the prompt and the arguments
+
+
+def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
+    """The ids generation starts from: the prompt's, or <|endoftext|> for an empty one (a new
+    document); a prompt longer than block_size keeps its last block_size (with a warning)."""
+    check_prompt_text(prompt)
+    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
+    if len(ids) > block_size:
+        warnings.warn(
+            f"prompt is {len(ids)} tokens, longer than block_size {block_size}; keeping its last {block_size}",
+            stacklevel=2,
+        )
+        ids = ids[-block_size:]
+    return ids
+
+
+def check_prompt_text(prompt: str) -> None:
+    """A prompt with a lone surrogate (bytes that were not UTF-8 on the command line) has no tokens."""
+    check_text(prompt, "the prompt")
+
+
+def check_arguments(fn: str, model, tokenizer, prompt, stop=None, num_samples: int = 1) -> None:
+    """A TypeError naming the parameter when a caller passes the wrong kind of thing (swapped
+    model and tokenizer, a prompt that is not text, ...), instead of an AttributeError from deep
+    inside. The settings are sample_settings' to check."""
+    usage = f"{fn}(model, tokenizer, prompt, settings=None, **settings)"
+    if not isinstance(model, Transformer) and not isinstance(getattr(model, "_orig_mod", None), Transformer):
+        raise TypeError(
+            f"{fn}(): model must be a minitf Transformer (from minitf.load_run), got {_kind(model)}; {usage}"
+        )
+    if not isinstance(tokenizer, Tokenizer):
+        raise TypeError(
+            f"{fn}(): tokenizer must be a minitf Tokenizer (from minitf.load_run), got {_kind(tokenizer)}; {usage}"
+        )
+    if not isinstance(prompt, str):
+        hint = " (decode bytes first)" if isinstance(prompt, (bytes, bytearray)) else ""
+        raise TypeError(f"{fn}(): prompt must be text (a str), got {_kind(prompt)}{hint}; {usage}")
+    if stop is not None and not isinstance(stop, str):
+        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+            raise TypeError(f"{fn}(): stop must be a str or a list of str, got {_kind(stop)}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+        raise TypeError(f"{fn}(): num_samples must be an int, got {_kind(num_samples)}")
+
+
+def _kind(value) -> str:
+    return (
+        f"{type(value).__name__} {shown(value, 40)}"
+        if isinstance(value, (str, int, float, bytes))
+        else type(value).__name__
+    )

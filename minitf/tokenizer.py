@@ -176,7 +176,7 @@ def check_text(text: str, what: str = "text") -> None:
     except UnicodeEncodeError as e:
         raise ConfigError(
             f"{what} is not valid UTF-8: a lone surrogate {text[e.start]!r} at character {e.start}; "
-            f"decode the source with errors='replace'"
+            f"re-encode it as UTF-8, or decode it with errors='replace'"
         ) from None
 
 

@@ -15,7 +15,7 @@ PKG = ROOT / "minitf"
 LAYERS = [
     {"errors", "config", "system"},  # the two exceptions, typed configs; device, files, progress
     {"tokenizer", "corpus", "data"},  # text -> ids -> token cache -> batches
-    {"positions", "attention", "lm_loss", "kv_cache", "sampling", "sizes"},  # the parts of a model and of sampling
+    {"positions", "attention", "lm_loss", "kv_cache", "sampling", "sizes", "stop_strings", "decoding"},  # the parts of a model and of sampling
     {"model"},  # Transformer = embeddings + positions + blocks + head
     {"run_dir"},  # a run directory read: its file names, load_run, its metrics and snapshots
     {"optim", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget

@@ -14,8 +14,9 @@ from minitf.cli.common import run_main
 from minitf.cli.generate import main as generate_main
 from minitf.config import SampleConfig
 from minitf.errors import ConfigError
-from minitf.generate import generate_tokens, sample_next_token, sample_row_bytes, sample_settings, token_probs
+from minitf.generate import generate_tokens, sample_next_token, sample_settings, token_probs
 from minitf.sampling import SETTINGS, sampler_distribution
+from minitf.sizes import sample_row_bytes
 
 # 0, tiny (1e-300 is 0 in float32, 1e-45 its smallest), huge (inf in float32), not finite, negative
 EXTREMES = [0, 1e-300, 1e-45, 1e-30, 1e30, 1e300, math.inf, -math.inf, math.nan, -1, -1e-300, 2**63 - 1, 2**64]
@@ -123,7 +124,7 @@ def test_num_samples_beyond_memory_is_refused_before_allocating(model, monkeypat
     assert sample_row_bytes(model) == 2 * 2 * 2 * 16 * 16 * 4 + 6 * 4 * 128
     run_model, tok, _ = minitf.load_run(tiny_run)
     row = sample_row_bytes(run_model)
-    module = importlib.import_module("minitf.generate")  # minitf.generate is also the function
+    module = importlib.import_module("minitf.sizes")
     monkeypatch.setattr(module, "physical_memory", lambda: 1000 * row)  # a machine that holds 1000
     with pytest.raises(ConfigError) as e:
         minitf.generate(run_model, tok, "O", max_new_tokens=2, num_samples=5000)

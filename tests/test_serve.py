@@ -309,7 +309,7 @@ def test_n_beyond_memory_is_a_400_naming_n(tiny_run, monkeypatch):
     import importlib
 
     api = Completions(tiny_run)
-    module = importlib.import_module("minitf.generate")  # minitf.generate is also the function
+    module = importlib.import_module("minitf.sizes")
     monkeypatch.setattr(module, "physical_memory", lambda: module.sample_row_bytes(api.model) * 3)
     assert api.parse({"model": api.name, "prompt": "O", "n": 3}).n == 3
     with pytest.raises(APIError) as e:

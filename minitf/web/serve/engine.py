@@ -35,8 +35,9 @@ from collections.abc import Callable
 
 import torch
 
-from ...generate import _TextAssembler, generate_tokens, token_probs
+from ...generate import generate_tokens, token_probs
 from ...model import Transformer
+from ...stop_strings import TextAssembler
 from ...tokenizer import Tokenizer
 from .request import APIError, Request
 
@@ -137,7 +138,7 @@ class Engine:
         for the rows still going; ends when every row has finished. base: where the completion's
         text begins in the choice's text (after the echoed prompt), for the logprobs' offsets."""
         s, n = req.settings, req.n
-        texts = [_TextAssembler(self.tok, req.stop) for _ in range(n)]
+        texts = [TextAssembler(self.tok, req.stop) for _ in range(n)]
         history = torch.tensor([ids], device=next(self.model.parameters()).device).repeat(n, 1)  # (n, P)
         tokens = generate_tokens(self.model, ids, s, n, with_logits=True)
         try:
