@@ -15,6 +15,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from bench.data import data_prep_speed, tokenizer_speed
 from minitf.config import Config, SampleConfig, TrainConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
+from minitf.optim import make_optimizer
 from minitf.system.machine import machine
 from minitf.system.runtime import peak_flops
 from minitf.trainer import train_step
@@ -59,7 +61,11 @@ def train_throughput(cfg: Config, device: torch.device, steps: int = 20, warmup:
     model = Transformer(cfg.model).to(device)
     tc: TrainConfig = cfg.train
     B, T, V = tc.batch_size, cfg.model.block_size, cfg.model.vocab_size
-    session = Session.create(cfg, model, OneBatch(torch.randint(0, V, (B, T + 1), device=device)), device)
+    batch = OneBatch(torch.randint(0, V, (B, T + 1), device=device))
+    optimizer = make_optimizer(model, tc, device)
+    session = Session.create(
+        cfg, model, optimizer, batch, device, run_dir=Path(tempfile.gettempdir())
+    )  # writes nothing
     dtype = session.dtype
     if tc.compile:
         model.compile_regions()

@@ -28,7 +28,6 @@ below the training peak at these sizes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -67,11 +66,13 @@ def _worker(rank: int, procs: int, init_file: str, out: str, setting: tuple, sha
     import torch.distributed as dist
     import torch.nn as nn
 
-    from minitf.config import ModelConfig, TrainConfig
+    from minitf.config import Config, ModelConfig, TrainConfig
     from minitf.model import Transformer
     from minitf.optim import make_optimizer
+    from minitf.system.runtime import Dist
     from minitf.trainer import forward_backward
     from minitf.training import fsdp
+    from minitf.training.session import Session
 
     parallel_kind, accum, ac, allocator = setting
     _set_allocator(allocator)
@@ -84,22 +85,16 @@ def _worker(rank: int, procs: int, init_file: str, out: str, setting: tuple, sha
     tc = TrainConfig(grad_accum=accum, parallel=parallel_kind, optimizer="adamw")  # fsdp shards: AdamW
     if parallel_kind == "fsdp":
         fsdp.shard(model, torch.device("cpu"), torch.float32)
-    optimizer = make_optimizer(model, tc, torch.device("cpu"))
-    runner = model if parallel_kind == "fsdp" else nn.parallel.DistributedDataParallel(model)
-    B, T, V = shape["batch"], shape["model"]["block_size"], shape["model"]["vocab_size"]
-    g = torch.Generator().manual_seed(rank)
-    batch = lambda: (lambda t: (t[:, :-1], t[:, 1:]))(torch.randint(0, V, (B, T + 1), generator=g))
+    cpu = torch.device("cpu")
+    optimizer = make_optimizer(model, tc, cpu)
+    cfg = Config(model=model.config, train=tc)
+    session = Session.create(
+        cfg, model, optimizer, RandomTokens(shape), cpu, run_dir=Path(out), procs=Dist(rank, procs)
+    )
+    session.model = model if parallel_kind == "fsdp" else nn.parallel.DistributedDataParallel(model)
+    session.batch_gen.manual_seed(rank)
     for _ in range(steps):
-        forward_backward(
-            runner,
-            model,
-            batch,
-            optimizer,
-            torch.amp.GradScaler("cpu", enabled=False),
-            contextlib.nullcontext(),
-            tc,
-            distributed=True,
-        )
+        forward_backward(session)
         optimizer.step()
         held = _held_bytes(model, optimizer)
         optimizer.zero_grad(set_to_none=True)
@@ -109,6 +104,17 @@ def _worker(rank: int, procs: int, init_file: str, out: str, setting: tuple, sha
     )
     dist.barrier()  # a rank that destroyed the group while a peer still wrote its numbers could leave it hanging
     dist.destroy_process_group()
+
+
+class RandomTokens:
+    """Stands in for the token data: random (B, T) ids and their next tokens from the rank's generator."""
+
+    def __init__(self, shape: dict):
+        self.B, self.T, self.V = shape["batch"], shape["model"]["block_size"], shape["model"]["vocab_size"]
+
+    def get_batch(self, split, batch_size, block_size, generator, device):
+        xy = torch.randint(0, self.V, (self.B, self.T + 1), generator=generator)  # (B, T + 1)
+        return xy[:, :-1], xy[:, 1:]
 
 
 def _held_bytes(model, optimizer) -> dict:

@@ -2,8 +2,8 @@
 how to give a run more.
 
 - `budget_steps`: the steps a budget buys on a typical 2-core CPU (train.typical_steps, measured
-  in the default recipe's TYPICAL_SECONDS): the LR warmup's share of the budget (optim.py) and
-  the note of `short_run_note` compare with it.
+  in the default recipe's TYPICAL_SECONDS): the LR warmup's share of the budget (the trainer hands it
+  to optim.lr_at as a number) and the note of `short_run_note` compare with it.
 - `spent`: whether the loop's time is up. `train_longer`: the command that resumes a run with
   twice the budget that ended it.
 - A depth for the budget: at equal wall time a smaller model takes more steps, and on two CPU
@@ -11,7 +11,8 @@ how to give a run more.
   x 128). There 2 layers at 1.5x the peak learning rates end lower: ~0.04 bits per byte at 100 s
   in float32, while at ~1,750 steps 3 layers end 0.009 lower (docs/performance.md, "A depth for
   the budget"). So before a new run of the default model under a time budget, a few steps of it
-  are timed on this machine (`seconds_per_step`); if the budget buys fewer than SHORT_STEPS of
+  are timed on this machine (the trainer times its own step for as long as `keep_timing`
+  says, and `step_seconds` sums them up); if the budget buys fewer than SHORT_STEPS of
   them, `fit` makes the run train SHORT_LAYERS layers at LR_SCALE times its learning rates (peaks
   and floor) instead. The choice is written into the run's config.yaml, so a resume, an export or
   generate sees the model that was trained; train.fit_budget=false keeps 3. The fit is skipped
@@ -24,13 +25,9 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
-from ..config import Config, ModelConfig, TrainConfig
+from .config import Config, ModelConfig, TrainConfig
 
 # the budget train.typical_steps is measured in: the default recipe's train.max_seconds
 TYPICAL_SECONDS: float = TrainConfig.__dataclass_fields__["max_seconds"].default
@@ -99,27 +96,31 @@ def applies(cfg: Config, resuming: bool, world: int) -> bool:
     )
 
 
-def seconds_per_step(step: Callable[[], object], device: torch.device, tc: TrainConfig) -> tuple[float, bool]:
-    """(seconds per call of step(), timed in full): step() is the trainer's own step on a throwaway
-    copy of the model, timed after WARMUP_STEPS untimed calls. The global RNG is left as it was.
+def keep_timing(tc: TrainConfig, seconds: list[float]) -> bool:
+    """Whether the trainer times one more step, given the seconds of the steps timed so far: the
+    fit times WARMUP_STEPS untimed steps then TIMED_STEPS (trainer.time_steps runs them).
 
-    The timing stops early, (the last call's seconds, False), as soon as its cost passes FIT_SHARE
-    of the run it is for (`_too_dear`): what it has spent, and past the warm-up what the calls left
-    would take at the last one's speed. A warm-up call is slow by nature (it allocates), so the calls
-    left are not projected from it: a loaded machine's slow first step does not call off the fit."""
-    calls, spent_so_far = WARMUP_STEPS + TIMED_STEPS, []
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        for done in range(1, calls + 1):
-            t0 = _clock()
-            step()  # the trainer's step ends in a host sync: the time is the device's too
-            spent_so_far.append(_clock() - t0)
-            left = (calls - done) * spent_so_far[-1] if done > WARMUP_STEPS else 0.0
-            if done < calls and _too_dear(tc, sum(spent_so_far) + left, spent_so_far[-1]):
-                return spent_so_far[-1], False
-    return sum(spent_so_far[WARMUP_STEPS:]) / TIMED_STEPS, True
+    The timing stops early as soon as its cost passes FIT_SHARE of the run it is for (`_too_dear`):
+    what it has spent, and past the warm-up what the steps left would take at the last one's
+    speed. A warm-up step is slow by nature (it allocates), so the steps left are not projected
+    from it: a loaded machine's slow first step does not call off the fit."""
+    done, steps = len(seconds), WARMUP_STEPS + TIMED_STEPS
+    if done == 0:
+        return True
+    if done >= steps:
+        return False
+    left = (steps - done) * seconds[-1] if done > WARMUP_STEPS else 0.0
+    return not _too_dear(tc, sum(seconds) + left, seconds[-1])
 
 
-_clock = time.perf_counter  # the timing's clock (a test's fake one makes any machine speed)
+def step_seconds(seconds: list[float]) -> tuple[float, bool]:
+    """(seconds per step, timed in full) from the steps keep_timing let the trainer time: the mean
+    past the warm-up, or the last step's seconds if the timing stopped early."""
+    if len(seconds) < WARMUP_STEPS + TIMED_STEPS:
+        return seconds[-1], False
+    return sum(seconds[WARMUP_STEPS:]) / TIMED_STEPS, True
+
+
 # The most of a run the timing may cost. The shorter model's gain is a few hundredths of a bit per
 # byte at equal time (docs/performance.md); a timing that costs more than a tenth of the run's steps
 # gives much of it back, and at train.max_seconds=8 its 7 steps took longer than the run's own.

@@ -8,41 +8,7 @@ import torch
 import torch.nn as nn
 
 from .config import TrainConfig
-from .errors import ConfigError
 from .system import runtime
-from .training.budget import budget_steps
-
-# A fine-tune's peak AdamW rate: the from-scratch default (4e-3) moves trained weights far from
-# where pretraining left them; 1e-4 is the usual order for tuning a small pretrained transformer
-# and the rate the docs' fine-tune command always used.
-FINETUNE_LR = 1e-4
-_DEFAULT = TrainConfig.__dataclass_fields__
-
-
-def finetune_rates(tc: TrainConfig, given: frozenset[str]) -> str:
-    """Set a fine-tune's rates (run.init_from), each one the user did not set, and return the line
-    that says them. lr: FINETUNE_LR. muon_lr: lr times the default muon_lr / lr (5), the
-    from-scratch recipe's measured balance of the two optimizers, so both groups are lowered alike
-    (a Muon left at its from-scratch 0.02 tuned most weights at the from-scratch rate). min_lr:
-    lr / 10, the config's own rule."""
-    ratio = _DEFAULT["muon_lr"].default / _DEFAULT["lr"].default
-    if "train.lr" not in given:
-        tc.lr = FINETUNE_LR
-    if "train.muon_lr" not in given:
-        tc.muon_lr = float(f"{tc.lr * ratio:.12g}")
-    if "train.min_lr" not in given:
-        tc.min_lr = tc.lr / 10
-    if tc.min_lr > tc.lr:  # a recipe's from-scratch floor above the fine-tune's peak
-        raise ConfigError(
-            f"train.min_lr={tc.min_lr:g} is above a fine-tune's train.lr={tc.lr:g}; set train.lr too, or a "
-            f"lower train.min_lr"
-        )
-    kept = [k for k in ("train.lr", "train.min_lr", "train.muon_lr") if k in given]
-    return (
-        f"fine-tune rates: lr {tc.lr:.3g}, min_lr {tc.min_lr:.3g}, muon_lr {tc.muon_lr:.3g} "
-        f"({', '.join(kept) + ' as set; ' if kept else ''}a fine-tune's lr defaults to {FINETUNE_LR:g}, muon_lr "
-        f"to {ratio:g}x lr, min_lr to lr / 10; set train.lr, train.muon_lr or train.min_lr to choose)"
-    )
 
 
 def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):
@@ -186,35 +152,37 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr * group.get("lr_scale", 1.0)
 
 
-def lr_at(step: int, progress: float, tc: TrainConfig) -> float:
+def lr_at(step: int, progress: float, tc: TrainConfig, expected_steps: int | None) -> float:
     """The learning rate at `step`: a linear warmup, times a cosine from lr to min_lr over progress 0 -> 1.
 
     progress (schedule_progress) is the fraction of max_steps done, or of max_seconds when that is
     the nearer limit, so a time-budgeted run still anneals to min_lr. The warmup ends after
     warmup_steps steps or once its share of the budget (warmup_share) is spent, whichever comes
     first: a slow machine reaches the peak as early in its budget as a typical one, and a fast or
-    typical one warms up over its warmup_steps steps.
+    typical one warms up over its warmup_steps steps. expected_steps: the steps a time budget buys
+    on a typical machine (budget.budget_steps), None without one.
     """
     if not tc.warmup_steps:
         warm = 1.0
     else:
-        warm = min(1.0, max((step + 1) / tc.warmup_steps, progress / warmup_share(tc)))
+        warm = min(1.0, max((step + 1) / tc.warmup_steps, progress / warmup_share(tc, expected_steps)))
     cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
     return warm * (tc.min_lr + (tc.lr - tc.min_lr) * cosine)
 
 
-def warmup_share(tc: TrainConfig) -> float:
+def warmup_share(tc: TrainConfig, expected_steps: int | None) -> float:
     """The share of the budget the warmup may take: warmup_steps of the steps the budget buys.
 
     Those are max_steps or, under a time budget, the fewer steps it buys on a typical machine
-    (budget_steps); with max_steps alone the step count always ends the warmup first. A time budget
+    (expected_steps); with max_steps alone the step count always ends the warmup first. A time budget
     with no typical_steps lets the warmup take a tenth (or more, when max_steps is that near).
     """
     share = tc.warmup_steps / tc.max_steps
     if tc.max_seconds is None:
         return share
-    expected = budget_steps(tc)
-    return min(1.0, max(share, tc.warmup_steps / expected if expected else 0.1))
+    if not expected_steps:
+        return min(1.0, max(share, 0.1))
+    return min(1.0, max(share, tc.warmup_steps / expected_steps))
 
 
 def schedule_progress(step: int, elapsed: float, tc: TrainConfig) -> float:

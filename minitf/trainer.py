@@ -1,16 +1,18 @@
 """The training loop: `train(cfg)` fits a Transformer and writes a run directory.
 
-Read it top-down. `train` sets a run up, runs `_loop` and says how it ended. `_loop` is the loop,
-one screen: the LR from the schedule, one step, then a snapshot, an evaluation and a checkpoint when due.
-`train_step` is one optimizer step, `forward_backward` its gradients: batch -> forward -> loss ->
-backward -> clip. `record_eval` evaluates and logs.
+Read it top-down, as nanoGPT's train.py: `_train` is the whole run in view, in order: the device
+and the run directory, the tokenizer and the data, the model (`Transformer(...)`), the optimizer,
+then `_loop`, one screen: the LR from the schedule, one step, then a snapshot, an evaluation and a
+checkpoint when due. `train_step` is one optimizer step, `forward_backward` its gradients: batch ->
+forward -> loss -> backward -> clip. `record_eval` evaluates and logs.
 
-What stands around the loop is in minitf/training/: the set-up before it (device, data, model,
-optimizer, DDP or FSDP, the time budget's choice of depth: setup.py), the run in progress and its
-checkpoints (session.py), the time budget (budget.py), the progress bar and the closing lines
-(report.py). Resume is exact: the weights, optimizer, schedule position, every RNG and the batch
-sampler's generator are saved, so k steps + resume + (N - k) steps equal N steps bit for bit (on
-CPU in float32).
+The trainer calls the helpers in minitf/training/ downward and hands them nothing of its own: the
+run directory and its lock, the data on every rank, resume and FSDP/DDP (setup.py), the run in
+progress and its checkpoints (session.py), the progress bar and the closing lines (report.py).
+The time budget's arithmetic is minitf/budget.py: the trainer times a few of its own steps and
+gives it the seconds. Resume is exact: the weights, optimizer, schedule position, every RNG and
+the batch sampler's generator are saved, so k steps + resume + (N - k) steps equal N steps bit
+for bit (on CPU in float32).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import copy
 import math
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,15 +29,20 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from .config import Config, ModelConfig, TrainConfig
+from . import budget
+from .config import Config, ModelConfig
+from .data import TokenData
 from .errors import MinitfError
 from .evaluate import evaluate
 from .export import hf
 from .export.architecture import FORMAT_NAMES, format_or_none
-from .optim import lr_at, schedule_progress, set_lr
+from .model import Transformer
+from .optim import lr_at, make_optimizer, schedule_progress, set_lr
 from .system import runtime
-from .training import budget, fsdp, setup, snapshots
+from .tokenizer import Tokenizer
 from .training import checkpoint as ckpt
+from .training import fsdp, setup, snapshots
+from .training.naming import name_and_prompt
 from .training.report import StepReport, say_how_it_ended
 from .training.session import Session, finished, last_good, save_checkpoint
 
@@ -65,7 +73,7 @@ def train(
             "train one after the other, or in separate processes"
         )
     try:
-        return _train(cfg, resume, log, on_eval, overrides)
+        return _train(_own_config(cfg, resume, overrides), resume, log, on_eval)
     finally:
         _ONE_RUN.release()
 
@@ -73,19 +81,45 @@ def train(
 _ONE_RUN = threading.Lock()  # held while a train() runs in this process
 
 
-def _train(cfg, resume: bool, log, on_eval, overrides) -> Path:
-    """Set the run up, train it, say how it ended."""
-    if isinstance(cfg, (str, Path)):
-        if not resume:
-            raise MinitfError("train() takes a Config, or a run directory together with resume=True")
-        cfg = ckpt.resume_config([f"run.out_dir={cfg}", *overrides])
-    cfg = copy.deepcopy(cfg)
-    with contextlib.ExitStack() as held:  # the run directory's lock, until train() returns or fails
+def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
+    """The run in order: device, run directory, tokenizer and data, model, optimizer, the loop."""
+    with contextlib.ExitStack() as held:  # the run directory's lock and the logger, until the run ends
         held.enter_context(runtime.kept_rng_state())  # training seeds the RNGs; the caller's come back
-        # set-up may not import this layer's step or the exports: it is handed them
-        session = setup.start(
-            cfg, resume, log, held, step=train_step, load_pretrained=hf.load_pretrained, export_words=_export_words
+        procs, device = setup.processes_and_device(cfg)
+        log = log if procs.main else setup.silent  # one process speaks for the run
+        run_dir, changed = setup.claim_run_dir(cfg, resume, procs, held)  # locked, and checked
+
+        # the tokenizer and the data: a resume's own tokenizer, or a pretrained model's, or trained here
+        tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER) if resume else None
+        pretrained = None
+        if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
+            pretrained, tokenizer = hf.load_pretrained(cfg.run.init_from)
+            setup.take_pretrained_config(cfg, pretrained, tokenizer, log)  # model.* and a fine-tune's rates
+        data = setup.token_data(cfg, procs, tokenizer, log)  # tokenized once into the token cache
+        cfg.model.vocab_size = data.tokenizer.vocab_size
+
+        # the model, fitted to a short time budget (fewer layers) before anything trains
+        model = _new_model(cfg, device, pretrained)
+        dtype = runtime.resolve_dtype(cfg.train.dtype, device)
+        fit_started = time.time() if budget.applies(cfg, resume, procs.world) else None
+        if fit_started is not None:  # the timed steps are paid from the budget
+            model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
+        model.checkpoint_blocks = cfg.train.activation_checkpointing
+        if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
+            fsdp.shard(model, device, dtype)
+        if not resume:  # a new run's config.yaml states what it is: its name and a prompt for its own text
+            name_and_prompt(cfg, data, log)
+
+        # the optimizer, and the session that holds them all for the loop
+        optimizer = make_optimizer(model, cfg.train, device)
+        session = Session.create(
+            cfg, model, optimizer, data, device, dtype=dtype, procs=procs, run_dir=run_dir, log=log
         )
+        setup.restore_or_begin(session, resume, changed, held)  # a resume's checkpoint, or a new run's files
+        setup.compile_and_wrap(session)  # train.compile, and DDP under torchrun
+        log(setup.startup_line(session, _export_words(cfg.model)))
+        session.meter.step_last, session.t0 = session.step, fit_started or time.time()
+
         if not finished(session):
             _loop(session, on_eval)
     say_how_it_ended(session)
@@ -98,13 +132,14 @@ def _train(cfg, resume: bool, log, on_eval, overrides) -> Path:
 def _loop(session: Session, on_eval) -> None:
     """Steps until max_steps, the time budget or a stop signal; evaluations and checkpoints between."""
     tc = session.cfg.train
+    expected = budget.budget_steps(tc)  # what the time budget buys on a typical machine: the warmup's share
     report = StepReport(session)  # the progress bar, and steps.jsonl every log_every steps
     # the step a resume starts from was evaluated when it was an evaluation step
     evaluated = session.step if session.step and session.step % tc.eval_every == 0 else None
     snapshots.begin(session)  # train.snapshot_every: what the history costs, refused if too much
     with runtime.tf32_matmuls(session.device), runtime.StopFlag(session.log) as stop:
         while session.step < tc.max_steps:
-            lr = lr_at(session.step, schedule_progress(session.step, session.elapsed(), tc), tc)
+            lr = lr_at(session.step, schedule_progress(session.step, session.elapsed(), tc), tc, expected)
             loss, norm, elapsed, stop_now = train_step(session, lr, stop.signal is not None)
             session.step += 1
             report.step(loss, lr, norm, elapsed)
@@ -143,21 +178,11 @@ def train_step(session: Session, lr: float, interrupted: bool) -> tuple[float, f
     Returns (loss, grad norm, elapsed seconds, stop) as all ranks agree on them (`_agreed`).
     """
     set_lr(session.optimizer, lr)
-    loss_sum, norm = forward_backward(
-        session.model,
-        session.raw_model,
-        session.next_batch,
-        session.optimizer,
-        session.scaler,
-        session.autocast,
-        session.cfg.train,
-        distributed=session.procs.world > 1,
-    )
+    loss_sum, norm = forward_backward(session)
     loss, norm, elapsed, stop = _agreed(session, loss_sum, norm, interrupted)
     if math.isfinite(loss) and math.isfinite(norm):
-        with phase("optimizer"):
-            session.scaler.step(session.optimizer)
-            session.scaler.update()
+        session.scaler.step(session.optimizer)
+        session.scaler.update()
         session.bad_steps = 0
     elif session.scaler.is_enabled() and math.isfinite(loss):
         session.scaler.update()  # float16 gradients overflowed: the scaler halves its scale, the step is skipped
@@ -171,6 +196,28 @@ def train_step(session: Session, lr: float, interrupted: bool) -> tuple[float, f
             f"{last_good(session)}. Lower train.lr or use float32"
         )
     return loss, norm, elapsed, stop
+
+
+def forward_backward(session: Session) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gradients of one step over grad_accum micro-batches, unscaled and clipped.
+
+    Returns (mean loss, grad norm) as tensors: nothing here waits for the device. Under DDP or
+    FSDP the gradients are communicated only on the last micro-batch (fsdp.micro_batch), and
+    under FSDP the norm is over all shards: clip_grad_norm_ on DTensor gradients reduces it.
+    """
+    tc, model, raw_model = session.cfg.train, session.model, session.raw_model
+    loss_sum = None
+    for micro in range(tc.grad_accum):
+        x, y = session.next_batch()  # (B, T) token ids, and the next token of each: (B, T)
+        sync = session.procs.world == 1 or micro == tc.grad_accum - 1
+        with fsdp.micro_batch(model, raw_model, sync), session.autocast:
+            _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
+            loss = loss / tc.grad_accum
+        session.scaler.scale(loss).backward()
+        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+    session.scaler.unscale_(session.optimizer)
+    norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
+    return loss_sum, fsdp.plain(norm)
 
 
 def _agreed(
@@ -189,38 +236,6 @@ def _agreed(
         stats /= session.procs.world
     loss, norm, elapsed, stop_flag = stats.tolist()
     return loss, norm, elapsed, stop_flag > 0
-
-
-def forward_backward(
-    model, raw_model, next_batch, optimizer, scaler, autocast, tc: TrainConfig, distributed: bool = False
-):
-    """Gradients of one step over grad_accum micro-batches, unscaled and clipped.
-
-    Returns (mean loss, grad norm) as tensors: nothing here waits for the device. Under DDP or
-    FSDP the gradients are communicated only on the last micro-batch (fsdp.micro_batch), and
-    under FSDP the norm is over all shards: clip_grad_norm_ on DTensor gradients reduces it.
-    """
-    loss_sum = None
-    for micro in range(tc.grad_accum):
-        with phase("data"):
-            x, y = next_batch()  # (B, T) token ids, and the next token of each: (B, T)
-        sync = not distributed or micro == tc.grad_accum - 1
-        with fsdp.micro_batch(model, raw_model, sync), autocast, phase("forward"):
-            _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
-            loss = loss / tc.grad_accum
-        with phase("backward"):
-            scaler.scale(loss).backward()
-        loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
-    with phase("clip"):
-        scaler.unscale_(optimizer)
-        norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
-    return loss_sum, fsdp.plain(norm)
-
-
-def phase(name: str):
-    """A named span for torch.profiler, which `minitf bench --only profile` sums time by; a few
-    microseconds when no profiler runs."""
-    return torch.profiler.record_function(f"phase: {name}")
 
 
 def record_eval(session: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:
@@ -261,6 +276,53 @@ def record_eval(session: Session, lr: float, norm: float, elapsed: float, write,
             session.data.tokenizer.hash,
             session.procs.main,
         )
+
+
+# ---------------------------------------------------------------- what the set-up above calls
+
+
+def _own_config(cfg: Config | str | Path, resume: bool, overrides) -> Config:
+    """A copy of cfg to train by (set-up fills model.vocab_size in): a run directory with
+    resume=True goes on with its own config.yaml, overrides on top."""
+    if isinstance(cfg, (str, Path)):
+        if not resume:
+            raise MinitfError("train() takes a Config, or a run directory together with resume=True")
+        return ckpt.resume_config([f"run.out_dir={cfg}", *overrides])
+    return copy.deepcopy(cfg)
+
+
+def _new_model(cfg: Config, device: torch.device, pretrained: Transformer | None = None) -> Transformer:
+    """A new Transformer for cfg.model, the same on every rank, with the pretrained weights if any."""
+    torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
+    model = Transformer(cfg.model).to(device)
+    if pretrained is not None:
+        model.load_state_dict(pretrained.state_dict())
+    return model
+
+
+def _fit_to_budget(
+    cfg: Config, model: Transformer, data: TokenData, dtype: torch.dtype, run_dir: Path, log
+) -> Transformer:
+    """The model for the steps the time budget buys on this machine (budget.fit): model itself, or
+    a new one if the depth changed. This trainer's own step is timed on a copy of it."""
+    device = next(model.parameters()).device
+    probe_model = copy.deepcopy(model)
+    optimizer = make_optimizer(probe_model, cfg.train, device)
+    probe = Session.create(cfg, probe_model, optimizer, data, device, dtype=dtype, run_dir=run_dir, log=log)
+    log(budget.fit(cfg, *time_steps(probe)))
+    return model if cfg.model.n_layer == len(model.blocks) else _new_model(cfg, device)
+
+
+def time_steps(probe: Session) -> tuple[float, bool]:
+    """(seconds per step, timed in full) of train_step on probe, for as many steps as
+    budget.keep_timing asks. The RNGs are left as they were: the run's own draws are not spent."""
+    seconds: list[float] = []
+    with torch.random.fork_rng(devices=[probe.device] if probe.device.type == "cuda" else []):
+        while budget.keep_timing(probe.cfg.train, seconds):
+            t0 = time.perf_counter()
+            train_step(probe, probe.cfg.train.lr, False)  # ends in a host sync: the time is the device's too
+            seconds.append(time.perf_counter() - t0)
+    return budget.step_seconds(seconds)
 
 
 def _export_words(model: ModelConfig) -> str:

@@ -141,3 +141,44 @@ def tiny_gpt2_config(tf, tok):
         bos_token_id=tok.eot_id,
         eos_token_id=tok.eot_id,
     )
+
+
+class MicroBatches:
+    """A TokenData stand-in whose get_batch hands out the given (x, y) micro-batches in order."""
+
+    def __init__(self, batches):
+        self.batches = iter(batches)
+
+    def get_batch(self, *args, **kwargs):
+        return next(self.batches)
+
+
+def step_session(model, micro_batches, optimizer, tc, distributed: bool = False, raw_model=None):
+    """A Session over `model` (DDP-wrapped or not; raw_model: the module itself) whose batches are
+    `micro_batches`, for one call of the trainer's own forward_backward: float32, no autocast."""
+    import contextlib
+    import tempfile
+
+    import torch
+
+    from minitf.config import Config
+    from minitf.system.runtime import Dist
+    from minitf.training.metrics import Meter
+    from minitf.training.session import Session
+
+    raw = model if raw_model is None else raw_model
+    return Session(
+        cfg=Config(model=raw.config, train=tc),
+        run_dir=Path(tempfile.gettempdir()),  # forward_backward writes nothing
+        procs=Dist(world=2 if distributed else 1),
+        device=torch.device("cpu"),
+        dtype=torch.float32,
+        data=MicroBatches(micro_batches),
+        model=model,
+        raw_model=raw,
+        optimizer=optimizer,
+        scaler=torch.amp.GradScaler("cpu", enabled=False),
+        autocast=contextlib.nullcontext(),
+        batch_gen=torch.Generator(),
+        meter=Meter(1, 1.0, None, 0),
+    )

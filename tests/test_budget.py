@@ -1,13 +1,30 @@
 """A short time budget trains the default model with 2 layers at 1.5x the learning rates
-(minitf/training/budget.py): the rule, when it applies, and a run that took it."""
+(minitf/budget.py): the rule, when it applies, and a run that took it."""
+
+import time
 
 import pytest
 import torch
 
 import minitf
+from minitf import budget, trainer
 from minitf.config import TrainConfig, load_config
+from minitf.data import prepare_data
+from minitf.optim import make_optimizer
 from minitf.run_dir import load_run
-from minitf.training import budget
+from minitf.training.session import Session
+
+from .helpers import tiny_config
+
+
+def timed_steps(step, tc: TrainConfig, clock=time.perf_counter) -> tuple[float, bool]:
+    """Time step() as the trainer times its own (trainer.time_steps); a fake clock makes any machine speed."""
+    seconds = []
+    while budget.keep_timing(tc, seconds):
+        t0 = clock()
+        step()
+        seconds.append(clock() - t0)
+    return budget.step_seconds(seconds)
 
 
 def default(*overrides: str) -> minitf.Config:
@@ -48,14 +65,13 @@ def test_a_run_that_max_steps_ends_keeps_its_depth():
     assert cfg.model.n_layer == 3
 
 
-def test_a_budget_too_short_to_time_keeps_the_model(monkeypatch):
+def test_a_budget_too_short_to_time_keeps_the_model():
     """train.max_seconds=8 at 1.3 s a step: the 7 timed steps would cost more than the run, so the
     timing stops after the first and the line says why the depth is kept."""
     clock = iter(x * 1.3 for x in range(100))
-    monkeypatch.setattr(budget, "_clock", lambda: next(clock))
     calls = []
     cfg = default("train.max_seconds=8")
-    seconds, timed = budget.seconds_per_step(lambda: calls.append(1), torch.device("cpu"), cfg.train)
+    seconds, timed = timed_steps(lambda: calls.append(1), cfg.train, clock=lambda: next(clock))
     assert (len(calls), seconds, timed) == (1, pytest.approx(1.3), False)
     assert budget.fit(cfg, seconds, timed) == (
         "budget: train.max_seconds=8 is too short to time this machine in (~1.3s a step; timing takes 7): "
@@ -64,16 +80,15 @@ def test_a_budget_too_short_to_time_keeps_the_model(monkeypatch):
     assert cfg == default("train.max_seconds=8")
 
 
-def test_a_slow_first_step_does_not_call_off_the_timing(monkeypatch):
+def test_a_slow_first_step_does_not_call_off_the_timing():
     """A loaded machine's first (warm-up) step took 4 s, the others 0.15 s: at train.max_seconds=210
     the timing goes on, as the steps left are not projected from the warm-up."""
     times = [0.0, 4.0]  # each call reads the clock before and after
     for _ in range(6):
         times += [times[-1], times[-1] + 0.15]
     ticks = iter(times)
-    monkeypatch.setattr(budget, "_clock", lambda: next(ticks))
     calls = []
-    seconds, timed = budget.seconds_per_step(lambda: calls.append(1), torch.device("cpu"), default().train)
+    seconds, timed = timed_steps(lambda: calls.append(1), default().train, clock=lambda: next(ticks))
     assert (len(calls), seconds, timed) == (7, pytest.approx(0.15), True)
 
 
@@ -115,10 +130,18 @@ def test_an_n_layer_the_user_set_is_kept_from_a_recipe_dict_or_the_command_line(
     assert budget.applies(default(), resuming=False, world=1)
 
 
-def test_the_timing_calls_the_step_and_leaves_the_rng_alone():
+def test_the_timing_calls_the_step_and_leaves_the_rng_alone(monkeypatch, tmp_path, corpus):
     calls = []
+    real = trainer.train_step
+    monkeypatch.setattr(trainer, "train_step", lambda *a: calls.append(torch.rand(1)) or real(*a))
+    cfg = tiny_config(tmp_path / "probe", corpus, "train.max_seconds=600", "train.max_steps=100000")
+    data = prepare_data(cfg.data, log=lambda *a: None)
+    cfg.model.vocab_size = data.tokenizer.vocab_size
+    model = minitf.Transformer(cfg.model)
+    optimizer = make_optimizer(model, cfg.train, torch.device("cpu"))
+    probe = Session.create(cfg, model, optimizer, data, torch.device("cpu"), run_dir=tmp_path / "probe")
     before = torch.get_rng_state()
-    seconds, timed = budget.seconds_per_step(lambda: calls.append(torch.rand(1)), torch.device("cpu"), TrainConfig())
+    seconds, timed = trainer.time_steps(probe)
     assert len(calls) == budget.WARMUP_STEPS + budget.TIMED_STEPS
     assert seconds >= 0 and timed
     assert torch.equal(torch.get_rng_state(), before)
@@ -127,7 +150,7 @@ def test_the_timing_calls_the_step_and_leaves_the_rng_alone():
 def test_a_short_run_trains_and_resumes_the_model_it_chose(tmp_path, corpus, monkeypatch):
     """A machine where the time budget buys 2 steps (max_steps=3 keeps the test short): the run
     trains 2 layers, config.yaml says so, and a resume goes on with them."""
-    monkeypatch.setattr(budget, "seconds_per_step", lambda *a: (300.0, True))
+    monkeypatch.setattr(trainer, "time_steps", lambda *a: (300.0, True))
     out = tmp_path / "short"
     cfg = load_config(
         overrides=[

@@ -24,7 +24,7 @@ from minitf.trainer import forward_backward
 from minitf.training import checkpoint as ckpt
 from minitf.training.metrics import METRICS, read_rows
 
-from .helpers import ROOT, make_play, tiny_config, two_at_a_time
+from .helpers import ROOT, make_play, step_session, tiny_config, two_at_a_time
 
 QUIET = dict(log=lambda *a: None)
 
@@ -86,16 +86,7 @@ def _step_grads(tc: TrainConfig, x, y):
             for i in range(tc.grad_accum)
         ]
     )
-    scaler = torch.amp.GradScaler("cpu", enabled=False)
-    _, norm = forward_backward(
-        model,
-        model,
-        lambda: next(halves),
-        make_optimizer(model, tc, torch.device("cpu")),
-        scaler,
-        torch.autocast("cpu", enabled=False),
-        tc,
-    )
+    _, norm = forward_backward(step_session(model, halves, make_optimizer(model, tc, torch.device("cpu")), tc))
     return {n: p.grad.clone() for n, p in model.named_parameters()}, norm
 
 
@@ -421,7 +412,7 @@ def test_an_empty_prompt_continues_from_a_document_boundary(tiny_run):
 
 
 def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch):
-    import minitf.web.figures as plotting
+    import minitf.plots.figures as plotting
 
     other = tmp_path / "other"
     shutil.copytree(tiny_run, other)
@@ -442,7 +433,7 @@ def test_two_runs_are_drawn_as_their_own_curves(tmp_path, tiny_run, monkeypatch)
 
 
 def test_curves_against_seconds_and_a_single_evaluation(tmp_path, tiny_run, monkeypatch):
-    import minitf.web.figures as plotting
+    import minitf.plots.figures as plotting
 
     one = tmp_path / "one"
     shutil.copytree(tiny_run, one)

@@ -1,7 +1,6 @@
 """DistributedDataParallel on CPU (gloo): a real torchrun run, and minitf's DDP step with gradient
 accumulation == plain autograd on the concatenated batch."""
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 from minitf.training.metrics import METRICS, read_rows
 
-from .helpers import ROOT, join_gloo, leave_gloo, tiny_train_args
+from .helpers import ROOT, join_gloo, leave_gloo, step_session, tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 
@@ -26,17 +25,8 @@ def _grads(model, micro_batches, distributed):
     no_sync on all but the last), unclipped: what the optimizer would be handed."""
     tc = TrainConfig(grad_accum=len(micro_batches), grad_clip=0.0)
     raw = model.module if distributed else model
-    batches = iter(micro_batches)
-    forward_backward(
-        model,
-        raw,
-        lambda: next(batches),
-        make_optimizer(raw, tc, torch.device("cpu")),
-        torch.amp.GradScaler("cpu", enabled=False),
-        contextlib.nullcontext(),
-        tc,
-        distributed=distributed,
-    )
+    optimizer = make_optimizer(raw, tc, torch.device("cpu"))
+    forward_backward(step_session(model, micro_batches, optimizer, tc, distributed, raw_model=raw))
     return {n: p.grad.clone() for n, p in raw.named_parameters()}
 
 

@@ -3,7 +3,6 @@ the sharded checkpoint reshards to another number of processes, survives a kill 
 moment and resumes bit-identically on as many processes; activation checkpointing changes no
 gradient; the wrong combinations are one line."""
 
-import contextlib
 import os
 import pickle
 import subprocess
@@ -23,7 +22,7 @@ from minitf.trainer import forward_backward
 from minitf.training import fsdp
 from minitf.training.metrics import METRICS, read_rows
 
-from .helpers import ROOT, join_gloo, leave_gloo, tiny_config, tiny_train_args
+from .helpers import ROOT, join_gloo, leave_gloo, step_session, tiny_config, tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 # AdamW (fsdp shards refuse Muon); a clip below the gradient's norm (~1.9): it acts
@@ -65,17 +64,8 @@ def _fsdp_worker(rank, world, init_file, run_dir):
     for ac in (False, True):
         model = _model(shard=True, checkpoint_blocks=ac)
         optimizer = make_optimizer(model, TC, torch.device("cpu"))
-        micro = iter([(x[mine][:2], y[mine][:2]), (x[mine][2:], y[mine][2:])])
-        _, norm = forward_backward(
-            model,
-            model,
-            lambda micro=micro: next(micro),
-            optimizer,
-            torch.amp.GradScaler("cpu", enabled=False),
-            contextlib.nullcontext(),
-            TC,
-            distributed=True,
-        )
+        micro = [(x[mine][:2], y[mine][:2]), (x[mine][2:], y[mine][2:])]
+        _, norm = forward_backward(step_session(model, micro, optimizer, TC, distributed=True))
         grads = _full({n: p.grad for n, p in model.named_parameters()})
         optimizer.step()
         results[ac] = {"norm": norm, "grads": grads, "weights": _full(dict(model.named_parameters()))}

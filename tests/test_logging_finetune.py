@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import minitf
-from minitf import optim
 from minitf.export import hf as minitf_hf
+from minitf.training import setup
 from minitf.training.metrics import METRICS, STEPS, read_rows
 
 from .helpers import tiny_config, tiny_gpt2_config
@@ -100,7 +100,7 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
 )
 def test_a_fine_tune_gets_fine_tuning_rates_for_every_group(overrides, rates):
     cfg = minitf.load_config(overrides=["run.init_from=gpt2", *overrides])
-    line = optim.finetune_rates(cfg.train, cfg.given)
+    line = setup.finetune_rates(cfg.train, cfg.given)
     assert (cfg.train.lr, cfg.train.min_lr, cfg.train.muon_lr) == pytest.approx(rates)
     assert line.startswith(f"fine-tune rates: lr {rates[0]:.3g}, min_lr {rates[1]:.3g}, muon_lr {rates[2]:.3g} (")
     assert ("as set" in line) == bool(overrides)
@@ -109,7 +109,7 @@ def test_a_fine_tune_gets_fine_tuning_rates_for_every_group(overrides, rates):
 def test_a_recipe_floor_above_the_fine_tune_rate_is_one_line():
     cfg = minitf.load_config(overrides=["run.init_from=gpt2", "train.min_lr=3e-4"])
     with pytest.raises(minitf.ConfigError, match=r"train.min_lr=0.0003 is above a fine-tune's train.lr=0.0001; set"):
-        optim.finetune_rates(cfg.train, cfg.given)
+        setup.finetune_rates(cfg.train, cfg.given)
 
 
 def test_init_from_mistakes_are_one_line(tmp_path, corpus):

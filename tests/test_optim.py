@@ -1,8 +1,6 @@
 """Muon for the blocks' matrices beside AdamW for the rest: the split, one LR schedule for both,
 a step's update, exact resume, and DDP."""
 
-import contextlib
-
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -14,7 +12,7 @@ from minitf.config import TrainConfig
 from minitf.trainer import forward_backward
 from minitf.training.metrics import METRICS, read_rows
 
-from .helpers import join_gloo, leave_gloo, tiny_config, train_with_snapshot
+from .helpers import join_gloo, leave_gloo, step_session, tiny_config, train_with_snapshot
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 MUON = dict(optimizer="muon", lr=2e-3, muon_lr=0.05, weight_decay=0.0)
@@ -113,17 +111,8 @@ def _muon_ddp_worker(rank, world, init_file, x, out):
     tc = TrainConfig(**MUON, grad_accum=2, grad_clip=0.0)
     opt = _float32_newton_schulz(optim.make_optimizer(model.module, tc, torch.device("cpu")))
     mine = x[rank * 4 : (rank + 1) * 4]
-    batches = iter([(mine[:2], mine[:2]), (mine[2:], mine[2:])])
-    forward_backward(
-        model,
-        model.module,
-        lambda: next(batches),
-        opt,
-        torch.amp.GradScaler("cpu", enabled=False),
-        contextlib.nullcontext(),
-        tc,
-        distributed=True,
-    )
+    batches = [(mine[:2], mine[:2]), (mine[2:], mine[2:])]
+    forward_backward(step_session(model, batches, opt, tc, distributed=True, raw_model=model.module))
     opt.step()
     torch.save(model.module.state_dict(), f"{out}.{rank}")
     leave_gloo()

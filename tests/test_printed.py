@@ -16,14 +16,14 @@ import torch
 
 import minitf
 from minitf import optim, trainer
+from minitf.budget import budget_steps
 from minitf.cli.train import _resume_dir
 from minitf.config import TrainConfig
 from minitf.data import prepare_data
-from minitf.system import progress
-from minitf.training import naming, session, setup
-from minitf.training.budget import budget_steps
-from minitf.training.metrics import METRICS, STEPS, read_rows
 from minitf.plots import figures as plotting
+from minitf.system import progress
+from minitf.training import naming, session
+from minitf.training.metrics import METRICS, STEPS, read_rows
 from minitf.web.explore import api as explore_api
 
 from .helpers import make_play, tiny_config
@@ -60,7 +60,7 @@ def slow_clock(monkeypatch, seconds_per_step: float) -> FakeClock:
     machine of that speed, with evaluations and checkpoints taking no time."""
     clock = FakeClock()
     monkeypatch.setattr(session, "time", clock)
-    monkeypatch.setattr(setup, "time", clock)
+    monkeypatch.setattr(trainer, "time", clock)
     real = trainer.forward_backward
 
     def step(*args, **kw):
@@ -144,19 +144,23 @@ def old_lr(step: int, progress: float, tc: TrainConfig) -> float:
 
 def test_the_schedule_is_unchanged_for_step_budgets_and_a_typical_machine():
     steps = TrainConfig(max_seconds=None, max_steps=2000)
-    assert [optim.lr_at(s, s / 2000, steps) for s in range(2000)] == [old_lr(s, s / 2000, steps) for s in range(2000)]
+    assert [optim.lr_at(s, s / 2000, steps, budget_steps(steps)) for s in range(2000)] == [
+        old_lr(s, s / 2000, steps) for s in range(2000)
+    ]
     timed = TrainConfig()  # 210 s, which buys typical_steps=1100 steps on a typical machine
-    typical = [optim.lr_at(s, s / 1100, timed) for s in range(1100)]
+    typical = [optim.lr_at(s, s / 1100, timed, budget_steps(timed)) for s in range(1100)]
     assert typical == [old_lr(s, s / 1100, timed) for s in range(1100)]
     assert max(typical) == typical[49] > 0.995 * timed.lr  # the peak, at the end of the warmup
     shorter = TrainConfig(max_steps=200)  # a max_steps nearer than the time budget keeps its warmup too
-    assert [optim.lr_at(s, s / 200, shorter) for s in range(200)] == [old_lr(s, s / 200, shorter) for s in range(200)]
+    assert [optim.lr_at(s, s / 200, shorter, budget_steps(shorter)) for s in range(200)] == [
+        old_lr(s, s / 200, shorter) for s in range(200)
+    ]
 
 
 @pytest.mark.parametrize("steps_in_budget", [1100, 100, 20])
 def test_the_lr_reaches_its_peak_and_ends_at_min_lr_on_any_machine(steps_in_budget):
     tc = TrainConfig()
-    lrs = [optim.lr_at(s, s / steps_in_budget, tc) for s in range(steps_in_budget)]
+    lrs = [optim.lr_at(s, s / steps_in_budget, tc, budget_steps(tc)) for s in range(steps_in_budget)]
     peak = lrs.index(max(lrs))
     assert max(lrs) >= 0.99 * tc.lr
     assert min(lrs[peak:]) >= tc.min_lr

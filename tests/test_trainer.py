@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 import minitf
 import minitf.system.files
 from minitf import optim
+from minitf.budget import budget_steps
 from minitf.config import TrainConfig
 from minitf.errors import MinitfError
 from minitf.training.metrics import METRICS, read_rows
@@ -36,11 +37,11 @@ def test_optimizer_groups_decay_only_linear_matrices():
 
 def test_lr_schedule_warmup_then_cosine():
     tc = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=100)
-    assert optim.lr_at(0, 0.0, tc) == pytest.approx(0.1)  # (0+1)/10 of the peak
-    assert optim.lr_at(9, 0.09, tc) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.09)))
-    assert optim.lr_at(50, 0.5, tc) == pytest.approx(0.55)
-    assert optim.lr_at(100, 1.0, tc) == pytest.approx(0.1)
-    assert optim.lr_at(100, 1.7, tc) == pytest.approx(0.1)  # past a time budget it stays at min_lr
+    assert optim.lr_at(0, 0.0, tc, budget_steps(tc)) == pytest.approx(0.1)  # (0+1)/10 of the peak
+    assert optim.lr_at(9, 0.09, tc, budget_steps(tc)) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.09)))
+    assert optim.lr_at(50, 0.5, tc, budget_steps(tc)) == pytest.approx(0.55)
+    assert optim.lr_at(100, 1.0, tc, budget_steps(tc)) == pytest.approx(0.1)
+    assert optim.lr_at(100, 1.7, tc, budget_steps(tc)) == pytest.approx(0.1)  # past a time budget it stays at min_lr
 
 
 def test_train_writes_a_complete_run(tmp_path, corpus):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import shlex
 
+from .. import budget
 from ..system.progress import progress_bar
-from . import budget
 from .session import Session
 
 

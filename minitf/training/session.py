@@ -13,15 +13,15 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ..budget import budget_steps, train_longer
 from ..config import Config, load_config
 from ..data import TokenData
 from ..errors import MinitfError, first_line
 from ..model import Transformer
-from ..optim import lr_at, make_optimizer, schedule_progress
+from ..optim import lr_at, schedule_progress
 from ..system import runtime
 from . import checkpoint as ckpt
 from . import fsdp, metrics
-from .budget import train_longer
 
 
 @dataclass(kw_only=True)
@@ -30,7 +30,7 @@ class Session:
     Built by `Session.create` (or with keywords)."""
 
     cfg: Config
-    run_dir: Path | None  # None: a run that writes nothing (the training benchmark)
+    run_dir: Path  # where the run writes (a probe or a benchmark writes nothing there)
     procs: runtime.Dist  # this process's rank among the run's processes (torchrun), and how many
     device: torch.device
     dtype: torch.dtype  # train.dtype resolved: float32 or the autocast dtype
@@ -59,20 +59,18 @@ class Session:
         cls,
         cfg: Config,
         model: Transformer,
+        optimizer: torch.optim.Optimizer,
         data: TokenData,
         device: torch.device,
         *,
+        run_dir: Path,
         dtype: torch.dtype | None = None,
         procs: runtime.Dist | None = None,
-        run_dir: Path | None = None,
         log: Callable = print,
     ) -> Session:
-        """A run over `model` (on device) and `data` at step 0, with what a step needs around them.
-
-        That is the optimizer, the gradient scaler and autocast for dtype (default: train.dtype
-        resolved), this rank's batch generator and the speed meter. Under fsdp the model comes
-        already sharded, since the optimizer must hold the shards.
-        """
+        """A run of `optimizer` over `model` (on device) and `data` at step 0, with what a step
+        needs around them: the gradient scaler and autocast for dtype (default: train.dtype
+        resolved), this rank's batch generator and the speed meter."""
         procs = procs or runtime.Dist()
         dtype = dtype or runtime.resolve_dtype(cfg.train.dtype, device)
         tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
@@ -85,7 +83,7 @@ class Session:
             data=data,
             model=model,
             raw_model=model,
-            optimizer=make_optimizer(model, cfg.train, device),
+            optimizer=optimizer,
             scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
             autocast=runtime.autocast_for(dtype, device),
             batch_gen=torch.Generator().manual_seed(cfg.run.seed + procs.rank),
@@ -251,10 +249,9 @@ def explain_changes(session: Session, changed: dict[str, tuple]) -> None:
         # long from the start would do; keeping min_lr instead would leave the added steps with
         # little to learn from.
         before = load_config(session.run_dir / ckpt.CONFIG).train
-        then = lr_at(session.step - 1, schedule_progress(session.step - 1, session.elapsed_before, before), before)
-        now = lr_at(
-            session.step, schedule_progress(session.step, session.elapsed_before, session.cfg.train), session.cfg.train
-        )
+        tc, step, elapsed = session.cfg.train, session.step, session.elapsed_before
+        then = lr_at(step - 1, schedule_progress(step - 1, elapsed, before), before, budget_steps(before))
+        now = lr_at(step, schedule_progress(step, elapsed, tc), tc, budget_steps(tc))
         session.log(
             f"resume: the budget changed, so the LR follows the schedule of the new budget: "
             f"{then:.2e} at the last step, {now:.2e} now, annealing to train.min_lr={session.cfg.train.min_lr:.2e} "
