@@ -19,7 +19,7 @@ import torch
 from .errors import MinitfError
 from .model import Transformer
 from .system.runtime import eval_mode
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, check_ids
 
 
 @dataclass
@@ -69,38 +69,48 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
     generated: re-encoding the decoded text can split it differently).
     The model is put in eval mode for the pass (dropout off) and restored after.
     """
-    ids = list(text) if not isinstance(text, str) else tokenizer.encode(text) if text else []
-    bad = [i for i in ids if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < tokenizer.vocab_size)]
-    if bad:
-        raise MinitfError(f"token id {bad[0]!r} is not in the vocabulary (0..{tokenizer.vocab_size - 1})")
-    if not ids:
-        raise MinitfError("the text to inspect is empty; pass at least one character, e.g. --text 'The cat'")
-    block = model.config.block_size
-    if len(ids) > block:
-        raise MinitfError(
-            f"the text is {len(ids)} tokens but the model sees at most block_size={block}; shorten the text"
-        )
+    ids = tokenizer.encode(text) if isinstance(text, str) else list(text)
+    _check_text_ids(ids, tokenizer, model.config.block_size)
     with eval_mode(model):
         idx = torch.tensor([ids], device=model.wte.weight.device)  # (1, T)
-        x = model.embed(idx)  # (1, T, C): token embeddings plus positions
-        embeddings, layers, residuals = x, [], [x]
-        for blk in model.blocks:
-            steps = blk.attn.steps(blk.ln_1(x), model.rope)  # the module's own math, every step kept
-            steps["attn_out"] = steps.pop("out")  # (1, T, C)
-            x = x + steps["attn_out"]
-            steps["ffn_out"] = blk.mlp(blk.ln_2(x))  # (1, T, C)
-            x = x + steps["ffn_out"]
-            residuals.append(x)
-            layers.append(LayerSteps(**{name: _one(t) for name, t in steps.items()}))
-        logits = model.logits(x)  # (1, T, V)
+        layers, residuals, logits = run_blocks(model, idx)
     return Inspection(
         ids=ids,
         tokens=[tokenizer.decode([i]) for i in ids],
-        embeddings=_one(embeddings),
-        layers=layers,
+        embeddings=_one(residuals[0]),
+        layers=[LayerSteps(**{name: _one(t) for name, t in steps.items()}) for steps in layers],
         logits=_one(logits),
         residuals=torch.stack([_one(r) for r in residuals]),
     )
+
+
+def run_blocks(model: Transformer, idx: torch.Tensor, edit_heads=None, edit_resid=None):
+    """The model's forward pass on idx (B, T), block by block through its own modules, every step
+    kept: (layers, residuals, logits (B, T, V)). layers[i] holds block i's attention steps (see
+    CausalSelfAttention.steps) and what attention and the FFN add to the stream, attn_out and
+    ffn_out (B, T, C); residuals, the stream at the embeddings and after each block.
+
+    interpret's trace() edits the pass on the way: edit_heads(layer, heads) may return new head
+    outputs, which then go through the output projection; edit_resid(point, x) a new stream at
+    point 0 (the embeddings) or i + 1 (after block i), which the next block reads."""
+    x = model.embed(idx)  # (B, T, C): token embeddings plus positions
+    if edit_resid is not None:
+        x = edit_resid(0, x)
+    layers, residuals = [], [x]
+    for i, blk in enumerate(model.blocks):
+        steps = blk.attn.steps(blk.ln_1(x), model.rope)  # the module's own math, every step kept
+        if edit_heads is not None:
+            steps["heads"] = edit_heads(i, steps["heads"])  # (B, H, T, D)
+            steps["out"] = blk.attn.project(steps["heads"])
+        steps["attn_out"] = steps.pop("out")  # (B, T, C)
+        x = x + steps["attn_out"]
+        steps["ffn_out"] = blk.mlp(blk.ln_2(x))  # (B, T, C)
+        x = x + steps["ffn_out"]
+        if edit_resid is not None:
+            x = edit_resid(i + 1, x)
+        layers.append(steps)
+        residuals.append(x)
+    return layers, residuals, model.logits(x)  # ..., (B, T, V)
 
 
 @torch.no_grad()
@@ -153,3 +163,13 @@ def format_weights(ins: Inspection, layer: int, head: int) -> str:
         cells = "".join(f"{w[i, j]:.2f}".rjust(col) for j in range(i + 1))
         lines.append(row_label.ljust(col) + cells)
     return "\n".join(lines)
+
+
+def _check_text_ids(ids: list[int], tokenizer: Tokenizer, block_size: int) -> None:
+    check_ids(ids, tokenizer.vocab_size, "inspect's input")
+    if not ids:
+        raise MinitfError("the text to inspect is empty; pass at least one character, e.g. --text 'The cat'")
+    if len(ids) > block_size:
+        raise MinitfError(
+            f"the text is {len(ids)} tokens but the model sees at most block_size={block_size}; shorten the text"
+        )

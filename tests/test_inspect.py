@@ -126,7 +126,8 @@ def test_bad_text_and_indices(tok):
     with pytest.raises(minitf.MinitfError, match="at most block_size=8; shorten"):
         minitf.inspect(model, tok, TEXT)
     ins = minitf.inspect(model, tok, "ROMEO")
-    with pytest.raises(minitf.MinitfError, match=rf"token id {tok.vocab_size} is not in the vocabulary"):
+    bad = rf"inspect's input holds ids outside 0..{tok.vocab_size - 1} \(min 1, max {tok.vocab_size}\)"
+    with pytest.raises(minitf.MinitfError, match=bad):
         minitf.inspect(model, tok, [1, tok.vocab_size])
     assert check_layer_head(ins, -1, -2) == (1, 0) and check_layer_head(ins, 0, None) == (0, None)
     with pytest.raises(
@@ -197,3 +198,17 @@ def test_logit_lens_reads_the_residual_stream_and_ends_on_the_logits(tok, option
     torch.testing.assert_close(lens[-1], ins.logits, atol=1e-5, rtol=1e-5)  # the last layer's lens: the logits
     torch.testing.assert_close(lens[-1], logits, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(lens[0], lens[-1], atol=1e-2)  # the layers do change the prediction
+
+
+def test_inspect_and_interprets_trace_run_the_same_blocks(tok):
+    """run_blocks is the one loop with every step kept: inspect's one sequence is trace's batch of one."""
+    from minitf.interpret.trace import trace
+
+    model = random_model(tok, positions="rope", n_kv_head=1).eval()
+    ids = tok.encode(TEXT)[:20]
+    ins = minitf.inspect(model, tok, ids)
+    t = trace(model, torch.tensor([ids]))
+    for i, layer in enumerate(ins.layers):
+        assert torch.equal(layer.weights, t.weights[i][0]) and torch.equal(layer.heads, t.heads[i][0])
+        assert torch.equal(layer.attn_out, t.attn_out[i][0]) and torch.equal(layer.ffn_out, t.ffn_out[i][0])
+    assert torch.equal(ins.residuals, torch.stack(t.residuals)[:, 0]) and torch.equal(ins.logits, t.logits[0])

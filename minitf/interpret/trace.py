@@ -3,8 +3,8 @@
 Every tool of minitf.interpret (head scores, ablation, attribution, patching) needs the same
 pass as `minitf.inspect`, on a batch, and some need to change it on the way: a head's output
 before the output projection (ablation, head patching) or the residual stream after a block
-(activation patching). `trace()` runs the model's own modules in the order `Transformer.forward`
-does, calls the caller's edits at those two places, and keeps every tensor a tool reads.
+(activation patching). `trace()` runs inspect's own block loop (`inspection.run_blocks`), which
+calls the caller's edits at those two places, and keeps every tensor a tool reads.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import ConfigError
+from ..inspection import run_blocks
 from ..model import Transformer
+from ..tokenizer import check_ids
 
 # edit_heads(layer, heads (B, H, T, D)) -> heads; edit_resid(point, x (B, T, C)) -> x, point 0 the embeddings
 HeadEdit = Callable[[int, torch.Tensor], torch.Tensor]
@@ -42,11 +44,10 @@ def as_batch(model: Transformer, ids) -> torch.Tensor:
         ids = ids[None]  # (1, T)
     if ids.dim() != 2 or ids.size(1) == 0 or ids.is_floating_point():
         raise ConfigError(f"ids must be token ids of shape (T,) or (B, T), got {tuple(ids.shape)} {ids.dtype}")
-    vocab, block = model.config.vocab_size, model.config.block_size
+    block = model.config.block_size
     if ids.size(1) > block:
         raise ConfigError(f"ids are {ids.size(1)} tokens, the model sees at most block_size={block}; shorten them")
-    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise ConfigError(f"ids hold values outside 0..{vocab - 1}; encode with the model's own tokenizer")
+    check_ids(ids, model.config.vocab_size, "the batch")
     return ids.to(model.wte.weight.device)
 
 
@@ -60,23 +61,12 @@ def trace(
     which then go through the output projection; edit_resid(point, x) may return a new residual
     stream at point 0 (the embeddings) or i + 1 (after block i), which the next block reads.
     """
-    x = model.embed(ids)  # (B, T, C)
-    if edit_resid is not None:
-        x = edit_resid(0, x)
-    t = Trace(weights=[], heads=[], attn_out=[], ffn_out=[], residuals=[x], logits=None)
-    for i, blk in enumerate(model.blocks):
-        s = blk.attn.steps(blk.ln_1(x), model.rope)  # the module's own math, every step kept
-        heads = s["heads"] if edit_heads is None else edit_heads(i, s["heads"])  # (B, H, T, D)
-        attn_out = s["out"] if edit_heads is None else blk.attn.project(heads)  # (B, T, C)
-        x = x + attn_out
-        ffn_out = blk.mlp(blk.ln_2(x))  # (B, T, C)
-        x = x + ffn_out
-        if edit_resid is not None:
-            x = edit_resid(i + 1, x)
-        t.weights.append(s["weights"])
-        t.heads.append(heads)
-        t.attn_out.append(attn_out)
-        t.ffn_out.append(ffn_out)
-        t.residuals.append(x)
-    t.logits = model.logits(x)  # (B, T, V)
-    return t
+    layers, residuals, logits = run_blocks(model, ids, edit_heads, edit_resid)
+    return Trace(
+        weights=[steps["weights"] for steps in layers],
+        heads=[steps["heads"] for steps in layers],
+        attn_out=[steps["attn_out"] for steps in layers],
+        ffn_out=[steps["ffn_out"] for steps in layers],
+        residuals=residuals,
+        logits=logits,
+    )
