@@ -20,7 +20,7 @@ from pathlib import Path
 from ...run_dir import BEST, WEIGHTS, load_run
 from ..fields import flag
 from .engine import Engine
-from .request import MAX_TOKENS, APIError, Request, Requests, api_errors, bad, check_fields, check_model, check_text
+from .request import MAX_TOKENS, APIError, Request, Requests, api_errors, bad, check_fields, check_model, check_utf8
 
 
 class Completions:
@@ -107,7 +107,7 @@ class Completions:
         prompt = body["prompt"]
         if not isinstance(prompt, str):
             raise bad("prompt", f"prompt must be a string, got {type(prompt).__name__}")
-        check_text(prompt)
+        check_utf8(prompt)
         ids = self.tok.encode(prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": self.block}
 

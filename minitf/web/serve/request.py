@@ -29,6 +29,7 @@ import secrets
 from ...config import INT_RANGE, SEED_RANGE, SampleConfig, check_sampling
 from ...errors import ConfigError, MinitfError
 from ...generate import check_num_samples, sample_settings
+from ...tokenizer import check_ids, check_text
 from ..fields import BadRequest, flag, number, whole
 
 MAX_CHOICES = 16  # prompts x n in one request: each is a row of the batch and a KV cache
@@ -152,7 +153,7 @@ class Requests:
                 ids.append(self.ids(p, "prompt"))
                 texts.append(self.tok.decode(p))
                 continue
-            check_text(p)
+            check_utf8(p)
             ids.append(self.tok.encode(p) if p else [self.tok.eot_id])  # the body's size bound keeps this short
             texts.append(p)
             if len(ids[-1]) > self.block:
@@ -165,15 +166,15 @@ class Requests:
         return texts, ids
 
     def ids(self, ids, param: str) -> list[int]:
-        """A list of token ids, each checked against the vocabulary."""
-        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        """A list of token ids, each checked against the vocabulary (tokenizer.check_ids)."""
+        if not isinstance(ids, list):
             raise bad(param, f"{param} must be a list of token ids (whole numbers)")
         if len(ids) > MAX_IDS:
             raise bad(param, f"{param} has {len(ids)} token ids; at most {MAX_IDS}")
-        vocab = self.tok.vocab_size
-        for i in ids:
-            if not 0 <= i < vocab:
-                raise bad(param, f"token id {i} is not in this model's vocabulary; ids are 0..{vocab - 1}")
+        try:
+            check_ids(ids, self.tok.vocab_size, param)
+        except ConfigError as e:
+            raise bad(param, str(e)) from None
         return ids
 
 
@@ -222,11 +223,12 @@ def check_fields(body: dict, known: set, served: str, required: set = frozenset(
         check_model(body["model"], served)
 
 
-def check_text(text: str, param: str = "prompt") -> None:
+def check_utf8(text: str, param: str = "prompt") -> None:
+    """text has a UTF-8 form (tokenizer.check_text: no lone surrogate), or a 400 naming param."""
     try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise bad(param, f"the {param} is not valid UTF-8 text (a lone surrogate)") from None
+        check_text(text, param)
+    except ConfigError as e:
+        raise bad(param, str(e)) from None
 
 
 def integer(body: dict, name: str, lo, hi, default):
