@@ -38,13 +38,14 @@ from .export import hf
 from .export.architecture import FORMAT_NAMES, format_or_none
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
+from .run_dir import TOKENIZER
 from .system import runtime
 from .tokenizer import Tokenizer
 from .training import checkpoint as ckpt
 from .training import fsdp, setup, snapshots
 from .training.naming import name_and_prompt
 from .training.report import StepReport, say_how_it_ended
-from .training.session import Session, finished, last_good, save_checkpoint
+from .training.session import Session, finished, keep_best, last_good, save_checkpoint
 
 
 def train(
@@ -90,7 +91,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         run_dir, changed = setup.claim_run_dir(cfg, resume, procs, held)  # locked, and checked
 
         # the tokenizer and the data: a resume's own tokenizer, or a pretrained model's, or trained here
-        tokenizer = Tokenizer.load(run_dir / ckpt.TOKENIZER) if resume else None
+        tokenizer = Tokenizer.load(run_dir / TOKENIZER) if resume else None
         pretrained = None
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
             pretrained, tokenizer = hf.load_pretrained(cfg.run.init_from)
@@ -265,17 +266,7 @@ def record_eval(session: Session, lr: float, norm: float, elapsed: float, write,
             f"step {session.step}: train {result['train']:.4f} | val {result['val']:.4f} | "
             f"val bpb {result['val_bpb']:.3f}"
         )
-    val = fsdp.rank0_value(result["val"], session.device) if session.sharded else result["val"]
-    session.last_val = (session.step, val)
-    if val < session.best_val:  # sharded, every rank takes this branch together: the weights are gathered
-        session.best_val, session.best_step = val, session.step
-        fsdp.save_full_weights(
-            session.raw_model,
-            session.run_dir / ckpt.BEST,
-            session.step,
-            session.data.tokenizer.hash,
-            session.procs.main,
-        )
+    keep_best(session, result["val"])  # best.safetensors, when this val loss is the lowest yet
 
 
 # ---------------------------------------------------------------- what the set-up above calls

@@ -145,3 +145,16 @@ def test_every_key_has_a_meaning_and_choices_are_literals():
     assert "[layernorm|rmsnorm]" in minitf.config.describe_keys()
     with pytest.raises(ConfigError, match=r"train.optimizer must be one of adamw\|muon, got 'sgd'"):
         TrainConfig(optimizer="sgd")
+
+
+def test_train_help_names_every_key_a_resume_may_change(capsys):
+    """--resume's help is written from RESUMABLE, so a key added there is named there too."""
+    from minitf.cli.train import main as train_main
+    from minitf.config import RESUMABLE
+
+    with pytest.raises(SystemExit):
+        train_main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    words = text[text.index("--resume [RUN_DIR]") :].split(" may change")[0]
+    assert [k for k in RESUMABLE if (k + "*" if k.endswith(".") else k) not in words] == []
+    assert "train.fit_budget" in words and "sample.*" in words

@@ -13,9 +13,19 @@ PKG = ROOT / "minitf"
 # bottom to top; a module may import from its own layer or a lower one, never from a higher one.
 # A sub-package (corpus/, training/, export/, web/, cli/, system/) stands in one layer as a whole.
 LAYERS = [
-    {"errors", "config", "system"},  # the two exceptions, typed configs; device, files, progress
+    # the two exceptions, typed configs; device, files, progress; the time budget's arithmetic
+    {"errors", "config", "system", "budget"},
     {"tokenizer", "corpus", "data"},  # text -> ids -> token cache -> batches
-    {"positions", "attention", "lm_loss", "kv_cache", "sampling", "sizes", "stop_strings", "decoding"},  # the parts of a model and of sampling
+    {
+        "positions",
+        "attention",
+        "lm_loss",
+        "kv_cache",
+        "sampling",
+        "sizes",
+        "stop_strings",
+        "decoding",
+    },  # the parts of a model and of sampling
     {"model"},  # Transformer = embeddings + positions + blocks + head
     {"run_dir"},  # a run directory read: its file names, load_run, its metrics and snapshots
     {"optim", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget
@@ -105,3 +115,27 @@ def test_the_checker_follows_relative_imports_up(tmp_path):
     low = tmp_path / "config.py"
     low.write_text("from .cli.train import main\n")
     assert minitf_imports(low) == {"cli"}  # so config.py importing a command is caught
+
+
+def test_helpers_below_the_trainer_are_never_handed_a_function_to_call_back():
+    """Helpers are called and never call back: no function of training/ or budget.py takes a callable
+    but a log line's sink, and the set-up is handed none of the trainer's own (its step, the HF loader,
+    the export words)."""
+    import importlib
+    import inspect
+
+    modules = ["minitf.budget", *(f"minitf.training.{p.stem}" for p in (PKG / "training").glob("[a-z]*.py"))]
+    handed = []
+    for name in modules:
+        module = importlib.import_module(name)
+        for fn_name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ != name:
+                continue
+            for param in inspect.signature(fn).parameters.values():
+                if "Callable" in str(param.annotation) and param.name not in ("log", "write"):
+                    handed.append(f"{name}.{fn_name}({param.name})")
+    assert handed == []
+    from minitf.training import setup
+
+    params = {p for _, fn in inspect.getmembers(setup, inspect.isfunction) for p in inspect.signature(fn).parameters}
+    assert not params & {"step", "load_pretrained", "export_words"}

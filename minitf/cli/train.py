@@ -11,7 +11,7 @@ torchrun --nproc_per_node=2 scripts/train.py        # data parallel over 2 proce
 import argparse
 import os
 
-from minitf.config import describe_keys, load_config, recipes
+from minitf.config import describe_keys, load_config, recipes, resumable_words
 from minitf.errors import MinitfError
 
 
@@ -36,11 +36,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         default=False,
         metavar="RUN_DIR",
         help="continue the run in RUN_DIR (without it: run.out_dir) from its last checkpoint and its own "
-        "config.yaml; only "
-        "the budget (train.max_steps, train.max_seconds, train.typical_steps), the eval/checkpoint/log "
-        "cadence, train.logger, train.compile, train.activation_checkpointing, train.max_bad_steps, where "
-        "it runs (run.device, run.out_dir, run.name), run.init_from, data.num_proc and sample.* may change "
-        "(docs/training.md, Resume)",
+        f"config.yaml; only {resumable_words()} may change (docs/training.md, Resume)",
     )
     p.add_argument("overrides", nargs="*", metavar="section.key=value", help="override config values")
     args = p.parse_args(argv)

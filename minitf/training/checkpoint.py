@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_model
 
-from ..config import Config, load_config, read_config_file, save_config
+from ..config import RESUMABLE, Config, load_config, read_config_file, save_config
 from ..errors import ConfigError, MinitfError
 from ..run_dir import (
     BEST,
@@ -111,27 +111,6 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
 
 
 # what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs
-RESUMABLE = (
-    "train.max_steps",
-    "train.max_seconds",
-    "train.eval_every",
-    "train.eval_batches",
-    "train.ckpt_every",
-    "train.log_every",
-    "train.snapshot_every",
-    "train.logger",
-    "train.typical_steps",
-    "train.fit_budget",
-    "train.compile",
-    "train.activation_checkpointing",
-    "train.max_bad_steps",
-    "run.device",
-    "run.out_dir",
-    "run.name",
-    "run.init_from",
-    "data.num_proc",
-    "sample.",
-)
 BUDGET = ("train.max_steps", "train.max_seconds")
 
 

@@ -184,6 +184,23 @@ def save_checkpoint(session: Session) -> None:
     session.saved_step = session.step
 
 
+def keep_best(session: Session, val: float) -> None:
+    """Note this evaluation's val loss, and when it is the best yet keep its weights in
+    best.safetensors. Under fsdp rank 0's loss decides for every rank (all of them gather the
+    weights together)."""
+    val = fsdp.rank0_value(val, session.device) if session.sharded else val
+    session.last_val = (session.step, val)
+    if val < session.best_val:  # sharded, every rank takes this branch together: the weights are gathered
+        session.best_val, session.best_step = val, session.step
+        fsdp.save_full_weights(
+            session.raw_model,
+            session.run_dir / ckpt.BEST,
+            session.step,
+            session.data.tokenizer.hash,
+            session.procs.main,
+        )
+
+
 def _rank_states(session: Session) -> list[torch.Tensor]:
     """Every rank's torch RNG and batch-generator states, so each resumes its own streams, with a
     last byte that says whether its weights are all finite: uint8 tensors, gathered on every rank."""

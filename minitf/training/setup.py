@@ -106,8 +106,8 @@ def compile_and_wrap(session: Session) -> None:
         )
 
 
-def startup_line(session: Session, export_words: str) -> str:
-    """The model's size, the device, dtype and parallelism, the global batch, and where the model can go."""
+def startup_line(session: Session, exports: str) -> str:
+    """The model's size, the device, dtype and parallelism, the global batch, and where the model can go (exports)."""
     cfg, model, procs = session.cfg, session.raw_model, session.procs
     batch, accum = cfg.train.batch_size, cfg.train.grad_accum
     return (
@@ -118,7 +118,7 @@ def startup_line(session: Session, export_words: str) -> str:
         f"{f' | sharded over {procs.world} procs (fsdp)' if session.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
         f" sequences of {cfg.model.block_size} = {session.meter.tokens_per_step:,} tokens"
-        f" | {export_words}"
+        f" | {exports}"
     )
 
 
