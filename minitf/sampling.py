@@ -1,6 +1,8 @@
-"""Choosing the next token: the sampling rules as pure functions over logits, the settings that
-drive them (a SampleConfig), and the context window past block_size. `sample_next_token` draws;
-`token_probs` and `sampler_distribution` say what it draws from, through the same rules."""
+"""Choosing the next token from the logits: temperature, top-k, top-p (and a repetition penalty),
+then one random draw. `sample_next_token` draws; `token_probs` and `sampler_distribution` say
+what it draws from, through the same rules. Pure functions over logits (B, V); their settings
+travel as one SampleConfig. Also here: the context window past block_size (`window_start`).
+"""
 
 from __future__ import annotations
 
@@ -14,63 +16,6 @@ from .config import SampleConfig, check_sampling
 from .errors import ConfigError
 
 FLOAT32_SMALLEST = 2.0**-149  # the smallest positive float32 (a subnormal, 1.4e-45)
-
-
-def _settings() -> dict[str, tuple[type, bool]]:
-    hints, out = typing.get_type_hints(SampleConfig), {}
-    for f in dataclasses.fields(SampleConfig):
-        args = typing.get_args(hints[f.name])  # (int, NoneType) for int | None, () for int
-        if f.name != "prompt":
-            out[f.name] = (next(t for t in args if t is not type(None)), True) if args else (hints[f.name], False)
-    return out
-
-
-# the settings of how to sample, read from SampleConfig (its prompt aside): name -> (int or float,
-# whether null is allowed); the command line and the explorer take exactly these
-SETTINGS: dict[str, tuple[type, bool]] = _settings()
-
-
-def window_start(n: int, block_size: int) -> int:
-    """Index of the first token the model sees when predicting token n (the context window).
-
-    Up to block_size tokens it sees them all. Then the window jumps: it keeps the newest
-    block_size // 2, grows back to block_size, and jumps again.
-    """
-    if n <= block_size:
-        return 0
-    keep = max(1, block_size // 2)
-    period = block_size - keep + 1
-    return n - keep - (n - block_size - 1) % period
-
-
-def _penalize(logits: torch.Tensor, history: torch.Tensor | None, repetition_penalty: float) -> torch.Tensor:
-    if repetition_penalty != 1.0 and history is not None and history.numel():
-        seen = logits.gather(1, history)  # (B, n)
-        seen = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
-        logits = logits.scatter(1, history, seen)
-    return logits
-
-
-def _kept_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None):
-    """(probs, ids): the softmax of logits / temperature over the tokens top_k and top_p keep,
-    (B, n) each; ids[b, j] is the token of column j (None: every token, column j is token j)."""
-    # shifted so the largest is 0 before dividing: a tiny temperature then gives -inf for the rest
-    # (a greedy pick), never inf - inf = nan. A temperature below float32's smallest number would be
-    # 0 there, and 0 / 0 nan: it divides as that smallest number, the same greedy pick
-    temperature = max(temperature, FLOAT32_SMALLEST)
-    logits, ids = (logits - logits.amax(dim=-1, keepdim=True)) / temperature, None
-    if top_k and top_k < logits.size(-1):  # sample among the k best only: cheaper than masking all V
-        logits, ids = torch.topk(logits, top_k, dim=-1)  # (B, k) each, sorted descending
-    if top_p is not None and top_p < 1.0:
-        if ids is None:
-            logits, ids = logits.sort(dim=-1, descending=True)  # (B, V) each
-        probs = logits.softmax(dim=-1)
-        drop = probs.cumsum(dim=-1) - probs >= top_p  # the mass before this token already reaches p
-        # the likeliest token always stays: a p below float32's smallest number (1.4e-45) is 0
-        # there, and 0 >= 0 would drop every token (nan). Any other p keeps it anyway (0 before it)
-        drop[:, 0] = False
-        logits = logits.masked_fill(drop, float("-inf"))
-    return logits.softmax(dim=-1), ids
 
 
 def sample_next_token(
@@ -118,17 +63,34 @@ def draw_next_token(
     return (choice if ids is None else ids.gather(1, choice)).squeeze(1)  # (B,)
 
 
-def sample_settings(settings: SampleConfig | None = None, **overrides) -> SampleConfig:
-    """settings (default: SampleConfig()) with keyword overrides applied, validated as a whole."""
-    if settings is not None and not isinstance(settings, SampleConfig):
-        hint = " (SampleConfig(**d), or the settings as keyword arguments)" if isinstance(settings, dict) else ""
-        raise TypeError(f"settings must be a minitf SampleConfig or None, got {type(settings).__name__}{hint}")
-    settings = settings or SampleConfig()
-    known = {f.name for f in dataclasses.fields(SampleConfig)}
-    for name in overrides:
-        if name not in known:
-            raise ConfigError(f"unknown sampling setting {name!r}; valid: {', '.join(sorted(known))}")
-    return dataclasses.replace(settings, **overrides) if overrides else settings
+def _penalize(logits: torch.Tensor, history: torch.Tensor | None, repetition_penalty: float) -> torch.Tensor:
+    if repetition_penalty != 1.0 and history is not None and history.numel():
+        seen = logits.gather(1, history)  # (B, n)
+        seen = torch.where(seen > 0, seen / repetition_penalty, seen * repetition_penalty)
+        logits = logits.scatter(1, history, seen)
+    return logits
+
+
+def _kept_probs(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None):
+    """(probs, ids): the softmax of logits / temperature over the tokens top_k and top_p keep,
+    (B, n) each; ids[b, j] is the token of column j (None: every token, column j is token j)."""
+    # shifted so the largest is 0 before dividing: a tiny temperature then gives -inf for the rest
+    # (a greedy pick), never inf - inf = nan. A temperature below float32's smallest number would be
+    # 0 there, and 0 / 0 nan: it divides as that smallest number, the same greedy pick
+    temperature = max(temperature, FLOAT32_SMALLEST)
+    logits, ids = (logits - logits.amax(dim=-1, keepdim=True)) / temperature, None
+    if top_k and top_k < logits.size(-1):  # sample among the k best only: cheaper than masking all V
+        logits, ids = torch.topk(logits, top_k, dim=-1)  # (B, k) each, sorted descending
+    if top_p is not None and top_p < 1.0:
+        if ids is None:
+            logits, ids = logits.sort(dim=-1, descending=True)  # (B, V) each
+        probs = logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs >= top_p  # the mass before this token already reaches p
+        # the likeliest token always stays: a p below float32's smallest number (1.4e-45) is 0
+        # there, and 0 >= 0 would drop every token (nan). Any other p keeps it anyway (0 before it)
+        drop[:, 0] = False
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits.softmax(dim=-1), ids
 
 
 def token_probs(logits: torch.Tensor, settings: SampleConfig, history: torch.Tensor | None = None) -> torch.Tensor:
@@ -173,3 +135,46 @@ def sampler_distribution(
         tempered = _drawn_probs(logits, s.temperature, None, None)
         probs = _drawn_probs(logits, s.temperature, s.top_k, s.top_p)
     return SamplerDistribution(model=model, tempered=tempered, probs=probs, kept=probs > 0)
+
+
+def window_start(n: int, block_size: int) -> int:
+    """Index of the first token the model sees when predicting token n (the context window).
+
+    Up to block_size tokens it sees them all. Then the window jumps: it keeps the newest
+    block_size // 2, grows back to block_size, and jumps again.
+    """
+    if n <= block_size:
+        return 0
+    keep = max(1, block_size // 2)
+    period = block_size - keep + 1
+    return n - keep - (n - block_size - 1) % period
+
+
+# ---------------------------------------------------------------- the settings, checked and listed
+
+
+def sample_settings(settings: SampleConfig | None = None, **overrides) -> SampleConfig:
+    """settings (default: SampleConfig()) with keyword overrides applied, validated as a whole."""
+    if settings is not None and not isinstance(settings, SampleConfig):
+        hint = " (SampleConfig(**d), or the settings as keyword arguments)" if isinstance(settings, dict) else ""
+        raise TypeError(f"settings must be a minitf SampleConfig or None, got {type(settings).__name__}{hint}")
+    settings = settings or SampleConfig()
+    known = {f.name for f in dataclasses.fields(SampleConfig)}
+    for name in overrides:
+        if name not in known:
+            raise ConfigError(f"unknown sampling setting {name!r}; valid: {', '.join(sorted(known))}")
+    return dataclasses.replace(settings, **overrides) if overrides else settings
+
+
+def _settings() -> dict[str, tuple[type, bool]]:
+    hints, out = typing.get_type_hints(SampleConfig), {}
+    for f in dataclasses.fields(SampleConfig):
+        args = typing.get_args(hints[f.name])  # (int, NoneType) for int | None, () for int
+        if f.name != "prompt":
+            out[f.name] = (next(t for t in args if t is not type(None)), True) if args else (hints[f.name], False)
+    return out
+
+
+# the settings of how to sample, read from SampleConfig (its prompt aside): name -> (int or float,
+# whether null is allowed); the command line and the explorer take exactly these
+SETTINGS: dict[str, tuple[type, bool]] = _settings()
