@@ -136,10 +136,10 @@ def _child(args: dict) -> None:
 
     os.environ["MINITF_CACHE"] = args["cache"]
     from minitf.config import DataConfig
-    from minitf.data import prepare_data
+    from minitf.corpus.prepare import prepare_data
 
     try:
-        from minitf.data import _num_proc
+        from minitf.corpus.prepare import _num_proc
     except ImportError:  # minitf before bounded tokenization, measured for comparison
 
         def _num_proc(asked, nbytes):
@@ -234,9 +234,9 @@ def tokenizer_speed(vocab_size: int = 4096, log=print) -> dict:
 
 def data_prep_speed(cfg) -> dict:
     """prepare_data cold (empty token cache; the downloaded corpus is reused) and then cached."""
+    from minitf.corpus.prepare import prepare_data
     from minitf.corpus.shakespeare import shakespeare_files
     from minitf.corpus.sources import cache_dir
-    from minitf.data import prepare_data
 
     corpus = shakespeare_files(cache_dir(), lambda *a: None)[0].parent if cfg.data.source == "shakespeare" else None
     old = os.environ.get("MINITF_CACHE")

@@ -21,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from minitf.config import Config
-from minitf.data import prepare_data
+from minitf.corpus.prepare import prepare_data
 from minitf.model import Transformer
 from minitf.optim import make_optimizer
 from minitf.trainer import train_step

@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from .config import Config, DataConfig
-from .data import TokenData, bits_per_byte, prepare_data
+from .corpus.prepare import prepare_data
+from .data import TokenData, bits_per_byte
 from .errors import ConfigError
 from .system.progress import progress_bar
 from .system.runtime import eval_mode

@@ -9,7 +9,7 @@ import torch
 import minitf
 from minitf import budget, trainer
 from minitf.config import TrainConfig, load_config
-from minitf.data import prepare_data
+from minitf.corpus.prepare import prepare_data
 from minitf.optim import make_optimizer
 from minitf.run_dir import load_run
 from minitf.training.session import Session

@@ -128,7 +128,7 @@ def test_datasets_is_imported_only_for_hf_sources(tmp_path):
         "import sys, minitf\n"
         "minitf.load_config()\n"
         "import minitf.trainer, minitf.generate, minitf.evaluate, minitf.cli.train\n"
-        "from minitf.data import prepare_data\n"
+        "from minitf.corpus.prepare import prepare_data\n"
         "quiet = lambda *a: None\n"
         f"prepare_data(minitf.DataConfig(source='file:{tmp_path / 'a.txt'}', vocab_size=300), log=quiet)\n"
         "print('datasets' in sys.modules)\n"

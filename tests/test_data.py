@@ -14,10 +14,11 @@ import tokenizers
 import torch
 
 from minitf.config import DataConfig
+from minitf.corpus.prepare import prepare_data
 from minitf.corpus.shakespeare import _TEXT as _SHAKESPEARE_TEXT
 from minitf.corpus.sources import cache_dir, val_rule
 from minitf.corpus.token_cache import pieces
-from minitf.data import TokenData, bits_per_byte, prepare_data, token_dtype
+from minitf.data import TokenData, bits_per_byte, token_dtype
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import EOT, Tokenizer
 

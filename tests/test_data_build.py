@@ -19,7 +19,8 @@ import minitf.corpus.shakespeare
 import minitf.corpus.sources
 import minitf.corpus.token_cache
 from minitf.config import DataConfig
-from minitf.data import CacheError, TokenData, prepare_data
+from minitf.corpus.prepare import prepare_data
+from minitf.data import CacheError, TokenData
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import Tokenizer
 
@@ -104,7 +105,7 @@ CHILD = """
 import sys, time
 import minitf.corpus.token_cache
 from minitf.config import DataConfig
-from minitf.data import prepare_data
+from minitf.corpus.prepare import prepare_data
 
 def slow(*args):  # the workers are forked from here, so each sits in its first task for a minute
     time.sleep(60)

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 import minitf
+import minitf.corpus.prepare
 import minitf.corpus.sources
 import minitf.corpus.token_cache
 import minitf.data
 from minitf.config import DataConfig
+from minitf.corpus.prepare import prepare_data
 from minitf.corpus.sources import Source
-from minitf.data import prepare_data
 from minitf.errors import MinitfError
 
 from .helpers import make_play, tiny_config
@@ -215,7 +216,7 @@ def test_a_file_changed_while_it_is_tokenized_is_refused(tmp_path, cache, monkey
 def test_a_file_changed_while_the_bpe_trains_is_refused_and_no_tokenizer_is_kept(tmp_path, cache, monkeypatch):
     c = tmp_path / "c"
     write_docs(c, 3)
-    pieces = minitf.data.pieces
+    pieces = minitf.corpus.prepare.pieces
     seen = []
 
     def edit_while_reading(blocks):
@@ -225,7 +226,7 @@ def test_a_file_changed_while_the_bpe_trains_is_refused_and_no_tokenizer_is_kept
             seen.append(piece)
             yield piece
 
-    monkeypatch.setattr(minitf.data, "pieces", edit_while_reading)
+    monkeypatch.setattr(minitf.corpus.prepare, "pieces", edit_while_reading)
     with pytest.raises(MinitfError, match=f"^{c / 'doc01.txt'} changed while it was being read"):
         prepare_data(DataConfig(source=f"file:{c}", vocab_size=300), log=Log())
     assert not list((cache / "tokenizers").glob("*.json")) and not (cache / "tokens").exists()

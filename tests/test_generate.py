@@ -9,7 +9,7 @@ import torch
 
 import minitf
 from minitf.config import SampleConfig
-from minitf.data import prepare_data
+from minitf.corpus.prepare import prepare_data
 from minitf.evaluate import evaluate, evaluate_text
 from minitf.generate import generate_tokens, sample_next_token, token_probs, window_start
 from minitf.kv_cache import KVCache

@@ -19,7 +19,7 @@ from minitf import optim, trainer
 from minitf.budget import budget_steps
 from minitf.cli.train import _resume_dir
 from minitf.config import TrainConfig
-from minitf.data import prepare_data
+from minitf.corpus.prepare import prepare_data
 from minitf.plots import figures as plotting
 from minitf.system import progress
 from minitf.training import naming, session

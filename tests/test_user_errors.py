@@ -13,8 +13,8 @@ import yaml
 
 import minitf
 from minitf.config import DataConfig, load_config, load_run_config
+from minitf.corpus.prepare import prepare_data
 from minitf.corpus.sources import _text_files, cache_dir
-from minitf.data import prepare_data
 from minitf.errors import ConfigError, MinitfError, shown
 from minitf.evaluate import evaluate_text
 from minitf.sizes import model_floats

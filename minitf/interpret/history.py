@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..config import load_run_config
-from ..data import prepare_data
+from ..corpus.prepare import prepare_data
 from ..errors import MinitfError
 from ..model import Transformer
 from ..run_dir import CONFIG, TOKENIZER, list_snapshots, load_weights

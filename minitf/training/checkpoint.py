@@ -179,7 +179,7 @@ def check_run_dir(cfg: Config, resume: bool) -> tuple[Path, dict[str, tuple]]:
             f"{', '.join(f'{k}={changed[k][0]!r}' for k in fixed)}); resume with the run's own "
             f"config or start a new run.out_dir. A resume may change only {', '.join(RESUMABLE)}*"
         )
-    from ..data import check_corpus_unchanged
+    from ..corpus.prepare import check_corpus_unchanged
 
     check_corpus_unchanged(cfg.data, run_dir / STATE)  # before any data is prepared for the new text
     return run_dir, changed

@@ -18,7 +18,8 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..config import Config, TrainConfig
-from ..data import TokenData, prepare_data
+from ..corpus.prepare import prepare_data
+from ..data import TokenData
 from ..errors import ConfigError
 from ..model import Transformer
 from ..system import runtime
