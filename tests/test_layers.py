@@ -28,8 +28,9 @@ LAYERS = [
     },  # the parts of a model and of sampling
     {"model"},  # Transformer = embeddings + positions + blocks + head
     {"run_dir"},  # a run directory read: its file names, load_run, its metrics and snapshots
-    {"optim", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget
-    {"trainer", "evaluate", "generate", "inspection", "interpret", "export"},  # what is done with a model and a run
+    {"optim", "muon", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget
+    # what is done with a model and a run
+    {"trainer", "evaluate", "generate", "generate_args", "inspection", "interpret", "export"},
     {"plots"},  # figures: loss curves, attention heatmaps, interpretability grids (matplotlib, files only)
     {"web"},  # the web apps: the explorer, the OpenAI-compatible server, and their HTTP layer
     {"cli", "__main__"},  # the command line: minitf <command>

@@ -7,7 +7,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 import minitf
-from minitf import optim
+from minitf import muon, optim
 from minitf.config import TrainConfig
 from minitf.trainer import forward_backward
 from minitf.training.metrics import METRICS, read_rows
@@ -61,7 +61,7 @@ def test_muon_steps_equal_torch_muon():
     torch.manual_seed(0)
     mine = [torch.randn(48, 16), torch.randn(16, 40)]
     theirs = [w.clone() for w in mine]
-    opt_a = optim.Muon(mine, lr=0.02, weight_decay=0.1, momentum=0.9, ns_dtype="bfloat16")
+    opt_a = muon.Muon(mine, lr=0.02, weight_decay=0.1, momentum=0.9, ns_dtype="bfloat16")
     opt_b = torch.optim.Muon(theirs, lr=0.02, weight_decay=0.1, momentum=0.9)
     for _ in range(3):
         grads = [torch.randn_like(w) for w in mine]
@@ -72,7 +72,7 @@ def test_muon_steps_equal_torch_muon():
     for a, b in zip(mine, theirs):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
     # float32 Newton-Schulz (on CPUs without native bfloat16) gives about the same matrix
-    diff = optim.orthogonalise(grads[0], torch.float32) - optim.orthogonalise(grads[0], torch.bfloat16).float()
+    diff = muon.orthogonalise(grads[0], torch.float32) - muon.orthogonalise(grads[0], torch.bfloat16).float()
     assert 0 < diff.abs().max() < 0.05
 
 
