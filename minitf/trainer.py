@@ -30,12 +30,12 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from . import budget
-from .config import Config, ModelConfig
+from .config import Config
 from .data import TokenData
 from .errors import MinitfError
 from .evaluate import evaluate
 from .export import hf
-from .export.architecture import FORMAT_NAMES, format_or_none
+from .export.architecture import export_words
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
 from .run_dir import TOKENIZER
@@ -118,7 +118,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         )
         setup.restore_or_begin(session, resume, changed, held)  # a resume's checkpoint, or a new run's files
         setup.compile_and_wrap(session)  # train.compile, and DDP under torchrun
-        log(setup.startup_line(session, _export_words(cfg.model)))
+        log(setup.startup_line(session, export_words(cfg.model)))
         session.meter.step_last, session.t0 = session.step, fit_started or time.time()
 
         if not finished(session):
@@ -314,11 +314,3 @@ def time_steps(probe: Session) -> tuple[float, bool]:
             train_step(probe, probe.cfg.train.lr, False)  # ends in a host sync: the time is the device's too
             seconds.append(time.perf_counter() - t0)
     return budget.step_seconds(seconds)
-
-
-def _export_words(model: ModelConfig) -> str:
-    """Where the trained model can go (minitf export / export-gguf), for the start-up line."""
-    fmt = format_or_none(model)
-    if fmt is None:
-        return "exports to no standard architecture (minitf export names the settings that block it)"
-    return f"exports as {FORMAT_NAMES[fmt]}"

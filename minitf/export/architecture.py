@@ -133,3 +133,11 @@ def format_or_none(cfg: ModelConfig, formats: tuple[str, ...] = FORMATS) -> str 
         return export_format(cfg, formats)
     except MinitfError:
         return None
+
+
+def export_words(model: ModelConfig) -> str:
+    """Where the trained model can go (minitf export / export-gguf), for the start-up line."""
+    fmt = format_or_none(model)
+    if fmt is None:
+        return "exports to no standard architecture (minitf export names the settings that block it)"
+    return f"exports as {FORMAT_NAMES[fmt]}"
