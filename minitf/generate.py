@@ -11,21 +11,20 @@ gives identical tokens with and without the cache.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import torch
 
 from .config import SampleConfig
 from .decoding import compiled_decode_step, decode_step
-from .errors import shown
+from .generate_args import check_arguments, prompt_ids, sample_settings
 from .kv_cache import KVCache
 from .model import Transformer
-from .sampling import draw_next_token, sample_next_token, sample_settings, token_probs, window_start  # noqa: F401 (re-exported)
+from .sampling import draw_next_token, sample_next_token, token_probs, window_start  # noqa: F401 (re-exported)
 from .sizes import check_num_samples
 from .stop_strings import TextAssembler
 from .system.runtime import eval_mode
-from .tokenizer import Tokenizer, check_text, check_vocab
+from .tokenizer import check_vocab
 
 
 def generate_tokens(
@@ -217,56 +216,3 @@ def stream_tokens(
         if text.done:
             return
         history = torch.cat([history, nxt[:, None]], dim=1)
-
-
-# ---------------------------------------------------------------- the prompt and the arguments
-
-
-def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
-    """The ids generation starts from: the prompt's, or <|endoftext|> for an empty one (a new
-    document); a prompt longer than block_size keeps its last block_size (with a warning)."""
-    check_prompt_text(prompt)
-    ids = tokenizer.encode(prompt) if prompt else [tokenizer.eot_id]
-    if len(ids) > block_size:
-        warnings.warn(
-            f"prompt is {len(ids)} tokens, longer than block_size {block_size}; keeping its last {block_size}",
-            stacklevel=2,
-        )
-        ids = ids[-block_size:]
-    return ids
-
-
-def check_prompt_text(prompt: str) -> None:
-    """A prompt with a lone surrogate (bytes that were not UTF-8 on the command line) has no tokens."""
-    check_text(prompt, "the prompt")
-
-
-def check_arguments(fn: str, model, tokenizer, prompt, stop=None, num_samples: int = 1) -> None:
-    """A TypeError naming the parameter when a caller passes the wrong kind of thing (swapped
-    model and tokenizer, a prompt that is not text, ...), instead of an AttributeError from deep
-    inside. The settings are sample_settings' to check."""
-    usage = f"{fn}(model, tokenizer, prompt, settings=None, **settings)"
-    if not isinstance(model, Transformer) and not isinstance(getattr(model, "_orig_mod", None), Transformer):
-        raise TypeError(
-            f"{fn}(): model must be a minitf Transformer (from minitf.load_run), got {_kind(model)}; {usage}"
-        )
-    if not isinstance(tokenizer, Tokenizer):
-        raise TypeError(
-            f"{fn}(): tokenizer must be a minitf Tokenizer (from minitf.load_run), got {_kind(tokenizer)}; {usage}"
-        )
-    if not isinstance(prompt, str):
-        hint = " (decode bytes first)" if isinstance(prompt, (bytes, bytearray)) else ""
-        raise TypeError(f"{fn}(): prompt must be text (a str), got {_kind(prompt)}{hint}; {usage}")
-    if stop is not None and not isinstance(stop, str):
-        if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
-            raise TypeError(f"{fn}(): stop must be a str or a list of str, got {_kind(stop)}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
-        raise TypeError(f"{fn}(): num_samples must be an int, got {_kind(num_samples)}")
-
-
-def _kind(value) -> str:
-    return (
-        f"{type(value).__name__} {shown(value, 40)}"
-        if isinstance(value, (str, int, float, bytes))
-        else type(value).__name__
-    )

@@ -1,19 +1,17 @@
 """Choosing the next token from the logits: temperature, top-k, top-p (and a repetition penalty),
 then one random draw. `sample_next_token` draws; `token_probs` and `sampler_distribution` say
 what it draws from, through the same rules. Pure functions over logits (B, V); their settings
-travel as one SampleConfig. Also here: the context window past block_size (`window_start`).
+travel as one SampleConfig (generate_args.sample_settings). Also here: the context window past
+block_size (`window_start`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass
 
 import torch
 
 from .config import SampleConfig, check_sampling
-from .errors import ConfigError
 
 FLOAT32_SMALLEST = 2.0**-149  # the smallest positive float32 (a subnormal, 1.4e-45)
 
@@ -148,33 +146,3 @@ def window_start(n: int, block_size: int) -> int:
     keep = max(1, block_size // 2)
     period = block_size - keep + 1
     return n - keep - (n - block_size - 1) % period
-
-
-# ---------------------------------------------------------------- the settings, checked and listed
-
-
-def sample_settings(settings: SampleConfig | None = None, **overrides) -> SampleConfig:
-    """settings (default: SampleConfig()) with keyword overrides applied, validated as a whole."""
-    if settings is not None and not isinstance(settings, SampleConfig):
-        hint = " (SampleConfig(**d), or the settings as keyword arguments)" if isinstance(settings, dict) else ""
-        raise TypeError(f"settings must be a minitf SampleConfig or None, got {type(settings).__name__}{hint}")
-    settings = settings or SampleConfig()
-    known = {f.name for f in dataclasses.fields(SampleConfig)}
-    for name in overrides:
-        if name not in known:
-            raise ConfigError(f"unknown sampling setting {name!r}; valid: {', '.join(sorted(known))}")
-    return dataclasses.replace(settings, **overrides) if overrides else settings
-
-
-def _settings() -> dict[str, tuple[type, bool]]:
-    hints, out = typing.get_type_hints(SampleConfig), {}
-    for f in dataclasses.fields(SampleConfig):
-        args = typing.get_args(hints[f.name])  # (int, NoneType) for int | None, () for int
-        if f.name != "prompt":
-            out[f.name] = (next(t for t in args if t is not type(None)), True) if args else (hints[f.name], False)
-    return out
-
-
-# the settings of how to sample, read from SampleConfig (its prompt aside): name -> (int or float,
-# whether null is allowed); the command line and the explorer take exactly these
-SETTINGS: dict[str, tuple[type, bool]] = _settings()

@@ -15,7 +15,8 @@ from minitf.cli.generate import main as generate_main
 from minitf.config import SampleConfig
 from minitf.errors import ConfigError
 from minitf.generate import generate_tokens, sample_next_token, sample_settings, token_probs
-from minitf.sampling import SETTINGS, sampler_distribution
+from minitf.generate_args import SETTINGS
+from minitf.sampling import sampler_distribution
 from minitf.sizes import sample_row_bytes
 
 # 0, tiny (1e-300 is 0 in float32, 1e-45 its smallest), huge (inf in float32), not finite, negative

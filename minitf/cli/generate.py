@@ -13,9 +13,9 @@ import time
 
 from minitf.cli.common import device_option, newest_run, read_prompt, stdin_prompts
 from minitf.errors import ConfigError
-from minitf.generate import check_num_samples, check_prompt_text, generate, sample_settings, stream
+from minitf.generate import check_num_samples, generate, sample_settings, stream
+from minitf.generate_args import SETTINGS, check_prompt_text
 from minitf.run_dir import load_run, which_weights
-from minitf.sampling import SETTINGS
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:

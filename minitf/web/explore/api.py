@@ -24,10 +24,11 @@ import torch
 from ...config import SEED_RANGE, TrainConfig
 from ...errors import MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
+from ...generate_args import SETTINGS
 from ...inspection import Inspection, inspect, logit_lens, token_label
 from ...positions import rotary_angles
 from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step
-from ...sampling import SETTINGS, sampler_distribution, window_start
+from ...sampling import sampler_distribution, window_start
 from ...system.runtime import eval_mode
 from ...training.budget import budget_steps
 from ..fields import BadRequest, number, whole
