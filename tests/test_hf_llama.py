@@ -347,11 +347,11 @@ def test_fine_tune_from_a_local_llama(tf, tok, tmp_path, corpus):
 
 
 def test_start_up_words_name_the_export_format():
-    from minitf.trainer import _export_words
+    from minitf.export.architecture import export_words
 
-    assert _export_words(minitf.ModelConfig(vocab_size=300, **LLAMA, qk_norm=True, bias=False)) == "exports as Qwen3"
-    assert _export_words(minitf.ModelConfig(vocab_size=300, positions="rope")) == "exports as GPT-NeoX"
-    assert _export_words(minitf.ModelConfig(vocab_size=300, ffn="relu2")).startswith(
+    assert export_words(minitf.ModelConfig(vocab_size=300, **LLAMA, qk_norm=True, bias=False)) == "exports as Qwen3"
+    assert export_words(minitf.ModelConfig(vocab_size=300, positions="rope")) == "exports as GPT-NeoX"
+    assert export_words(minitf.ModelConfig(vocab_size=300, ffn="relu2")).startswith(
         "exports to no standard architecture (minitf export names"
     )
 

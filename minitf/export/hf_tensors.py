@@ -44,9 +44,7 @@ def minitf_weights(state: dict, cfg: ModelConfig, fmt: str, config: dict, where)
     with torch.device("meta"):  # the names and shapes this config's checkpoint holds, without any memory
         expected = {k: tuple(v.shape) for k, v in hf_state(Transformer(cfg), fmt).items()}
     _check_shapes(state, expected, cfg.vocab_size, fmt, where)
-    refuse_non_finite(
-        sorted(state.items()), where, "it cannot be fine-tuned from; fetch or convert the model again"
-    )
+    refuse_non_finite(sorted(state.items()), where, "it cannot be fine-tuned from; fetch or convert the model again")
     missing: list[str] = []
     weights = _minitf_state(state, cfg, fmt, config, expected, missing)
     left = sorted(k for k in state if not k.endswith(IGNORED))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ...budget import budget_steps
 from ...config import SEED_RANGE, TrainConfig
 from ...errors import MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
@@ -30,7 +31,6 @@ from ...positions import rotary_angles
 from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step
 from ...sampling import sampler_distribution, window_start
 from ...system.runtime import eval_mode
-from ...training.budget import budget_steps
 from ..fields import BadRequest, number, whole
 from .interpret_views import attribution_view, heads_view, predicted
 
