@@ -67,6 +67,22 @@ def train_longer(run_dir: Path, tc: TrainConfig, out_of_time: bool) -> str:
     return f"minitf train --resume {shlex.quote(str(run_dir))} {longer}"
 
 
+def charged_time(used: float, old: float | None, new: float) -> tuple[float, str]:
+    """A resume that changes train.max_seconds from old to new after `used` seconds: (the seconds
+    the run is charged with, the line that says what it has used and what the new budget adds).
+
+    Seconds the last attempt ran past its own budget (the closing evaluation and save, or a step
+    begun just before the end) are not charged to the new one: the old budget ended the schedule
+    at its end, so a budget raised from 8 s to 16 s adds 8 s, even after an attempt that took 20 s.
+    """
+    charged, past = used, ""
+    if old is not None and used > old:
+        charged = old
+        past = f" ({used - old:.1f}s of them past train.max_seconds={old:g}, not charged to the new budget)"
+    adds = max(0.0, new - charged)
+    return charged, f"resume: the run has used {used:.1f}s{past}; train.max_seconds={new:g} adds {adds:.1f}s"
+
+
 # ---------------------------------------------------------------- a depth for the budget
 
 SHORT_STEPS = 1300  # below this many steps of the default model, the budget is short

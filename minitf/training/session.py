@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ..budget import budget_steps, train_longer
+from ..budget import budget_steps, charged_time, train_longer
 from ..config import Config, load_config
 from ..data import TokenData
 from ..errors import MinitfError, first_line
@@ -127,23 +127,13 @@ def finished(session: Session) -> bool:
 
 
 def charge_resumed_time(session: Session, changed: dict[str, tuple]) -> None:
-    """A resume that changes train.max_seconds: say how much time the run has used and how much the
-    new budget adds.
-
-    Seconds the last attempt ran past its own budget (the closing evaluation and save, or a step
-    begun just before the end) are not charged to the new one: the old budget ended the schedule
-    at its end, so a budget raised from 8 s to 16 s adds 8 s, even after an attempt that took 20 s.
-    """
+    """A resume that changes train.max_seconds: the seconds the run is charged with (budget.charged_time),
+    and the line that says how much time it has used and how much the new budget adds."""
     if "train.max_seconds" not in changed or session.cfg.train.max_seconds is None:
         return
     old, new = changed["train.max_seconds"][0], session.cfg.train.max_seconds
-    used = session.elapsed_before
-    past = ""
-    if old is not None and used > old:
-        session.elapsed_before = old
-        past = f" ({used - old:.1f}s of them past train.max_seconds={old:g}, not charged to the new budget)"
-    adds = max(0.0, new - session.elapsed_before)
-    session.log(f"resume: the run has used {used:.1f}s{past}; train.max_seconds={new:g} adds {adds:.1f}s")
+    session.elapsed_before, line = charged_time(session.elapsed_before, old, new)
+    session.log(line)
 
 
 def save_checkpoint(session: Session) -> None:
