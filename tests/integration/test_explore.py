@@ -28,9 +28,8 @@ from minitf.positions import rotary_angles, sinusoidal_table
 from minitf.run_dir import METRICS, read_rows
 from minitf.sampling import sampler_distribution
 from minitf.web.explore import STATIC
-from minitf.web.explore.api import MAX_GENERATIONS, BadRequest
-
-from .helpers import ROOT, default_sigint
+from minitf.web.explore.api import MAX_GENERATIONS, VIEWS, BadRequest, Explorer
+from tests.helpers import ROOT, default_sigint
 
 
 @pytest.fixture
@@ -510,6 +509,8 @@ def raw_request(server, head: bytes, body: bytes = b"") -> tuple[int, dict]:
 
 
 POST_ATTENTION = b"POST /api/attention HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
 HOSTILE_JSON = [
     (b'{"ids": [1, 2], "query": 1e400}', r"a number too large for JSON \(1e400\)"),
     (b'{"prompt": "\\ud800"}', r"a lone surrogate '\\ud800', which is not text"),
@@ -612,3 +613,52 @@ def test_the_runs_own_max_new_tokens_is_not_a_bad_request(server):
     assert ex._generation_request({"prompt": "ROMEO:"})[1].max_new_tokens == 2000
     with pytest.raises(BadRequest, match="max_new_tokens is 2000; at most 1000 here"):
         ex._generation_request({"prompt": "ROMEO:", "max_new_tokens": 2000})
+
+
+# The explorer's heads and attribution views (POST /api/heads, /api/attribution) over a trained
+# run: the numbers are minitf.interpret's on the window the model read, and bad input is one line.
+
+
+@pytest.fixture(scope="module")
+def ex(tiny_run):
+    return Explorer(tiny_run)
+
+
+@pytest.fixture(scope="module")
+def ids(ex):
+    return ex.tok.encode("ROMEO: O love, sweet night! ROMEO: O love")
+
+
+def post(server, view: str, body: dict):
+    """(status, JSON) of POST /api/<view>."""
+    req = urllib.request.Request(
+        server.url.rstrip("/") + f"/api/{view}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_the_views_are_served(explore_server, ex, ids):
+    assert VIEWS["heads"] == "heads" and VIEWS["attribution"] == "attribution"
+    status, d = post(explore_server, "heads", {"ids": ids, "position": 4, "heads": [[0, 0]]})
+    assert status == 200 and d["heads"] == [[0, 0]] and d == ex.heads({"ids": ids, "position": 4, "heads": [[0, 0]]})
+    status, d = post(explore_server, "attribution", {"ids": ids, "position": 4})
+    assert status == 200 and d["target"]["id"] == ids[5]
+    status, d = post(explore_server, "heads", {"ids": ids, "position": 4, "heads": [[0, 99]]})
+    assert status == 400 and "head is 99" in d["error"]
+
+
+# What training prints is right: the commands it suggests run as printed, the LR schedule it
+# follows reaches its peak and floor on any machine speed, and its notes compare with the budget.
+
+
+def test_explorer_run_info_says_the_budget(explore_server, tiny_run):
+    import urllib.request
+
+    with urllib.request.urlopen(explore_server.url + "api/run", timeout=30) as r:
+        assert json.loads(r.read())["budget"] == "30 steps"

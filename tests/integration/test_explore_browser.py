@@ -22,12 +22,19 @@ import minitf
 from minitf.generate import generate_tokens, sample_settings
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
 DRIVER = shutil.which("chromedriver")
+
+
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+
+
 pytestmark = pytest.mark.skipif(
     not (CHROMIUM and DRIVER),
     reason="Chromium or chromedriver is not installed (apt-get install chromium chromium-driver)",
 )
+
 
 # pixels of a canvas that are not white, and of the mask's grey (#d0d7de), counted in the page
 PIXELS = """const c = arguments[0], d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
@@ -37,6 +44,8 @@ for (let i = 0; i < d.length; i += 4) {
   if (d[i] === 208 && d[i + 1] === 215 && d[i + 2] === 222) grey++;
 }
 return [ink, grey];"""
+
+
 # the next-token table's rows after the header: each row's cell texts and its class
 NEXT_ROWS = """return [...document.querySelectorAll('#n-table tr')].slice(1).map(
   tr => [[...tr.querySelectorAll('td')].map(td => td.innerText.trim()), tr.className]);"""
@@ -290,8 +299,12 @@ def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp
 
 # the text has repeats, so the induction and duplicate-token heads have something to find
 REPEATS = "ROMEO: O love, sweet night! ROMEO: O love"
+
+
 # a grid's cells (#h-grid, #a-grid) as [text, class], and a table's rows after the header as cell texts
 CELLS = "return [...document.querySelectorAll(arguments[0] + ' .cell')].map(c => [c.innerText.trim(), c.className]);"
+
+
 ROWS = """return [...document.querySelectorAll(arguments[0] + ' tr')].slice(1).map(
   tr => [...tr.querySelectorAll('td')].map(td => td.innerText.trim()));"""
 

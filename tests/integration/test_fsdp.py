@@ -19,14 +19,18 @@ from minitf.config import TrainConfig
 from minitf.errors import ConfigError, MinitfError
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
+from minitf.training import checkpoint as ckpt
 from minitf.training import fsdp
 from minitf.training.metrics import METRICS, read_rows
-
-from .helpers import ROOT, join_gloo, leave_gloo, step_session, tiny_config, tiny_train_args
+from tests.helpers import ROOT, join_gloo, leave_gloo, step_session, tiny_config, tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
+
+
 # AdamW (fsdp shards refuse Muon); a clip below the gradient's norm (~1.9): it acts
 TC = TrainConfig(grad_accum=2, grad_clip=0.5, optimizer="adamw")
+
+
 QUIET = dict(log=lambda *a: None)
 
 
@@ -275,3 +279,80 @@ def test_wrong_combinations_and_damaged_checkpoints_are_one_line(tmp_path, corpu
     (run / "sharded-00000006").rename(run / "elsewhere")
     with pytest.raises(MinitfError, match="names sharded-00000006, which is missing or incomplete"):
         more()
+
+
+# Nothing broken that minitf reads is used silently: weights holding NaN or infinity are refused
+# wherever a run is loaded (generate, evaluate, both exports, the explorer, resume, the sharded
+# checkpoint), a run.init_from directory that does not describe one complete model is refused in
+# one line naming what is wrong (never random layers), and a resume without the run's tokenizer
+# says what is missing.
+
+
+def test_a_sharded_checkpoint_with_non_finite_weights_is_refused(tmp_path, corpus):
+    from minitf.optim import make_optimizer
+    from minitf.training import fsdp
+
+    cfg = tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4")
+    run = minitf.train(cfg, **QUIET)
+    cfg = minitf.load_config(run / ckpt.CONFIG)
+    model = minitf.Transformer(cfg.model)
+    optimizer = make_optimizer(model, cfg.train, torch.device("cpu"))
+    state = fsdp.load_sharded(run, model, optimizer, print, True)
+    with torch.no_grad():
+        model.ln_f.weight[0] = float("nan")
+    keep = {k: state[k] for k in ("scaler", "rng", "rank_rng", "elapsed", "best_val", "tokenizer", "data")}
+    fsdp.save_sharded(run, model, optimizer, keep, 6, True)  # a checkpoint the trainer would never write
+    with pytest.raises(
+        MinitfError, match=r"sharded-00000006: tensor ln_f.weight holds NaN/inf values \(1 of 32\); .*cannot be resumed"
+    ):
+        minitf.train(run, resume=True, overrides=["train.max_steps=8"], **QUIET)
+
+
+# One run per directory and per process: a refused run leaves no trace (no .lock, no directory),
+# a second minitf.train() in the same process while one runs is refused (each run stays
+# reproducible), and the sharded checkpoint's temporary folder has a fresh name no link can take.
+
+
+def test_sharded_checkpoints_are_written_into_a_fresh_folder_never_through_a_link(tmp_path, corpus, monkeypatch):
+    from minitf import trainer
+
+    """train.parallel=fsdp in one process writes the same sharded checkpoint as under torchrun."""
+    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4"), **QUIET)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine")
+    (run / ".sharded-00000008.tmp").symlink_to(victim)  # the name every save of step 8 used to write into
+    resume = lambda steps: minitf.train(run, resume=True, overrides=[f"train.max_steps={steps}"], **QUIET)  # noqa: E731
+    resume(8)
+    assert os.listdir(victim) == ["keep.txt"]  # no shard landed behind the link
+    folder = run / "sharded-00000008"
+    assert folder.is_dir() and not folder.is_symlink() and (folder / ".metadata").is_file()
+    assert [p.name for p in run.iterdir() if p.name.startswith(".sharded")] == [".sharded-00000008.tmp"]
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o777 & ~_umask())  # as the run's other folders
+
+    (run / "sharded-00000012").symlink_to(victim)  # a link where the folder of step 12 goes
+    with pytest.raises(MinitfError, match=r"sharded-00000012 is a symbolic link \(to .*victim\); minitf does not"):
+        resume(12)  # refused before any step
+    assert os.listdir(victim) == ["keep.txt"]
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == 8 and (folder / ".metadata").is_file()
+
+    # planted while the run trains (after the check above), the link is refused at the save itself
+    (run / "sharded-00000012").unlink()
+    real_step = trainer.train_step
+
+    def plant_then_step(run_, *a):
+        if run_.step == 10 and not (run / "sharded-00000012").is_symlink():
+            (run / "sharded-00000012").symlink_to(victim)
+        return real_step(run_, *a)
+
+    monkeypatch.setattr(trainer, "train_step", plant_then_step)
+    with pytest.raises(MinitfError, match=r"sharded-00000012 is a symbolic link"):
+        resume(12)
+    assert os.listdir(victim) == ["keep.txt"]
+    assert torch.load(run / "state.pt", weights_only=True)["step"] == 8 and len(load_file(run / "model.safetensors"))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

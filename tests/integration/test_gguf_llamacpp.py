@@ -20,10 +20,10 @@ from minitf.config import Config, ModelConfig, SampleConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
 from minitf.training.checkpoint import WEIGHTS, save_weights, write_run_files
-
-from .helpers import ROOT, make_play
+from tests.helpers import ROOT, make_play
 
 INSTALL = "pip install -e '.[gguf,llamacpp]'"
+
 
 # what the tokenizer sees: unicode, runs of spaces, newlines and tabs, emoji, digits, punctuation,
 # contractions (GPT-2's regex splits 's 't 're 've 'm 'll 'd, case-sensitively), the separator
@@ -50,10 +50,15 @@ STRINGS = [
     "O sorrow, O fair heaven; gentle death.\n\nNURSE:\nO name!",
     "GATTACA" * 100,  # a piece longer than the tokenizer's training bound (MAX_PIECE_BYTES): split the same
 ]
+
+
 # the tokenizer learns merges on the plays plus a little of every script above, so tokens span
 # multi-byte characters and spaces as they do in a real vocabulary
 EXTRA = "\n".join(STRINGS[:12]) * 20
+
+
 PROMPT = "ROMEO:\nO gentle night, sweet love"
+
 
 ARCHS = {
     "gpt2": dict(positions="learned"),
@@ -218,9 +223,6 @@ def test_f16_and_q8_0_files_load_and_agree(llama_cpp, tokenizer, tmp_path, name)
         assert len(out) == 8
     f32 = export(run, tmp_path / "m-f32.gguf").stat().st_size
     assert sizes["q8_0"] < sizes["f16"] < f32
-
-
-# --- the command line: one-line refusals, files never half written or lost ----------------------
 
 
 def test_refusals(tokenizer, tmp_path):

@@ -57,10 +57,6 @@ def refusal(path, call=from_hf) -> str:
     return msg
 
 
-# ---------------------------------------------------------------------------------------------
-# a sharded index never leads outside the directory
-
-
 def shard(path, entry: str) -> None:
     """Split model.safetensors into two shards, the second named `entry` in the index."""
     state = load_file(str(path / "model.safetensors"))
@@ -96,10 +92,6 @@ def test_an_index_naming_a_link_out_is_refused_and_a_link_inside_read(model_dir,
     assert from_hf(model_dir).config.n_kv_head == 2
 
 
-# ---------------------------------------------------------------------------------------------
-# a broken tokenizer is the download's
-
-
 def test_a_broken_tokenizer_is_called_the_downloads(model_dir):
     path = model_dir / "tokenizer.json"
     path.write_text(path.read_text()[:200])  # a download cut short
@@ -108,10 +100,6 @@ def test_a_broken_tokenizer_is_called_the_downloads(model_dir):
         "): the downloaded model's tokenizer cannot be read; fetch the model again"
     )
     assert "train" not in msg
-
-
-# ---------------------------------------------------------------------------------------------
-# config.json: rope scaling in every form refused, wrong types named by their key
 
 
 LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
@@ -169,10 +157,6 @@ def test_a_wrong_value_in_config_json_is_named_by_its_key(model_dir, changes, na
     assert refusal(model_dir) == f"{model_dir}: config.json has {named}; correct config.json or fetch the model again"
 
 
-# ---------------------------------------------------------------------------------------------
-# what config.json asks for is bounded before allocating
-
-
 def test_a_long_context_beyond_the_weights_is_refused_before_allocating(model_dir):
     edit_config(model_dir, max_position_embeddings=20_000_000)  # 2e7 rows of 16-wide rotary tables
     msg = refusal(model_dir)
@@ -190,10 +174,6 @@ def test_a_model_larger_than_memory_is_refused_naming_config_json_keys(model_dir
         f"num_attention_heads=4, intermediate_size=192, max_position_embeddings=64) asks for 2.0 TB of memory, "
         f"more than this machine's "
     ) and msg.endswith("; fine-tune a smaller model")
-
-
-# ---------------------------------------------------------------------------------------------
-# what is read whole is bounded, and a regular file
 
 
 def test_an_oversized_config_or_tokenizer_is_refused_unread(model_dir):

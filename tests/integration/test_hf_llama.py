@@ -14,8 +14,8 @@ import minitf
 from minitf.config import SampleConfig
 from minitf.export.hf import from_hf, load_pretrained, to_hf
 from minitf.generate import generate_tokens
+from tests.helpers import LLAMA
 
-LLAMA = dict(positions="rope", norm="rmsnorm", ffn="swiglu")
 STRINGS = [
     "ROMEO: O love, sweet night!",
     "JULIET:\n\tgentle <|endoftext|> fair",
@@ -38,7 +38,11 @@ STRINGS = [
     "punctuation!?.,;:()[]{}",
     "zero\u200bwidth and combining e\u0301",
 ]
+
+
 PROMPT = "ROMEO: O love"
+
+
 NEW = 50
 
 
@@ -191,10 +195,6 @@ def test_pipeline_runs_with_no_extra_argument(tf, tok, tmp_path):
         assert text[0]["generated_text"].startswith(PROMPT)
 
 
-# ---------------------------------------------------------------------------------------------
-# import: random models saved by transformers itself
-
-
 def saved_by_transformers(tf, tok, tmp_path, kind: str, **overrides):
     """A random HF model of `kind` with perturbed weights, saved with our tokenizer beside it."""
     torch.manual_seed(1)
@@ -330,7 +330,7 @@ def test_import_refuses_pickles_and_qk_norm_weights(tf, tok, tmp_path):
 
 
 def test_fine_tune_from_a_local_llama(tf, tok, tmp_path, corpus):
-    from .helpers import tiny_config
+    from tests.helpers import tiny_config
 
     hf, path = saved_by_transformers(tf, tok, tmp_path, "llama")
     lines = []
@@ -344,16 +344,6 @@ def test_fine_tune_from_a_local_llama(tf, tok, tmp_path, corpus):
     again = tf.AutoModelForCausalLM.from_pretrained(out).eval()
     ids = tok.encode(STRINGS[0])
     assert fmt == "llama" and (hf_logits(again, ids) - mt_logits(tuned, ids)).abs().max() < 1e-4
-
-
-def test_start_up_words_name_the_export_format():
-    from minitf.export.architecture import export_words
-
-    assert export_words(minitf.ModelConfig(vocab_size=300, **LLAMA, qk_norm=True, bias=False)) == "exports as Qwen3"
-    assert export_words(minitf.ModelConfig(vocab_size=300, positions="rope")) == "exports as GPT-NeoX"
-    assert export_words(minitf.ModelConfig(vocab_size=300, ffn="relu2")).startswith(
-        "exports to no standard architecture (minitf export names"
-    )
 
 
 def test_import_sharded_files_unprefixed_names_and_extra_vocabulary_rows(tf, tok, tmp_path):

@@ -15,8 +15,7 @@ import minitf
 from minitf.config import SampleConfig
 from minitf.export.hf import from_hf_gpt2, to_hf_gpt2
 from minitf.generate import generate_tokens
-
-from .helpers import ROOT
+from tests.helpers import ROOT
 
 TEXTS = ["ROMEO: O love, sweet night!", "JULIET:\n\tgentle <|endoftext|> fair", "héllo wörld ✓  two  spaces"]
 
@@ -112,42 +111,6 @@ def test_import_untied_head(tf):
     assert not model.config.tie_embeddings and model.lm_head.weight is not model.wte.weight
     ids = [1, 2, 3, 250]
     assert (mt_logits(model, ids) - hf_logits(hf, ids)).abs().max() < 1e-4
-
-
-@pytest.mark.parametrize(
-    "setting, message",
-    [
-        (
-            "positions=rope",
-            r"\(model.positions=rope blocks it\); the nearest exportable setting is model.positions=learned",
-        ),
-        ("norm=rmsnorm", r"\(model.norm=rmsnorm blocks it\)"),
-        ("ffn=swiglu", r"\(model.ffn=swiglu blocks it\)"),
-        ("gelu=exact", r"\(model.gelu=exact blocks it\); the nearest exportable setting is model.gelu=tanh \(GPT-2\)"),
-        ("ffn=relu2", r"\(model.ffn=relu2 blocks it\)"),
-        ("qk_norm=true", r"\(model.qk_norm=true blocks it\)"),
-        ("logit_softcap=15", r"\(model.logit_softcap=15.0 blocks it\)"),
-        ("n_kv_head=1", r"\(model.n_kv_head=1 blocks it\)"),
-    ],
-)
-def test_export_refuses_what_gpt2_cannot_express(tmp_path, setting, message):
-    """to_hf_gpt2 accepts exactly what minitf.export.architecture calls GPT-2, and refuses the rest in its words."""
-    cfg = minitf.load_config(
-        None,
-        [
-            "model.vocab_size=300",
-            "model.n_layer=1",
-            "model.n_embd=32",
-            "model.n_head=2",
-            "model.block_size=16",
-            "model.positions=learned",
-            f"model.{setting}",
-        ],
-    ).model
-    tok = minitf.Tokenizer.train(["some text"], vocab_size=300)
-    with pytest.raises(minitf.MinitfError, match=message):
-        to_hf_gpt2(minitf.Transformer(cfg), tok, tmp_path / "hf")
-    assert not (tmp_path / "hf").exists()
 
 
 def test_import_refuses_gpt2_variants_and_bad_paths(tf, tmp_path):

@@ -4,16 +4,23 @@ numbers, equality with minitf.attention, minitf.inspect and the KV cache, the no
 losses) make it fail when the library or the text drifts; any error in a cell fails the test."""
 
 import os
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
+
 WALK_THROUGH = ROOT / "docs" / "learn" / "attention.py"
+
+
 MISSING = "the walk-through's notebook tools are not installed (pip install -e '.[learn]')"
 
+
 jupytext = pytest.importorskip("jupytext", reason=MISSING)
+
+
 nbclient = pytest.importorskip("nbclient", reason=MISSING)
+
+
 pytest.importorskip("ipykernel", reason=MISSING)
 
 

@@ -12,13 +12,17 @@ import pytest
 import minitf
 import minitf.export.hf
 from minitf.run_dir import load_run
-
-from .test_serve import serving
+from tests.helpers import serving
 
 pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed: pip install -e '.[eval]'")
+
+
 pytest.importorskip("transformers", reason="the hf backend needs transformers: pip install -e '.[eval]'")
 
+
 CHOICES = [" love night,", " xq zv bk!", " ROMEO ROMEO", " 0 1 2 3 4"]
+
+
 SPEAKERS = ["ROMEO", "JULIET", "NURSE", "FRIAR", "MERCUTIO", "TYBALT"]
 
 

@@ -11,8 +11,7 @@ import pytest
 import minitf
 from minitf.inspection import token_label
 from minitf.plots.figures import plot_runs
-
-from .helpers import ROOT
+from tests.helpers import ROOT
 
 
 def script(name, *args, cwd=ROOT):

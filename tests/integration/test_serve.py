@@ -3,8 +3,6 @@ completions are minitf.generate's, its logprobs the model's own, its errors the 
 exception types; slow clients and closed connections are handled (observed through the server's
 hooks and logs, never through timings)."""
 
-import contextlib
-import http.client
 import json
 import math
 import re
@@ -19,27 +17,11 @@ import torch
 import minitf
 from minitf.generate import generate_tokens, sample_settings
 from minitf.run_dir import load_run
-from minitf.web.serve import APIError, Completions, CompletionServer, Limits
+from minitf.web.serve import Limits
 from minitf.web.serve.request import MAX_STOPS
-
-from .helpers import ROOT, default_sigint
+from tests.helpers import ROOT, default_sigint, raw, serving
 
 openai = pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
-
-
-@contextlib.contextmanager
-def serving(run, limits=None, api_key=None, **kw):
-    """A server over run on a free port of 127.0.0.1, in a thread; its log lines in .logs."""
-    logs = []
-    server = CompletionServer(Completions(run, **kw), "127.0.0.1", 0, limits, log=logs.append, api_key=api_key)
-    server.logs = logs
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.close()
-        thread.join(10)
 
 
 @pytest.fixture(scope="module")
@@ -218,16 +200,6 @@ def test_bad_requests_raise_the_clients_exceptions(client, tiny_run):
     assert e.value.status_code == 413
 
 
-def raw(server, method, path, body=b"", headers=None):
-    """(status, JSON body) of one plain HTTP request."""
-    conn = http.client.HTTPConnection(*server.server_address, timeout=30)
-    conn.request(method, path, body, {"Content-Type": "application/json", **(headers or {})})
-    r = conn.getresponse()
-    out = r.status, json.loads(r.read())
-    conn.close()
-    return out
-
-
 def test_errors_have_openais_shape(server):
     cases = [
         ("GET", "/v1/nothing", b"", None, 404),
@@ -303,19 +275,6 @@ def test_a_tiny_top_p_keeps_the_likeliest_token_with_finite_logprobs(server):
     assert status == 200, payload
     logprobs = payload["choices"][0]["logprobs"]
     assert logprobs["token_logprobs"] and all(lp == 0.0 for lp in logprobs["token_logprobs"])  # each drawn surely
-
-
-def test_n_beyond_memory_is_a_400_naming_n(tiny_run, monkeypatch):
-    import importlib
-
-    api = Completions(tiny_run)
-    module = importlib.import_module("minitf.sizes")
-    monkeypatch.setattr(module, "physical_memory", lambda: module.sample_row_bytes(api.model) * 3)
-    assert api.parse({"model": api.name, "prompt": "O", "n": 3}).n == 3
-    with pytest.raises(APIError) as e:
-        api.parse({"model": api.name, "prompt": "O", "n": 4})
-    assert e.value.status == 400 and e.value.param == "n" and str(e.value).startswith("n=4 needs ")
-    assert str(e.value).endswith("ask for at most 3")
 
 
 @pytest.mark.parametrize(
@@ -464,25 +423,6 @@ def test_command_serves_on_a_free_port(tiny_run):
     finally:
         p.kill()
         p.wait()
-
-
-def test_bench_serve_smoke(tmp_path, tiny_run):
-    out = tmp_path / "bench.json"
-    r = subprocess.run(
-        [sys.executable, "scripts/bench.py", "--only", "serve", "--run", str(tiny_run), "--new-tokens", "6"]
-        + ["--rounds", "1", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads(out.read_text())["serve"]
-    assert [c["clients"] for c in res["runs"]] == [1, 8] and res["new_tokens"] == 6
-    for c in res["runs"]:
-        assert 0 < c["first_token_s"] <= c["first_token_max_s"] and c["tokens_per_s"] > 0
-        assert len(c["tokens"]) == 1 and 0 < c["tokens"][0] <= c["clients"] * 6
-    assert "8 clients at once: first token" in r.stdout
 
 
 def test_a_request_is_answered_however_it_arrives(server):

@@ -6,24 +6,14 @@ import shutil
 import matplotlib.image as mpimg
 import pytest
 import torch
-import torch.nn as nn
-from safetensors.torch import load_file
 
 import minitf
 from minitf.cli import main as minitf_main
-from minitf.errors import ConfigError
 from minitf.interpret.history import heads_over_training
 from minitf.plots.training_figures import format_heads_table
-from minitf.run_dir import list_snapshots, snapshot_path, weights_step
-from minitf.training.snapshots import MAX_BYTES, plan
-
-from .helpers import tiny_config
-
-QUIET = {"log": lambda *a: None}
-
-
-def weights(path) -> dict:
-    return load_file(str(path))
+from minitf.run_dir import list_snapshots, weights_step
+from tests.helpers import QUIET, tiny_config
+from tests.helpers import snapshot_weights as weights
 
 
 @pytest.fixture(scope="module")
@@ -46,39 +36,6 @@ def test_snapshots_hold_the_weights_of_their_steps(snapshot_run):
     model, _, _ = minitf.load_run(run)  # a snapshot loads into the run's model
     minitf.run_dir.load_weights(model, kept[0][1])
     assert torch.equal(model.lm_head.weight, first["lm_head.weight"])
-
-
-def test_a_resume_keeps_the_snapshots_written_and_adds_its_own(tmp_path, corpus):
-    over = ("train.snapshot_every=2", "train.max_steps=4")
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, *over), **QUIET)
-    before = snapshot_path(run, 2).read_bytes()
-    stale = snapshot_path(run, 10)  # as a killed run leaves past its last checkpoint: trained again, so dropped
-    stale.write_bytes(snapshot_path(run, 4).read_bytes())
-    minitf.train(run, resume=True, overrides=["train.max_steps=8"], **QUIET)
-    assert [s for s, _ in list_snapshots(run)] == [2, 4, 6, 8]
-    assert snapshot_path(run, 2).read_bytes() == before
-    final = weights(run / "model.safetensors")
-    assert all(torch.equal(final[k], v) for k, v in weights(snapshot_path(run, 8)).items())
-
-
-def test_snapshots_of_a_large_model_or_history_are_refused_in_one_line():
-    small = nn.Linear(100, 100)  # 10,100 float32 parameters: 39.5 KB a snapshot
-    assert plan(10, small, 0, 100) == "snapshots: every 10 steps, up to 10 x 0.0 MB = 0.4 MB in snapshots/"
-    assert plan(10, small, 50, 100).startswith("snapshots: every 10 steps, up to 5 x")  # a resume keeps fewer
-    big = nn.Linear(8000, 8000, device="meta")  # 64 million parameters, never allocated
-    with pytest.raises(
-        ConfigError, match=r"^train.snapshot_every keeps the weights of small models only: .*64,008,000"
-    ):
-        plan(10, big, 0, 100)
-    steps = MAX_BYTES // (4 * 10_100) * 10 + 10  # one snapshot more than the disk allowance
-    with pytest.raises(ConfigError, match=r"raise train.snapshot_every or lower train.max_steps$") as e:
-        plan(10, small, 0, steps)
-    assert "\n" not in str(e.value) and "GB" in str(e.value)
-    with pytest.raises(ConfigError, match="train.snapshot_every must be >= 0"):
-        minitf.load_config("tiny", ["train.snapshot_every=-1"])
-    with pytest.raises(ConfigError, match="train.snapshot_every is for small models, not train.parallel=fsdp"):
-        minitf.load_config("tiny", ["train.snapshot_every=10", "train.parallel=fsdp", "train.optimizer=adamw"])
-    assert minitf.load_config("tiny").train.snapshot_every == 0  # off unless asked
 
 
 def test_heads_scores_and_draws_every_snapshot(snapshot_run, tmp_path, capsys):

@@ -3,16 +3,18 @@ directory (run.init_from), and the note when a time budget bought far fewer step
 
 import json
 import math
+import re
+import shlex
+import subprocess
+import sys
 
 import pytest
 import torch
 
 import minitf
-from minitf.export import hf as minitf_hf
-from minitf.training import setup
+from minitf import trainer
 from minitf.training.metrics import METRICS, STEPS, read_rows
-
-from .helpers import tiny_config, tiny_gpt2_config
+from tests.helpers import fake_monotonic, slow_clock, tiny_config
 
 
 def test_steps_are_logged_every_log_every_and_resume_drops_the_future(tmp_path, corpus):
@@ -46,93 +48,131 @@ def test_tensorboard_event_files_hold_the_curves(tmp_path, corpus):
     assert [e.value for e in events.Scalars("eval/val_bpb")] == pytest.approx([r["val_bpb"] for r in evals])
 
 
-def _gpt2_dir(tmp_path, corpus):
-    """A small randomly initialised GPT-2 saved by transformers, with a tokenizer in GPT-2's own
-    files (vocab.json + merges.txt): what a user has after downloading a model with their tools."""
-    tf = pytest.importorskip("transformers", reason="pip install -e '.[hf]'")
-    texts = [p.read_text() for p in sorted(corpus.glob("*.txt"))]
-    tok = minitf.Tokenizer.train(texts, vocab_size=300)
-    torch.manual_seed(0)
-    hf = tf.GPT2LMHeadModel(tiny_gpt2_config(tf, tok))
-    out = tmp_path / "gpt2"
-    hf.save_pretrained(out)
-    tok.backend.model.save(str(out))  # vocab.json, merges.txt
-    return out, hf, tok
+# What training prints is right: the commands it suggests run as printed, the LR schedule it
+# follows reaches its peak and floor on any machine speed, and its notes compare with the budget.
 
 
-def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
-    gpt2, hf, tok = _gpt2_dir(tmp_path, corpus)
-    model, loaded_tok = minitf_hf.load_pretrained(gpt2)
-    assert loaded_tok.encode("Romeo.\nO soft<|endoftext|>") == tok.encode("Romeo.\nO soft<|endoftext|>")
-    ids = torch.tensor([tok.encode("But soft, what light")])
-    with torch.no_grad():
-        torch.testing.assert_close(model.eval()(ids)[0], hf.eval()(ids).logits, atol=1e-4, rtol=1e-4)
-    # model.* in the config is replaced by the pretrained model's shape
-    cfg = tiny_config(tmp_path / "ft", corpus, f"run.init_from={gpt2}", "model.n_layer=7", "data.vocab_size=999")
-    lines = []
-    run = minitf.train(cfg, log=lines.append)
-    assert any(f"init_from {gpt2}" in line for line in lines)
-    said = "fine-tune rates: lr 0.003, min_lr 0.0003, muon_lr 0.015 (train.lr, train.min_lr as set; "
-    assert any(line.startswith(said) for line in lines)  # configs/tiny.yaml's lr and min_lr
-    tuned, tuned_tok, tuned_cfg = minitf.load_run(run)
-    assert tuned_cfg.train.muon_lr == pytest.approx(0.015)  # config.yaml keeps the rates a resume goes on with
-    assert tuned_cfg.model.n_layer == 2 and tuned_cfg.model.block_size == 32 and tuned_tok.hash == tok.hash
-    first = read_rows(run / METRICS)[0]
-    assert first["train_loss"] < math.log(300) + 0.3  # trained from the pretrained weights, and they moved:
-    assert not torch.equal(tuned.wte.weight[:300], model.wte.weight[:300])
-    assert len(minitf.generate(tuned, tuned_tok, "Romeo.\n", max_new_tokens=10, seed=0)) > 0
-    back = minitf_hf.to_hf_gpt2(tuned, tuned_tok, tmp_path / "back")
-    tf = pytest.importorskip("transformers", reason="pip install -e '.[hf]'")
-    again = tf.GPT2LMHeadModel.from_pretrained(back).eval()
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids).logits, tuned(ids)[0], atol=1e-4, rtol=1e-4)
-    resumed = minitf.train(run, resume=True, overrides=["train.max_steps=10"], log=lambda *a: None)
-    assert torch.load(resumed / "state.pt", weights_only=True)["step"] == 10
-
-
-@pytest.mark.parametrize(
-    "overrides, rates",
-    [
-        ((), (1e-4, 1e-5, 5e-4)),  # every group lowered alike: Muon keeps the recipe's 5x lr
-        (("train.lr=2e-4",), (2e-4, 2e-5, 1e-3)),  # the docs' command sets lr alone: muon_lr follows it
-        (("train.lr=2e-4", "train.muon_lr=0.001", "train.min_lr=0"), (2e-4, 0.0, 1e-3)),  # the user's, kept
-    ],
-)
-def test_a_fine_tune_gets_fine_tuning_rates_for_every_group(overrides, rates):
-    cfg = minitf.load_config(overrides=["run.init_from=gpt2", *overrides])
-    line = setup.finetune_rates(cfg.train, cfg.given)
-    assert (cfg.train.lr, cfg.train.min_lr, cfg.train.muon_lr) == pytest.approx(rates)
-    assert line.startswith(f"fine-tune rates: lr {rates[0]:.3g}, min_lr {rates[1]:.3g}, muon_lr {rates[2]:.3g} (")
-    assert ("as set" in line) == bool(overrides)
-
-
-def test_a_recipe_floor_above_the_fine_tune_rate_is_one_line():
-    cfg = minitf.load_config(overrides=["run.init_from=gpt2", "train.min_lr=3e-4"])
-    with pytest.raises(minitf.ConfigError, match=r"train.min_lr=0.0003 is above a fine-tune's train.lr=0.0001; set"):
-        setup.finetune_rates(cfg.train, cfg.given)
-
-
-def test_init_from_mistakes_are_one_line(tmp_path, corpus):
-    with pytest.raises(minitf.MinitfError, match="is not a directory"):
-        minitf.train(tiny_config(tmp_path / "a", corpus, f"run.init_from={tmp_path / 'nope'}"), log=lambda *a: None)
-    gpt2, _, _ = _gpt2_dir(tmp_path, corpus)
-    (gpt2 / "vocab.json").unlink()
-    with pytest.raises(minitf.MinitfError, match="holds no tokenizer"):
-        minitf.train(tiny_config(tmp_path / "b", corpus, f"run.init_from={gpt2}"), log=lambda *a: None)
-
-
-def test_a_short_budget_says_so(tmp_path, corpus):
-    lines = []
-    minitf.train(
-        tiny_config(
-            tmp_path / "run", corpus, "train.max_seconds=0.5", "train.max_steps=100000", "train.typical_steps=1000000"
-        ),
-        log=lines.append,
+def as_printed(command: str, cwd) -> subprocess.CompletedProcess:
+    """Run a `minitf ...` command line exactly as a user would paste it (the `minitf` entry point is
+    `python -m minitf`, with this tree on PYTHONPATH)."""
+    argv = shlex.split(command)
+    assert argv[0] == "minitf", command
+    return subprocess.run(
+        [sys.executable, "-m", "minitf", *argv[1:]], capture_output=True, text=True, cwd=cwd, timeout=300
     )
-    note = next(line for line in lines if line.startswith("note:"))
+
+
+def printed(lines: list[str], prefix: str) -> str:
+    """The command that the line containing `prefix` prints after it."""
+    line = next(line for text in lines for line in text.splitlines() if prefix in line)
+    return line.split(prefix, 1)[1].strip()
+
+
+def test_the_train_longer_and_sample_commands_work_as_printed(tmp_path, corpus, monkeypatch):
+    run_dir = tmp_path / "my runs" / "short"  # a space: the printed command must quote it
+    lines = []
+    with monkeypatch.context() as m:
+        slow_clock(m, seconds_per_step=1.0)  # 4 steps in 4 s, whatever the load on this machine
+        minitf.train(
+            tiny_config(run_dir, corpus, "train.max_seconds=4", "train.max_steps=100000", "train.typical_steps=10000"),
+            log=lines.append,
+        )
+    steps = torch.load(run_dir / "state.pt", weights_only=True)["step"]
+    command = printed(lines, "To train longer: ")
+    assert command == f"minitf train --resume '{run_dir}' train.max_seconds=8"
+    r = as_printed(command, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert f"resuming {run_dir} at step {steps}" in r.stdout
+    assert "resume: train.max_seconds 4.0 -> 8.0" in r.stdout  # 4 more seconds, on the real clock
+    assert torch.load(run_dir / "state.pt", weights_only=True)["step"] > steps
+
+    command = printed([r.stdout], "sample from it: ")
+    assert command == f"minitf generate --run '{run_dir}'"
+    r = as_printed(command + " --max-new-tokens 5 --seed 0", cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.strip(), r.stderr[-1500:]
+
+
+def test_an_already_finished_run_prints_a_command_that_goes_on(tmp_path, corpus):
+    run_dir = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
+    lines = []
+    minitf.train(run_dir, resume=True, log=lines.append)
+    command = printed(lines, "to train longer: ")
+    assert command == f"minitf train --resume {run_dir} train.max_steps=8"
+    r = as_printed(command, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-1500:]
+    assert torch.load(run_dir / "state.pt", weights_only=True)["step"] == 8
+
+
+def test_resume_with_a_missing_directory_is_one_line(tmp_path):
+    r = as_printed(f"minitf train --resume {tmp_path / 'nope'} train.max_steps=8", cwd=tmp_path)
+    assert r.returncode == 2
     assert (
-        "under half the ~2381" in note
-    )  # the 1000000 steps of 210 s, scaled to 0.5 s and "train.max_seconds=1" in note and "--resume" in note
+        r.stderr == f"error: {tmp_path / 'nope'} has no checkpoint to resume; drop --resume to start a new run, "
+        "or name the run with run.out_dir=DIR\n"
+    )
+
+
+def test_training_into_a_log_is_line_based_and_says_what_it_does_at_the_end(tmp_path, corpus, monkeypatch, capsys):
+    fake_monotonic(monkeypatch, 6.0)
+    minitf.train(tiny_config(tmp_path / "run", corpus), log=print)
+    out, err = capsys.readouterr()
+    assert "\r" not in out + err
+    assert re.search(r"^training: \d+% \d/8 \[.*, step=\d, loss=[\d.]+, lr=", err, re.M), err
+    lines = out.splitlines()
+    end = lines.index("final evaluation (2 batches of train and val)...")
+    assert lines[end + 1].startswith("step 8: train ")
+    assert lines[end + 2] == f"saving the checkpoint of step 8 in {tmp_path / 'run'}..."
+    assert lines[end + 3].startswith("stopped at step 8 (max_steps)")
+    # how to go on, with twice what ended it (a run the time budget ended doubles train.max_seconds)
+    assert f"to train longer: minitf train --resume {tmp_path / 'run'} train.max_steps=16" in lines[end + 4 :]
+
+
+def test_the_end_line_says_when_the_latest_weights_are_worse_than_the_best(tmp_path, corpus, monkeypatch):
+    """Val loss 4.38 at step 4, 4.81 at step 8 (scripted): the closing lines say by how much the
+    latest weights are worse, where the best are, and --best; a resume that gets worse still
+    names the best's step from the checkpoint."""
+    vals = iter([4.38, 4.81, 5.0])
+    monkeypatch.setattr(trainer, "evaluate", lambda *a: {"train": 4.0, "val": next(vals), "val_bpb": 2.0})
+    lines = []
+    run_dir = minitf.train(tiny_config(tmp_path / "run", corpus), log=lines.append)
+    assert (
+        "note: the latest weights (step 8, val loss 4.8100) are 0.4300 worse than the best at step 4 (val loss "
+        "4.3800, in best.safetensors); generate, serve and export use the latest: give them --best for the best"
+    ) in lines
     lines.clear()
-    minitf.train(tiny_config(tmp_path / "b", corpus, "train.typical_steps=8"), log=lines.append)  # max_steps ends it
-    assert not any(line.startswith("note:") for line in lines)
+    minitf.train(run_dir, resume=True, log=lines.append, overrides=["train.max_steps=10"])
+    assert any(
+        x.startswith("note: the latest weights (step 10, val loss 5.0000) are 0.6200 worse than the best at step 4 ")
+        for x in lines
+    )
+
+
+def test_no_worse_than_best_note_when_the_latest_are_the_best(tmp_path, corpus, monkeypatch):
+    vals = iter([4.81, 4.38])
+    monkeypatch.setattr(trainer, "evaluate", lambda *a: {"train": 4.0, "val": next(vals), "val_bpb": 2.0})
+    lines = []
+    minitf.train(tiny_config(tmp_path / "run", corpus), log=lines.append)
+    assert not [x for x in lines if "worse than the best" in x]
+
+
+def test_own_text_gets_its_own_prompt_and_the_run_the_name_of_its_directory(tmp_path, corpus):
+    lines = []
+    run_dir = minitf.train(tiny_config(tmp_path / "novel", corpus), log=lines.append)
+    cfg = minitf.load_config(run_dir / "config.yaml")
+    assert cfg.run.name == "novel"  # not the recipe's "tiny"
+    val_text = (corpus / "play3.txt").read_text().lstrip("\n")  # 4 plays: the last is val
+    first_line = val_text.split("\n", 1)[0]
+    assert cfg.sample.prompt == (first_line + "\n" if len(first_line) <= 40 else cfg.sample.prompt)
+    assert 0 < len(cfg.sample.prompt) <= 41 and val_text.startswith(cfg.sample.prompt)
+    assert f"sample.prompt: {cfg.sample.prompt!r}, the start of a validation document" in "\n".join(lines)
+    # what the user set stays
+    kept = minitf.train(
+        tiny_config(tmp_path / "b", corpus, "run.name=mine", "sample.prompt=ROMEO:"), log=lambda *a: None
+    )
+    cfg = minitf.load_config(kept / "config.yaml")
+    assert (cfg.run.name, cfg.sample.prompt) == ("mine", "ROMEO:")
+
+
+def test_a_one_step_run_still_ends_with_its_evaluation(tmp_path, corpus):
+    run_dir = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=1"), log=lambda *a: None)
+    assert [row["step"] for row in read_rows(run_dir / METRICS)] == [1]

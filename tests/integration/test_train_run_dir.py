@@ -3,18 +3,18 @@ a second minitf.train() in the same process while one runs is refused (each run 
 reproducible), and the sharded checkpoint's temporary folder has a fresh name no link can take."""
 
 import os
+import re
 import threading
+from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 import minitf
 from minitf.errors import MinitfError
-
-from .helpers import tiny_config
-
-QUIET = dict(log=lambda *a: None)
+from minitf.training.metrics import METRICS, append_row, read_rows
+from tests.helpers import tiny_config
+from tests.helpers import writes_one_line as one_line
 
 
 def test_a_refused_fresh_run_leaves_no_lock_among_the_users_files(tmp_path, corpus):
@@ -77,46 +77,81 @@ def test_a_second_train_while_one_runs_in_another_thread_is_refused_and_the_firs
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)  # the threaded run is the run alone
 
 
-def test_sharded_checkpoints_are_written_into_a_fresh_folder_never_through_a_link(tmp_path, corpus, monkeypatch):
-    from minitf import trainer
-
-    """train.parallel=fsdp in one process writes the same sharded checkpoint as under torchrun."""
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4"), **QUIET)
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    (victim / "keep.txt").write_text("mine")
-    (run / ".sharded-00000008.tmp").symlink_to(victim)  # the name every save of step 8 used to write into
-    resume = lambda steps: minitf.train(run, resume=True, overrides=[f"train.max_steps={steps}"], **QUIET)  # noqa: E731
-    resume(8)
-    assert os.listdir(victim) == ["keep.txt"]  # no shard landed behind the link
-    folder = run / "sharded-00000008"
-    assert folder.is_dir() and not folder.is_symlink() and (folder / ".metadata").is_file()
-    assert [p.name for p in run.iterdir() if p.name.startswith(".sharded")] == [".sharded-00000008.tmp"]
-    assert oct(folder.stat().st_mode & 0o777) == oct(0o777 & ~_umask())  # as the run's other folders
-
-    (run / "sharded-00000012").symlink_to(victim)  # a link where the folder of step 12 goes
-    with pytest.raises(MinitfError, match=r"sharded-00000012 is a symbolic link \(to .*victim\); minitf does not"):
-        resume(12)  # refused before any step
-    assert os.listdir(victim) == ["keep.txt"]
-    assert torch.load(run / "state.pt", weights_only=True)["step"] == 8 and (folder / ".metadata").is_file()
-
-    # planted while the run trains (after the check above), the link is refused at the save itself
-    (run / "sharded-00000012").unlink()
-    real_step = trainer.train_step
-
-    def plant_then_step(run_, *a):
-        if run_.step == 10 and not (run / "sharded-00000012").is_symlink():
-            (run / "sharded-00000012").symlink_to(victim)
-        return real_step(run_, *a)
-
-    monkeypatch.setattr(trainer, "train_step", plant_then_step)
-    with pytest.raises(MinitfError, match=r"sharded-00000012 is a symbolic link"):
-        resume(12)
-    assert os.listdir(victim) == ["keep.txt"]
-    assert torch.load(run / "state.pt", weights_only=True)["step"] == 8 and len(load_file(run / "model.safetensors"))
+# Writes land only where minitf means them to: no symlink redirects a write out of the run
+# directory, a fresh run never overwrites files it did not write, exports never replace a run's
+# weights, and the run directory is never the current directory or a repository root.
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+QUIET = dict(log=lambda *a: None)
+
+
+@pytest.mark.parametrize("name", ["state.pt", "metrics.jsonl", "steps.jsonl", "model.safetensors"])
+def test_resume_refuses_a_linked_run_file_before_training(tmp_path, corpus, name):
+    run = minitf.train(tiny_config(tmp_path / "run", corpus), **QUIET)
+    target = tmp_path / "moved"
+    (run / name).rename(target)
+    data = target.read_bytes()
+    (run / name).symlink_to(target)
+    with pytest.raises(MinitfError, match=rf"^{run}/{re.escape(name)} is a symbolic link") as e:
+        minitf.train(tiny_config(run, corpus, "train.max_steps=12"), resume=True, **QUIET)
+    one_line(e)
+    assert target.read_bytes() == data
+
+
+def test_a_run_directory_that_is_itself_a_link_still_works(tmp_path, corpus):
+    scratch = tmp_path / "scratch" / "x"
+    scratch.mkdir(parents=True)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "x").symlink_to(scratch)
+    run = minitf.train(tiny_config(tmp_path / "runs" / "x", corpus), **QUIET)
+    assert (scratch / "state.pt").is_file() and (scratch / "model.safetensors").is_file()
+    minitf.train(tiny_config(run, corpus, "train.max_steps=12"), resume=True, **QUIET)
+    assert [r["step"] for r in read_rows(scratch / METRICS)] == [4, 8, 12]
+
+
+def test_a_fresh_run_refuses_a_directory_of_the_users_files(tmp_path, corpus):
+    run = tmp_path / "mine"
+    run.mkdir()
+    files = {"config.yaml": b"my: own\n", "tokenizer.json": b"{}", "loss.png": b"\x89PNG mine"}
+    for name, data in files.items():
+        (run / name).write_bytes(data)
+    with pytest.raises(MinitfError) as e:
+        minitf.train(tiny_config(run, corpus), **QUIET)
+    assert one_line(e) == (
+        f"{run} holds files minitf did not write (config.yaml (not this run's)); a new run needs an empty "
+        f"directory or one minitf made for this run.out_dir: set run.out_dir to a new directory, or move those "
+        f"files away"
+    )
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.name != ".lock"} == files
+
+
+def test_a_fresh_run_names_unknown_files(tmp_path, corpus):
+    run = tmp_path / "mine"
+    run.mkdir()
+    for name in ("a.txt", "b.csv", "c.py", "d", "e"):
+        (run / name).write_text(name)
+    with pytest.raises(MinitfError, match=r"holds files minitf did not write \(a\.txt, b\.csv, c\.py, d, \.\.\.\)"):
+        minitf.train(tiny_config(run, corpus), **QUIET)
+    assert (run / "a.txt").read_text() == "a.txt"
+
+
+def test_a_config_of_another_run_is_not_ours(tmp_path, corpus):
+    run = tmp_path / "run"
+    run.mkdir()
+    other = tiny_config(tmp_path / "other", corpus)
+    minitf.config.save_config(other, run / "config.yaml")
+    data = (run / "config.yaml").read_bytes()
+    with pytest.raises(MinitfError, match=r"config\.yaml \(not this run's\)"):
+        minitf.train(tiny_config(run, corpus), **QUIET)
+    assert (run / "config.yaml").read_bytes() == data
+
+
+def test_a_fresh_run_reuses_what_an_attempt_before_its_first_checkpoint_left(tmp_path, corpus):
+    cfg = tiny_config(tmp_path / "run", corpus)
+    run = Path(cfg.run.out_dir)
+    run.mkdir()
+    minitf.config.save_config(cfg, run / "config.yaml")
+    for step in (25, 50):  # logs of an attempt that never checkpointed: dropped, not mixed in
+        append_row(run / METRICS, {"step": step, "val_loss": 1.0})
+    minitf.train(cfg, **QUIET)
+    assert [r["step"] for r in read_rows(run / METRICS)] == [4, 8]

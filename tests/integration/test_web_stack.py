@@ -17,10 +17,11 @@ import pytest
 
 from minitf.web.explore import Explorer, ExploreServer
 from minitf.web.serve import Completions, CompletionServer
-
-from .helpers import ROOT, default_sigint
+from tests.helpers import ROOT, default_sigint
 
 H = b"Host: 127.0.0.1\r\n"
+
+
 JSON = b"Content-Type: application/json\r\n"
 
 

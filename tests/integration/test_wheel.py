@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT
+from tests.helpers import ROOT
 
 
 def _run(cmd, **kw):

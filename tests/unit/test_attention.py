@@ -7,6 +7,7 @@ import torch
 from minitf.attention import attention, causal_mask
 from minitf.config import ModelConfig
 from minitf.model import CausalSelfAttention
+from tests.helpers import gqa_model as model
 
 
 def test_example1_i_love_ai_unscaled():
@@ -108,3 +109,26 @@ def test_module_sdpa_and_reference_agree_outputs_and_grads(positions):
     steps = fast.steps(x)  # what inspection shows: the written-out steps give the fused path's output
     torch.testing.assert_close(steps["out"], y1.detach(), atol=1e-5, rtol=1e-5)
     assert steps["weights"].shape == (2, 4, 10, 10)
+
+
+# Grouped-query attention (model.n_kv_head): the same attention as n_head heads whose keys and
+# values are shared within each group, a KV cache that shrinks, and n_kv_head = n_head unchanged.
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "reference"])
+def test_grouped_attention_is_reference_attention_with_repeated_kv_heads(attn):
+    m = model(n_kv_head=2, attention=attn)
+    layer = m.blocks[0].attn
+    x = torch.randn(2, 10, 32)
+    with torch.no_grad():
+        c = layer.c_attn(x)  # (B, T, (4 + 2 + 2) * 8)
+        q = c[..., :32].view(2, 10, 4, 8).transpose(1, 2)  # (B, 4, T, 8)
+        k = c[..., 32:48].view(2, 10, 2, 8).transpose(1, 2)  # (B, 2, T, 8)
+        v = c[..., 48:].view(2, 10, 2, 8).transpose(1, 2)
+        q, k = m.rope(q), m.rope(k)
+        # query heads 0, 1 read key/value head 0; heads 2, 3 read head 1
+        k4, v4 = k[:, [0, 0, 1, 1]], v[:, [0, 0, 1, 1]]
+        y, _ = attention(q, k4, v4, causal=True)  # (B, 4, T, 8)
+        expected = layer.c_proj(y.transpose(1, 2).reshape(2, 10, 32))
+        torch.testing.assert_close(layer(x, rope=m.rope), expected, atol=1e-5, rtol=1e-5)
+    assert layer.c_attn.weight.shape == (64, 32)  # q: 4 heads, k and v: 2 heads each, of 8

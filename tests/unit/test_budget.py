@@ -11,10 +11,8 @@ from minitf import budget, trainer
 from minitf.config import TrainConfig, load_config
 from minitf.corpus.prepare import prepare_data
 from minitf.optim import make_optimizer
-from minitf.run_dir import load_run
 from minitf.training.session import Session
-
-from .helpers import tiny_config
+from tests.helpers import tiny_config
 
 
 def timed_steps(step, tc: TrainConfig, clock=time.perf_counter) -> tuple[float, bool]:
@@ -145,57 +143,3 @@ def test_the_timing_calls_the_step_and_leaves_the_rng_alone(monkeypatch, tmp_pat
     assert len(calls) == budget.WARMUP_STEPS + budget.TIMED_STEPS
     assert seconds >= 0 and timed
     assert torch.equal(torch.get_rng_state(), before)
-
-
-def test_a_short_run_trains_and_resumes_the_model_it_chose(tmp_path, corpus, monkeypatch):
-    """A machine where the time budget buys 2 steps (max_steps=3 keeps the test short): the run
-    trains 2 layers, config.yaml says so, and a resume goes on with them."""
-    monkeypatch.setattr(trainer, "time_steps", lambda *a: (300.0, True))
-    out = tmp_path / "short"
-    cfg = load_config(
-        overrides=[
-            f"run.out_dir={out}",
-            f"data.source=file:{corpus}",
-            "data.vocab_size=300",
-            "train.max_seconds=600",
-            "train.max_steps=3",
-            "train.eval_batches=1",
-        ]
-    )
-    lines = []
-    minitf.train(cfg, log=lines.append)
-    (line,) = [x for x in lines if x.startswith("budget:")]
-    assert line.startswith("budget: train.max_seconds=600 buys ~2 steps of 3 layers here, under 1,300: training 2 ")
-    assert lines.index(line) < next(i for i, x in enumerate(lines) if x.startswith("model:"))
-    model, _, saved = load_run(out)
-    assert (saved.model.n_layer, len(model.blocks)) == (2, 2)
-    assert (saved.train.lr, saved.train.muon_lr) == pytest.approx((6e-3, 0.03))
-    assert cfg.model.n_layer == 3  # the caller's config is left as it was
-
-    lines.clear()
-    minitf.train(out, resume=True, log=lines.append, overrides=["train.max_steps=5"])
-    assert not [x for x in lines if x.startswith("budget:")]
-    model, _, saved = load_run(out)
-    assert (saved.train.max_steps, saved.model.n_layer, len(model.blocks)) == (5, 2, 2)
-
-
-def test_fit_budget_false_keeps_three_layers(tmp_path, corpus):
-    out = tmp_path / "kept"
-    overrides = [f"run.out_dir={out}", f"data.source=file:{corpus}", "data.vocab_size=300"]
-    budgeted = ["train.max_seconds=600", "train.max_steps=2", "train.eval_batches=1", "train.fit_budget=false"]
-    lines = []
-    minitf.train(load_config(overrides=overrides + budgeted), log=lines.append)
-    assert not [x for x in lines if x.startswith("budget:")]
-    assert len(load_run(out)[0].blocks) == 3
-
-
-def test_a_run_that_max_steps_ends_says_so_and_trains_three_layers(tmp_path, corpus):
-    """train.max_seconds=1e9 train.max_steps=3: the steps end the run, whatever this machine's speed."""
-    out = tmp_path / "steps"
-    overrides = [f"run.out_dir={out}", f"data.source=file:{corpus}", "data.vocab_size=300"]
-    lines = []
-    minitf.train(load_config(overrides=[*overrides, "train.max_seconds=1e9", "train.max_steps=3"]), log=lines.append)
-    (line,) = [x for x in lines if x.startswith("budget:")]
-    assert line.startswith("budget: train.max_steps=3 ends this run before train.max_seconds=1e+09 (~")
-    assert line.endswith("keeping 3 layers, as fewer would not train more steps")
-    assert len(load_run(out)[0].blocks) == 3

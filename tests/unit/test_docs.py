@@ -5,19 +5,16 @@ quick start is one that CI (.ci/run) runs."""
 
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import minitf
+from tests.helpers import PAGES, ROOT, shell_commands
+from tests.unit.test_layers import LAYERS
 
-from .helpers import ROOT
-from .test_layers import LAYERS
-
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
+
+
 LINK = re.compile(r"!?\[(?:[^\]`]|`[^`]*`)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 
 
@@ -108,19 +105,6 @@ def test_pages_speak_to_users(page):
     assert not [w for w in NOT_FOR_USERS if w in text]
 
 
-# ------------------------------------------------------------------ the quick start runs in CI
-
-
-def shell_commands(text: str) -> list[list[str]]:
-    """Each command line of a shell text as its words (continuations joined, comments dropped)."""
-    out = []
-    for line in text.replace("\\\n", " ").splitlines():
-        words = shlex.split(line, comments=True)
-        if words and words[0] not in ("if", "then", "else", "fi", "set", "cd"):
-            out.append(words)
-    return out
-
-
 def quick_start() -> list[list[str]]:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## Quick start\n", 1)[1].split("\n## ", 1)[0]
@@ -184,25 +168,6 @@ def test_every_quick_start_command_is_run_by_ci():
     assert not missing, f"README quick-start commands that .ci/run does not run: {missing}"
 
 
-def written_by_the_docs() -> set[str]:
-    """What the docs' shell commands write inside a clone: their --out targets and outputs with a
-    file name (a .gguf, a notebook), plus the runs that training and the walk-through make."""
-    out = {"runs/shakespeare", "docs/learn/runs/learn-2026-01-01-120000", "docs/learn/attention.ipynb"}
-    for page in PAGES:
-        for block in re.findall(r"^```(?:bash|sh)\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S):
-            for words in shell_commands(block):
-                out |= {b for a, b in zip(words, words[1:]) if a == "--out" and not b.startswith(("/", "~", "$"))}
-    return out
-
-
-@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")
-def test_what_the_docs_commands_write_in_a_clone_is_ignored_by_git():
-    paths = sorted(written_by_the_docs())
-    assert {"hf/shakespeare", "shakespeare.gguf"} <= set(paths)  # the README's exports are among them
-    r = subprocess.run(["git", "check-ignore", "--no-index", *paths], cwd=ROOT, capture_output=True, text=True)
-    assert sorted(r.stdout.split()) == paths, f"not ignored: {sorted(set(paths) - set(r.stdout.split()))}"
-
-
 def test_the_learn_extra_installs_what_the_walk_through_tells_the_reader_to_run():
     """docs/learn/README.md's programs come with `pip install -e '.[learn]'`, and its `jupyter
     execute` keeps the outputs (without --inplace it runs the notebook and shows nothing)."""
@@ -216,25 +181,6 @@ def test_the_learn_extra_installs_what_the_walk_through_tells_the_reader_to_run(
     assert used >= {"jupytext", "jupyter lab", "jupyter execute"}
     assert {provides[p] for p in used} <= packages
     assert all("--inplace" in c for c in commands if c.startswith("jupyter execute"))
-
-
-def test_the_readmes_llama_cpp_python_line_runs_an_exported_file(tiny_run, tmp_path):
-    """The README's way to run a GGUF file from Python, with what the llamacpp extra installs."""
-    pytest.importorskip("gguf", reason="the gguf package is not installed (pip install -e '.[gguf]')")
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')")
-    from minitf.export.gguf import export_run
-
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"^```(?:bash|sh)\n(.*?)^```", readme, re.M | re.S)
-    (line,) = [w for block in blocks for w in shell_commands(block) if "llama_cpp" in " ".join(w)]
-    block = minitf.load_config(tiny_run / "config.yaml").model.block_size
-    # the default recipe's 256-token context holds 200 new tokens; the test's tiny model holds fewer
-    code = line[line.index("-c") + 1].replace("max_tokens=200", f"max_tokens={block // 2}")
-    assert f"max_tokens={block // 2}" in code
-    export_run(tiny_run, tmp_path / "shakespeare.gguf")
-    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert len(r.stdout.strip()) > 0  # the continuation llama.cpp sampled
 
 
 def test_the_reading_path_says_each_files_length():

@@ -3,13 +3,16 @@ for generate, evaluate and inspect, with the caller's mode given back."""
 
 import contextlib
 import itertools
+import sys
 
 import pytest
 import torch
 
 import minitf
+import minitf.system.files
 from minitf.config import SampleConfig
 from minitf.corpus.prepare import prepare_data
+from minitf.errors import MinitfError
 from minitf.evaluate import evaluate, evaluate_text
 from minitf.generate import generate_tokens, sample_next_token, token_probs, window_start
 from minitf.kv_cache import KVCache
@@ -242,3 +245,103 @@ def test_sampler_distribution_is_what_sample_next_token_draws_from(settings):
     )
     freq = torch.bincount(draws, minlength=8) / 4000
     assert d.kept[0][draws].all() and (freq - d.probs[0]).abs().max() < 0.03
+
+
+# README claims and options that had no test, each checked against a value the code does not
+# compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.
+
+
+def test_a_character_cut_across_tokens_streams_whole(monkeypatch, tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    ids = tok.encode("a\U0001f389b") + [tok.eot_id, *tok.encode(" never")]
+    assert len(ids) > 3  # the emoji's four bytes are spread over several byte-level tokens
+    monkeypatch.setattr(
+        sys.modules["minitf.generate"], "generate_tokens", lambda *a, **k: (torch.tensor([i]) for i in ids)
+    )
+    pieces = list(minitf.stream(model, tok, "x", max_new_tokens=len(ids)))
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == "a\U0001f389b"  # and nothing after <|endoftext|>
+
+
+def test_greedy_text_is_the_argmax_of_each_forward(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    ids = tok.encode("ROMEO:")
+    with torch.no_grad():
+        for _ in range(15):  # the plain loop, no cache, no sampler
+            ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
+    new = ids[len(tok.encode("ROMEO:")) :]
+    new = new[: new.index(tok.eot_id)] if tok.eot_id in new else new
+    assert minitf.generate(model, tok, "ROMEO:", max_new_tokens=15, temperature=0) == tok.decode(new)
+
+
+def test_an_empty_prompt_continues_from_a_document_boundary(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    ids = [tok.eot_id]
+    with torch.no_grad():
+        for _ in range(20):
+            ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
+    new = ids[1:]
+    new = new[: new.index(tok.eot_id)] if tok.eot_id in new else new
+    assert minitf.generate(model, tok, "", max_new_tokens=20, temperature=0) == tok.decode(new)
+
+
+# What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
+# settings, corrupt files and library misuse. Each gives the right behaviour or one clear line.
+
+
+def test_generate_samples_in_eval_mode_and_restores_the_callers_mode(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    model.config.dropout = 0.5
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.5
+    eval_text = minitf.generate(model.eval(), tok, "ROMEO:", max_new_tokens=20, seed=0)
+    model.train()
+    assert minitf.generate(model, tok, "ROMEO:", max_new_tokens=20, seed=0) == eval_text
+    assert "".join(minitf.stream(model, tok, "ROMEO:", max_new_tokens=20, seed=0)) == eval_text
+    assert model.training
+
+
+def test_a_tokenizer_of_another_size_is_refused(tiny_run):
+    model, _, _ = minitf.load_run(tiny_run)
+    other = minitf.Tokenizer.train(["some other text entirely " * 50], vocab_size=280)
+    with pytest.raises(
+        MinitfError,
+        match=f"the tokenizer has {other.vocab_size} tokens but the model was trained "
+        f"with 300; use the tokenizer of the model's run",
+    ):
+        minitf.generate(model, other, "hello", max_new_tokens=3)
+
+
+# scripts/generate.py as a user runs it: defaults, options, and one-line errors for bad input.
+
+
+def test_library_generate_and_stream_agree(tiny_run):
+    model, tok, cfg = minitf.load_run(tiny_run)
+    text = minitf.generate(model, tok, "ROMEO:", max_new_tokens=40, temperature=0)
+    pieces = list(minitf.stream(model, tok, "ROMEO:", max_new_tokens=40, temperature=0))
+    assert "".join(pieces) == text and len(text) > 0
+    uncached = minitf.generate(model, tok, "ROMEO:", max_new_tokens=40, temperature=0, use_cache=False)
+    assert uncached == text
+    many = minitf.generate(model, tok, "ROMEO:", max_new_tokens=20, seed=1, num_samples=3, temperature=1.0)
+    assert isinstance(many, list) and len(many) == 3
+    assert many == minitf.generate(model, tok, "ROMEO:", max_new_tokens=20, seed=1, num_samples=3, temperature=1.0)
+
+
+def test_stop_strings_and_empty_prompt(tiny_run):
+    model, tok, _ = minitf.load_run(tiny_run)
+    full = minitf.generate(model, tok, "", max_new_tokens=60, temperature=0)
+    assert len(full) > 10
+    stop = full[5:8]
+    cut = minitf.generate(model, tok, "", max_new_tokens=60, temperature=0, stop=[stop])
+    assert cut == full[: full.find(stop)]
+    assert "".join(minitf.stream(model, tok, "", max_new_tokens=60, temperature=0, stop=stop)) == cut
+
+
+def test_long_prompt_keeps_its_tail(tiny_run):
+    model, tok, cfg = minitf.load_run(tiny_run)
+    prompt = "ROMEO: O love, sweet night! " * 40  # far more than block_size tokens
+    with pytest.warns(UserWarning, match="keeping its last 32"):
+        text = minitf.generate(model, tok, prompt, max_new_tokens=10, temperature=0)
+    tail_prompt = tok.decode(tok.encode(prompt)[-32:])
+    assert text == minitf.generate(model, tok, tail_prompt, max_new_tokens=10, temperature=0)

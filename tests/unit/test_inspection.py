@@ -11,6 +11,7 @@ import minitf
 from minitf.attention import attention
 from minitf.inspection import check_layer_head, format_weights, logit_lens, token_label
 from minitf.plots.figures import plot_attention
+from tests.helpers import gqa_model as model
 
 TEXT = "ROMEO: O love, sweet night! The cat sat on the mat."
 
@@ -212,3 +213,18 @@ def test_inspect_and_interprets_trace_run_the_same_blocks(tok):
         assert torch.equal(layer.weights, t.weights[i][0]) and torch.equal(layer.heads, t.heads[i][0])
         assert torch.equal(layer.attn_out, t.attn_out[i][0]) and torch.equal(layer.ffn_out, t.ffn_out[i][0])
     assert torch.equal(ins.residuals, torch.stack(t.residuals)[:, 0]) and torch.equal(ins.logits, t.logits[0])
+
+
+# Grouped-query attention (model.n_kv_head): the same attention as n_head heads whose keys and
+# values are shared within each group, a KV cache that shrinks, and n_kv_head = n_head unchanged.
+
+
+def test_inspect_gives_each_query_head_its_groups_keys_and_values():
+    tok = minitf.Tokenizer.train(["the cat sat on the mat " * 20], vocab_size=300)
+    m = model(vocab_size=tok.vocab_size, n_kv_head=2)
+    ins = minitf.inspect(m, tok, "the cat sat")
+    s = ins.layers[0]
+    assert ins.n_head == 4 and s.k.shape == s.v.shape == s.q.shape
+    assert torch.equal(s.k[0], s.k[1]) and torch.equal(s.v[2], s.v[3]) and not torch.equal(s.k[1], s.k[2])
+    with torch.no_grad():
+        torch.testing.assert_close(ins.logits, m(torch.tensor([tok.encode("the cat sat")]))[0][0], atol=1e-5, rtol=0)

@@ -7,9 +7,11 @@ import ast
 
 import pytest
 
-from .helpers import ROOT
+from tests.helpers import ROOT
 
 PKG = ROOT / "minitf"
+
+
 # bottom to top; a module may import from its own layer or a lower one, never from a higher one.
 # A sub-package (corpus/, training/, export/, web/, cli/, system/) stands in one layer as a whole.
 LAYERS = [
@@ -35,6 +37,8 @@ LAYERS = [
     {"web"},  # the web apps: the explorer, the OpenAI-compatible server, and their HTTP layer
     {"cli", "__main__"},  # the command line: minitf <command>
 ]
+
+
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 

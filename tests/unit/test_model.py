@@ -7,7 +7,10 @@ import pytest
 import torch
 
 import minitf
+import minitf.system.files
 from minitf.sizes import padded_vocab, swiglu_hidden
+from tests.helpers import GQA_IDS as IDS
+from tests.helpers import gqa_model as model
 
 VARIANTS = list(
     itertools.product(
@@ -185,3 +188,33 @@ def test_learns_one_batch(positions):
         if loss.item() < 0.1:
             break
     assert loss.item() < 0.1, f"loss {loss.item():.3f} after {step + 1} steps"
+
+
+# What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
+# settings, corrupt files and library misuse. Each gives the right behaviour or one clear line.
+
+
+def test_forward_refuses_ids_it_cannot_embed():
+    m = minitf.Transformer(minitf.ModelConfig(vocab_size=100, block_size=8, n_layer=1, n_head=2, n_embd=16))
+    ok = torch.tensor([[1, 2, 3]])
+    with pytest.raises(ValueError, match=r"idx must be \(batch, time\) token ids, got shape \(3,\)"):
+        m(ok[0])
+    with pytest.raises(ValueError, match=r"idx holds ids outside 0..99 \(min -1"):
+        m(torch.tensor([[1, -1]]))
+    with pytest.raises(ValueError, match=r"idx holds ids outside 0..99 .*max 120"):
+        m(torch.tensor([[1, 120]]))  # 120 < 128: a padding row, which would embed silently as zeros
+    with pytest.raises(ValueError, match=r"targets holds ids outside 0..99 .*max 100"):
+        m(ok, torch.tensor([[2, 3, 100]]))
+    assert m(ok, torch.tensor([[2, -100, 4]]))[1].isfinite()  # -100: no loss here, as documented
+
+
+# Grouped-query attention (model.n_kv_head): the same attention as n_head heads whose keys and
+# values are shared within each group, a KV cache that shrinks, and n_kv_head = n_head unchanged.
+
+
+def test_n_kv_head_equal_to_n_head_is_the_model_as_before():
+    a, b = model(), model(n_kv_head=4)
+    assert {k: v.shape for k, v in a.state_dict().items()} == {k: v.shape for k, v in b.state_dict().items()}
+    assert a.blocks[0].attn.c_attn.weight.shape == (96, 32)
+    with torch.no_grad():
+        assert torch.equal(a(IDS)[0], b(IDS)[0])

@@ -3,19 +3,11 @@ a step's update, exact resume, and DDP."""
 
 import pytest
 import torch
-import torch.multiprocessing as mp
-from safetensors.torch import load_file
 
 import minitf
 from minitf import muon, optim
 from minitf.config import TrainConfig
-from minitf.trainer import forward_backward
-from minitf.training.metrics import METRICS, read_rows
-
-from .helpers import join_gloo, leave_gloo, step_session, tiny_config, train_with_snapshot
-
-CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
-MUON = dict(optimizer="muon", lr=2e-3, muon_lr=0.05, weight_decay=0.0)
+from tests.helpers import CFG, MUON
 
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest():
@@ -74,64 +66,3 @@ def test_muon_steps_equal_torch_muon():
     # float32 Newton-Schulz (on CPUs without native bfloat16) gives about the same matrix
     diff = muon.orthogonalise(grads[0], torch.float32) - muon.orthogonalise(grads[0], torch.bfloat16).float()
     assert 0 < diff.abs().max() < 0.05
-
-
-def test_muon_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
-    overrides = ("train.optimizer=muon", "train.muon_lr=0.05", "model.dropout=0.1")
-    snapshot = tmp_path / "at-step-4"
-    straight = train_with_snapshot(tiny_config(tmp_path / "straight", corpus, *overrides), snapshot, 4, monkeypatch)
-    state = torch.load(snapshot / "state.pt", weights_only=True)["optimizer"]
-    assert set(state) == {"adamw", "muon"} and state["muon"]["state"]  # both states, momentum included
-    resumed = minitf.train(snapshot, resume=True, log=lambda *a: None)
-    a, b = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-    rows = read_rows(resumed / METRICS)
-    assert rows[-1]["train_loss"] < rows[0]["train_loss"]
-
-
-def test_resume_refuses_another_optimizer(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
-    with pytest.raises(minitf.MinitfError, match="train.optimizer"):
-        minitf.train(run, resume=True, overrides=["train.optimizer=muon", "train.max_steps=8"], log=lambda *a: None)
-
-
-def _float32_newton_schulz(opt):
-    """Newton-Schulz in float32 on any CPU: on one with native bf16 it would run in bfloat16, whose
-    rounding turns the ranks' ~1e-7 gradient differences into ~1e-3 differences of the update."""
-    for group in opt.named["muon"].param_groups:
-        group["ns_dtype"] = "float32"
-    return opt
-
-
-def _muon_ddp_worker(rank, world, init_file, x, out):
-    join_gloo(rank, world, init_file)
-    torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(minitf.Transformer(CFG))
-    tc = TrainConfig(**MUON, grad_accum=2, grad_clip=0.0)
-    opt = _float32_newton_schulz(optim.make_optimizer(model.module, tc, torch.device("cpu")))
-    mine = x[rank * 4 : (rank + 1) * 4]
-    batches = [(mine[:2], mine[:2]), (mine[2:], mine[2:])]
-    forward_backward(step_session(model, batches, opt, tc, distributed=True, raw_model=model.module))
-    opt.step()
-    torch.save(model.module.state_dict(), f"{out}.{rank}")
-    leave_gloo()
-
-
-def test_muon_under_ddp_keeps_ranks_identical_and_matches_one_process(tmp_path):
-    x = torch.randint(0, 64, (8, 16), generator=torch.Generator().manual_seed(1))
-    out = str(tmp_path / "w")
-    mp.spawn(_muon_ddp_worker, args=(2, str(tmp_path / "init"), x, out), nprocs=2)
-    r0, r1 = torch.load(f"{out}.0", weights_only=True), torch.load(f"{out}.1", weights_only=True)
-    torch.manual_seed(0)
-    single = minitf.Transformer(CFG)
-    start = {k: v.clone() for k, v in single.state_dict().items()}
-    opt = _float32_newton_schulz(optim.make_optimizer(single, TrainConfig(**MUON), torch.device("cpu")))
-    single(x, x)[1].backward()
-    opt.step()
-    for k, v in single.state_dict().items():
-        assert torch.equal(r0[k], r1[k]), k  # every rank applied the same update
-        # the gradients agree to rounding (sums in another order), and so do the float32 updates
-        torch.testing.assert_close(r0[k], v, atol=2e-4, rtol=0)
-        if k.endswith("mlp.c_fc.weight"):
-            assert (v - start[k]).abs().max() > 1e-2  # the step really moved it

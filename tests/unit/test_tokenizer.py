@@ -2,10 +2,7 @@
 
 import hashlib
 import json
-import os
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,43 +12,13 @@ import torch
 from minitf.config import DataConfig
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import EOT, MAX_PIECE_BYTES, Tokenizer, check_ids, check_text
-
-WORDS = (
-    "the of and to a in that is was he for it with as his on be at by I this had not are but "
-    "from or have an they which you were her all she there would their we him been has when "
-    "ROMEO JULIET thou thee thy doth hath love night fair sweet death"
-).split()
-
-
-def corpus(n_docs: int = 8, n_lines: int = 200, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    return [
-        "".join(
-            " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + rng.choice(".,;!?") + "\n"
-            for _ in range(n_lines)
-        )
-        for _ in range(n_docs)
-    ]
+from tests.helpers import HARD_STRINGS as HARD
+from tests.helpers import tokenizer_corpus as corpus
 
 
 @pytest.fixture(scope="module")
 def tok() -> Tokenizer:
     return Tokenizer.train(corpus(), vocab_size=400)
-
-
-HARD = [
-    "",
-    "hello world",
-    "emoji 🎉👩‍👩‍👧 done",
-    "日本語の文章と中文和한국어",
-    "NUL \x00 in the middle\x00",
-    "combining e\u0301 n\u0303 a\u030a\u0323",
-    "windows\r\nline endings\r\n\r\n",
-    "spaces" + " " * 257 + "then\t\t\ttabs  \n  \n",
-    "right-to-left שלום עליכם and ﷽",
-    f"a literal {EOT} inside",
-    "\ufffd replacement char and \U0010ffff the last code point",
-]
 
 
 def test_round_trip_of_hard_strings(tok):
@@ -84,22 +51,6 @@ def test_vocab_size_and_eot(tok):
     assert len(merged) == 1  # a frequent word became one token
 
 
-def test_training_is_deterministic_byte_for_byte(tok, tmp_path):
-    again = Tokenizer.train(iter(corpus()), vocab_size=400)  # an iterator works as well as a list
-    assert again.to_json() == tok.to_json() and again.hash == tok.hash
-    # in a fresh process too, where the Rust HashMaps get other random seeds
-    code = (
-        f"import random, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); from test_tokenizer import corpus; "
-        "from minitf.tokenizer import Tokenizer; "
-        "Tokenizer.train(corpus(), vocab_size=400).save(sys.argv[1])"
-    )
-    subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "t.json")], check=True, env={**os.environ, "PYTHONHASHSEED": "123"}
-    )
-    assert (tmp_path / "t.json").read_text(encoding="utf-8") == tok.to_json()
-    assert Tokenizer.train(corpus(seed=5), vocab_size=400).hash != tok.hash
-
-
 def test_save_and_load_as_tokenizer_json(tok, tmp_path):
     tok.save(tmp_path / "tokenizer.json")
     data = (tmp_path / "tokenizer.json").read_bytes()
@@ -112,16 +63,6 @@ def test_save_and_load_as_tokenizer_json(tok, tmp_path):
     (tmp_path / "run").mkdir()
     tok.save(tmp_path / "run")  # a directory gets a tokenizer.json inside
     assert (tmp_path / "run" / "tokenizer.json").read_bytes() == data
-
-
-def test_transformers_can_load_it(tok, tmp_path):
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
-    tok.save(tmp_path / "tokenizer.json")
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
-    for s in HARD:
-        ids = fast.encode(s, add_special_tokens=False)
-        assert ids == tok.encode(s)
-        assert fast.decode(ids, clean_up_tokenization_spaces=False) == s
 
 
 def test_decode_accepts_tensors_and_arrays(tok):

@@ -20,6 +20,7 @@ iter 4: loss 3.8000, time 700.00ms, mfu 1.00%
 iter 5: loss 3.7000, time 55.00ms, mfu 1.00%
 """
 
+
 # a model.py with nanoGPT's interface whose logits are all zero: every character costs log(V) nats
 UNIFORM_MODEL = """
 import dataclasses, torch

@@ -3,12 +3,13 @@ edited in place (same size, mtime put back), a file changed while it is tokenize
 after the corpus changed. Each reads every real file once, or makes a new cache, or is refused in
 one line naming the file or the source."""
 
+import errno
 import hashlib
+import math
 import os
-import shutil
+from pathlib import Path
 
 import pytest
-import torch
 
 import minitf
 import minitf.corpus.prepare
@@ -17,33 +18,15 @@ import minitf.corpus.token_cache
 import minitf.data
 from minitf.config import DataConfig
 from minitf.corpus.prepare import prepare_data
-from minitf.corpus.sources import Source
+from minitf.corpus.sources import Source, _text_files, cache_dir, val_rule
 from minitf.errors import MinitfError
-
-from .helpers import make_play, tiny_config
-from .test_data import Log, write_docs
+from tests.helpers import Log, make_play, same_size_edit, write_docs
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-def same_size_edit(path) -> None:
-    """Change a file's text without changing its size (the case of its last lowercase letter: the
-    end is read last), then put its mtime back, as a careful editor or a restore tool might; the
-    size and mtime a cheap key would look at stay as they were."""
-    st = os.stat(path)
-    data = path.read_bytes()
-    i = max(data.rfind(bytes([c])) for c in b"abcdefghijklmnopqrstuvwxyz")
-    path.write_bytes(data[:i] + data[i : i + 1].upper() + data[i + 1 :])
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    after = os.stat(path)
-    assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns) and path.read_bytes() != data
-
-
-# ------------------------------------------------------------------ symlinks: each real file once
 
 
 def linked_corpus(root):
@@ -96,9 +79,6 @@ def test_a_directory_reached_only_through_a_link_is_read(tmp_path):
         d / "more" / "doc00.txt",
         d / "more" / "doc01.txt",
     ]
-
-
-# ------------------------------------------------------------------ the cache key covers the content
 
 
 def test_a_same_size_edit_with_the_mtime_put_back_makes_a_new_cache(tmp_path):
@@ -176,9 +156,6 @@ def test_a_file_gone_or_unreadable_when_it_is_hashed_is_one_line(tmp_path, monke
         Source(DataConfig(source=f"file:{c}"))
 
 
-# ------------------------------------------------------------------ a file that changes while it is read
-
-
 @pytest.mark.parametrize("which", ["doc00.txt", "doc03.txt"])  # the one being read, one not read yet
 def test_a_file_changed_while_it_is_tokenized_is_refused(tmp_path, cache, monkeypatch, which):
     c = tmp_path / "c"
@@ -249,41 +226,66 @@ def test_a_single_file_changed_after_its_counting_pass_is_refused(tmp_path, monk
         prepare_data(DataConfig(source=f"file:{f}", vocab_size=300), log=Log())
 
 
-# ------------------------------------------------------------------ --resume on a changed corpus
+# Corpus sources, the train/val split, the token cache, batches and bad input, on tiny local corpora.
 
 
-def test_resume_on_a_changed_corpus_is_refused(tmp_path, cache):
-    c = tmp_path / "c"
-    c.mkdir()
-    for i in range(3):
-        (c / f"play{i}.txt").write_text(make_play(i))
-    run = minitf.train(tiny_config(tmp_path / "run", c, "train.max_steps=4"), log=lambda *a: None)
-    state = (run / "state.pt").read_bytes()
-    original = (c / "play1.txt").read_bytes()
+@pytest.mark.parametrize(
+    "n,f", [(2, 0.1), (2, 0.5), (3, 0.5), (4, 0.1), (5, 0.1), (6, 0.1), (42, 0.1), (1000, 0.05), (999, 0.3), (7, 0.5)]
+)
+def test_val_rule_counts_and_bounds(n, f):
+    val = [i for i in range(n) if val_rule(n, f)(i)]
+    assert 1 <= len(val) <= n // 2  # never more val than train
+    assert len(val) == max(1, math.ceil(n * f - 0.5))  # n*f rounded, halves down
+    if n * f > 0.5:  # the rule needs no n, so a stream splits the same way
+        assert val == [i for i in range(n) if val_rule(None, f)(i)]
+    else:
+        assert val == [n - 1]
 
-    same_size_edit(c / "play1.txt")
+
+# Mistakes a user makes that used to end in a traceback or an unclear error: each is now one line
+# naming the problem and the fix (a ConfigError or MinitfError; the scripts print it as 'error: ...').
+
+
+def test_a_cache_directory_that_is_a_file(tmp_path, monkeypatch, corpus):
+    (tmp_path / "cache").write_text("not a directory")
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
     with pytest.raises(MinitfError) as e:
-        minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
+        prepare_data(DataConfig(source=f"file:{corpus}", vocab_size=300), log=lambda *a: None)
     assert str(e.value) == (
-        f"--resume: the corpus data.source=file:{c} changed since this run was trained on it ({c / 'play1.txt'} "
-        f"edited); put the original text back, or start a new run.out_dir on the new text"
+        f"MINITF_CACHE={tmp_path / 'cache'} is a file, not a directory; point MINITF_CACHE at a directory "
+        f"(made if missing), or unset it"
     )
-    assert (run / "state.pt").read_bytes() == state
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache" / "sub"))
+    with pytest.raises(MinitfError, match="lies under .*cache, which is a file, not a directory"):
+        cache_dir()
 
-    (c / "play3.txt").write_text(make_play(3))  # a new file is a change too
-    (c / "play1.txt").write_bytes(original)
-    (c / "play0.txt").rename(c / "play9.txt")
+
+def test_a_cache_directory_on_a_read_only_file_system(tmp_path, monkeypatch, corpus):
+    def read_only(self, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(Path, "mkdir", read_only)
     with pytest.raises(MinitfError) as e:
-        minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
-    assert f"trained on it ({c / 'play3.txt'} added, {c / 'play9.txt'} added, {c / 'play0.txt'} removed);" in str(
-        e.value
+        prepare_data(DataConfig(source=f"file:{corpus}", vocab_size=300), log=lambda *a: None)
+    assert str(e.value) == (
+        f"MINITF_CACHE={tmp_path / 'cache'} cannot be made (Read-only file system); "
+        "point MINITF_CACHE at a writable directory"
     )
+    monkeypatch.undo()
+    (tmp_path / "cache").mkdir()
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a read-only mount answers, even to root
+    with pytest.raises(MinitfError, match=r"^MINITF_CACHE=.*cache is not writable; point MINITF_CACHE at a writable"):
+        cache_dir()
 
-    shutil.rmtree(cache / "tokens")  # without the cache it was trained from, the change is not itemised
-    with pytest.raises(MinitfError, match=r"trained on it \(its files' content differs\); put the original"):
-        minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
-    (c / "play9.txt").rename(c / "play0.txt")
 
-    (c / "play3.txt").unlink()  # the text as trained on (new times, same content): it resumes
-    minitf.train(run, resume=True, overrides=["train.max_steps=6"], log=lambda *a: None)
-    assert torch.load(run / "state.pt", weights_only=True)["step"] == 6
+def test_file_names_with_glob_characters(tmp_path):
+    (tmp_path / "notes[1].txt").write_text("the first note\n")
+    (tmp_path / "notes1.txt").write_text("a file the pattern notes[1].txt would match instead\n")
+    (tmp_path / "dir[x]").mkdir()
+    (tmp_path / "dir[x]" / "a.txt").write_text("inside a directory with brackets\n")
+    assert _text_files(str(tmp_path / "notes[1].txt"))[0] == [tmp_path / "notes[1].txt"]
+    assert _text_files(str(tmp_path / "dir[x]"))[0] == [tmp_path / "dir[x]" / "a.txt"]
+    # a path that is not there is still a pattern
+    assert _text_files(str(tmp_path / "notes[0-9].txt"))[0] == [tmp_path / "notes1.txt"]

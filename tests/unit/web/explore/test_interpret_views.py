@@ -1,15 +1,11 @@
 """The explorer's heads and attribution views (POST /api/heads, /api/attribution) over a trained
 run: the numbers are minitf.interpret's on the window the model read, and bad input is one line."""
 
-import json
-import urllib.request
-from urllib.error import HTTPError
-
 import pytest
 import torch
 
 from minitf.interpret import ablate, attribute, head_scores
-from minitf.web.explore.api import VIEWS, BadRequest, Explorer
+from minitf.web.explore.api import BadRequest, Explorer
 
 
 @pytest.fixture(scope="module")
@@ -20,30 +16,6 @@ def ex(tiny_run):
 @pytest.fixture(scope="module")
 def ids(ex):
     return ex.tok.encode("ROMEO: O love, sweet night! ROMEO: O love")
-
-
-def post(server, view: str, body: dict):
-    """(status, JSON) of POST /api/<view>."""
-    req = urllib.request.Request(
-        server.url.rstrip("/") + f"/api/{view}",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def test_the_views_are_served(explore_server, ex, ids):
-    assert VIEWS["heads"] == "heads" and VIEWS["attribution"] == "attribution"
-    status, d = post(explore_server, "heads", {"ids": ids, "position": 4, "heads": [[0, 0]]})
-    assert status == 200 and d["heads"] == [[0, 0]] and d == ex.heads({"ids": ids, "position": 4, "heads": [[0, 0]]})
-    status, d = post(explore_server, "attribution", {"ids": ids, "position": 4})
-    assert status == 200 and d["target"]["id"] == ids[5]
-    status, d = post(explore_server, "heads", {"ids": ids, "position": 4, "heads": [[0, 99]]})
-    assert status == 400 and "head is 99" in d["error"]
 
 
 def test_heads_view_scores_and_switches_heads_off(ex, ids):

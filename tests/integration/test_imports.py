@@ -1,0 +1,52 @@
+"""What importing minitf loads, in a fresh process: datasets only for the sources that need it."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import ROOT
+
+# The `minitf` command: one front door over the same code as scripts/*.py, with their one-line errors.
+
+
+def test_datasets_is_imported_only_for_hf_sources(tmp_path):
+    """Configuring, training's imports and preparing a local text never import datasets (a slow
+    import); an hf: source (here a local parquet directory) does."""
+    pq = pytest.importorskip("pyarrow.parquet", reason="pyarrow comes with datasets")
+    import pyarrow as pa
+
+    text = "To be, or not to be, that is the question.\n" * 200
+    (tmp_path / "a.txt").write_text(text)
+    (tmp_path / "shards").mkdir()
+    pq.write_table(pa.table({"text": [text, text]}), tmp_path / "shards" / "part0.parquet")
+    code = (
+        "import sys, minitf\n"
+        "minitf.load_config()\n"
+        "import minitf.trainer, minitf.generate, minitf.evaluate, minitf.cli.train\n"
+        "from minitf.corpus.prepare import prepare_data\n"
+        "quiet = lambda *a: None\n"
+        f"prepare_data(minitf.DataConfig(source='file:{tmp_path / 'a.txt'}', vocab_size=300), log=quiet)\n"
+        "print('datasets' in sys.modules)\n"
+        f"prepare_data(minitf.DataConfig(source='hf:{tmp_path / 'shards'}', vocab_size=300), log=quiet)\n"
+        "print('datasets' in sys.modules)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MINITF_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["False", "True"]
+
+
+# Corpus sources, the train/val split, the token cache, batches and bad input, on tiny local corpora.
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_importing_minitf_data_does_not_import_datasets():
+    code = "import sys, minitf.data, minitf.tokenizer; assert 'datasets' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

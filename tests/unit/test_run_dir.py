@@ -1,0 +1,62 @@
+"""minitf.run_dir: load_run refuses weights holding NaN or infinity and a tokenizer of the same size from elsewhere."""
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import minitf
+from minitf.errors import MinitfError
+from minitf.training import checkpoint as ckpt
+from tests.helpers import TENSOR, _poison, _refusal, make_play
+
+# README claims and options that had no test, each checked against a value the code does not
+# compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.
+
+
+def test_a_tokenizer_of_the_same_size_from_elsewhere_is_refused(tmp_path, corpus, tiny_run):
+    run = tmp_path / "copy"
+    shutil.copytree(tiny_run, run)
+    other = minitf.Tokenizer.train([make_play(seed) for seed in range(10, 16)], vocab_size=300)
+    assert other.vocab_size == 300 and other.hash != minitf.Tokenizer.load(run / "tokenizer.json").hash
+    (run / "tokenizer.json").write_text(other.to_json())
+    with pytest.raises(minitf.MinitfError, match="tokenizer.json is not the tokenizer this model was trained with"):
+        minitf.load_run(run)
+
+
+# Nothing broken that minitf reads is used silently: weights holding NaN or infinity are refused
+# wherever a run is loaded (generate, evaluate, both exports, the explorer, resume, the sharded
+# checkpoint), a run.init_from directory that does not describe one complete model is refused in
+# one line naming what is wrong (never random layers), and a resume without the run's tokenizer
+# says what is missing.
+
+
+@pytest.fixture
+def nan_run(tmp_path, tiny_run):
+    """A copy of the trained tiny run whose model.safetensors holds one NaN (best.safetensors is intact)."""
+    run = tmp_path / "nan"
+    shutil.copytree(tiny_run, run)
+    _poison(run / ckpt.WEIGHTS)
+    return run
+
+
+def test_load_run_names_the_file_and_the_tensor_and_a_way_out(nan_run):
+    with pytest.raises(MinitfError) as e:
+        minitf.load_run(nan_run)
+    line = str(e.value)
+    assert line.startswith(_refusal(nan_run)) and "\n" not in line
+    assert line.endswith("use best.safetensors (--best) or train again with a lower train.lr")
+    model, _, _ = minitf.load_run(nan_run, best=True)  # the way out it names works
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    _poison(nan_run / ckpt.BEST, "wte.weight" if "wte.weight" in load_file(nan_run / ckpt.BEST) else "lm_head.weight")
+    with pytest.raises(MinitfError, match=r"best.safetensors: tensor (wte|lm_head).weight holds NaN/inf .*--best\)"):
+        minitf.load_run(nan_run, best=True)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf")])
+def test_infinities_are_refused_too(nan_run, value):
+    _poison(nan_run / ckpt.WEIGHTS, "ln_f.weight", value)
+    _poison(nan_run / ckpt.WEIGHTS, TENSOR, 0.0)
+    with pytest.raises(MinitfError, match=r"model.safetensors: tensor ln_f.weight holds NaN/inf values \(1 of 32\)"):
+        minitf.load_run(nan_run)
