@@ -12,7 +12,7 @@ from tests.helpers import PAGES, ROOT, shell_commands
 
 # The README and docs/ stay true to the tree: every relative link and picture points at a file in
 # the repository (and a #anchor at a heading of it), docs/design.md lists the layers
-# tests/test_layers.py enforces, the pages speak to users only, and every command of the README's
+# tests/unit/test_layers.py enforces, the pages speak to users only, and every command of the README's
 # quick start is one that CI (.ci/run) runs.
 
 

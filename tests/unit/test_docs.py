@@ -1,6 +1,6 @@
 """The README and docs/ stay true to the tree: every relative link and picture points at a file in
 the repository (and a #anchor at a heading of it), docs/design.md lists the layers
-tests/test_layers.py enforces, the pages speak to users only, and every command of the README's
+tests/unit/test_layers.py enforces, the pages speak to users only, and every command of the README's
 quick start is one that CI (.ci/run) runs."""
 
 import re
@@ -75,7 +75,7 @@ def test_relative_links_point_at_files_and_headings_that_exist(page):
 
 
 def test_design_lists_the_layers_that_test_layers_enforces():
-    """tests/test_layers.py points readers at docs/design.md, "Layers": its table must be LAYERS."""
+    """tests/unit/test_layers.py points readers at docs/design.md, "Layers": its table must be LAYERS."""
     text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
     assert "layers" in anchors(ROOT / "docs" / "design.md")
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]

@@ -2,7 +2,8 @@
 import and the GGUF export all read, so that adding a format means adding one table.
 
 Runs without transformers, gguf or llama.cpp: the tensors are built and read in memory. That the
-files compute the model is tests/test_hf_llama.py's and tests/test_gguf.py's to check.
+files compute the model is tests/integration/test_hf_llama.py's and
+tests/integration/test_gguf_llamacpp.py's to check.
 """
 
 import dataclasses
