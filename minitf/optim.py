@@ -26,7 +26,7 @@ def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):
     # biases are not such maps (an embedding row is a lookup, not a matrix product), so AdamW keeps them.
     hidden = {id(p) for name, p in model.named_parameters() if name.startswith("blocks.") and p.dim() == 2}
     matrices = [p for p in params if id(p) in hidden]
-    ns_dtype = "bfloat16" if device.type == "cuda" or runtime.cpu_has_native_bf16() else "float32"
+    ns_dtype = "bfloat16" if runtime.native_bf16(device) else "float32"  # float32 where bf16 is emulated (T4, V100)
     muon = Muon(
         [{"params": matrices, "lr_scale": tc.muon_lr / tc.lr}],
         lr=tc.muon_lr,

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import os
 import random
+import re
 import signal
 import threading
 from dataclasses import dataclass
@@ -18,8 +19,6 @@ import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
-
-PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "4090": 165e12}
 
 
 @dataclass
@@ -40,8 +39,14 @@ def setup_distributed(device_kind: str) -> Dist:
     if "RANK" not in os.environ:
         return Dist()
     d = Dist(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ["LOCAL_RANK"]))
-    if not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    if dist.is_initialized():
+        return d
+    if device_kind == "cuda":  # this rank's GPU first, and named: NCCL binds the group to it, not to cuda:0
+        gpu = torch.device("cuda", d.local_rank)
+        torch.cuda.set_device(gpu)
+        dist.init_process_group(backend="nccl", device_id=gpu)
+    else:
+        dist.init_process_group(backend="gloo")
     return d
 
 
@@ -71,16 +76,26 @@ def _setting(what: str, value: str) -> str:
     return f"{what}={value}" if what.startswith("run.") else f"{what} {value}"
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device, sharded: bool = False) -> torch.dtype:
     """A train.dtype name as a torch dtype. "auto" is bfloat16 where the hardware multiplies it
-    natively (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX, where the default recipe
-    trains ~1.7x faster at the same quality per step, docs/performance.md) and float32 elsewhere."""
+    natively (native_bf16: a CPU with AVX512-BF16 or AMX, where the default recipe trains ~1.7x
+    faster at the same quality per step, docs/performance.md), float16 on a CUDA GPU without it
+    (T4, V100: its tensor cores multiply float16, and the gradient scaler guards its range) unless
+    `sharded` (train.parallel=fsdp, whose scaler would see one shard), and float32 elsewhere."""
     if name == "auto":
-        native = (
-            torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type == "cpu" and cpu_has_native_bf16()
-        )
-        return torch.bfloat16 if native else torch.float32
+        if native_bf16(device):
+            return torch.bfloat16
+        return torch.float16 if device.type == "cuda" and not sharded else torch.float32
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 in hardware: a CUDA GPU from Ampere on (not one that
+    only emulates it, which torch.cuda.is_bf16_supported() counts by default), or a CPU with
+    AVX512-BF16 or AMX (cpu_has_native_bf16)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return device.type == "cpu" and cpu_has_native_bf16()
 
 
 def cpu_has_native_bf16() -> bool:
@@ -100,11 +115,14 @@ def autocast_for(dtype: torch.dtype, device: torch.device):
 
 
 def peak_flops(device: torch.device) -> float | None:
-    """The datasheet's dense bf16 FLOP/s of a known GPU, for MFU; None elsewhere."""
+    """The datasheet's dense bf16 FLOP/s of a known GPU (PEAK_BF16_FLOPS), for MFU; None for a
+    CPU and for any GPU not in the table (unknown device: no MFU rather than a wrong one)."""
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
-    return next((f for key, f in PEAK_BF16_FLOPS.items() if key in name), None)
+    if re.search(r"\bMIG\b", name):  # a slice of the GPU, whose share of the peak is not known here
+        return None
+    return next((flops for pattern, flops in PEAK_BF16_FLOPS if re.search(pattern, name)), None)
 
 
 @contextlib.contextmanager
@@ -122,16 +140,26 @@ def eval_mode(model: torch.nn.Module):
 @contextlib.contextmanager
 def tf32_matmuls(device: torch.device):
     """TF32 for float32 matmuls on a CUDA device inside the block (about free speed; bf16 autocast
-    does the rest), and the caller's setting back after it."""
-    if device.type != "cuda":
+    does the rest), and the caller's setting back after it.
+
+    PyTorch keeps TF32 twice, in the legacy flags (allow_tf32, set_float32_matmul_precision) and
+    in the per-backend fp32_precision, and a legacy read raises once the two disagree (a caller who
+    set only the new API). So this reads the new one, which never raises, and writes through
+    set_float32_matmul_precision, which sets both alike: the compiler's legacy reads inside the
+    block agree. Already TF32 (by either API): nothing to do. cuDNN's TF32 (convolutions, RNNs)
+    is on by default and a transformer has neither, so it is left as the caller has it.
+    """
+    cuda, onednn = torch.backends.cuda.matmul, torch.backends.mkldnn.matmul
+    if device.type != "cuda" or cuda.fp32_precision == "tf32":
         yield
         return
-    old = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    before = cuda.fp32_precision, onednn.fp32_precision  # "high" also sets oneDNN's matmuls
+    torch.set_float32_matmul_precision("high")
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+        torch.set_float32_matmul_precision("highest")  # TF32 was off: the legacy flags can only say so as highest
+        cuda.fp32_precision, onednn.fp32_precision = before
 
 
 def keep_freed_memory() -> None:
@@ -163,13 +191,16 @@ def libc() -> ctypes.CDLL | None:
         return None
 
 
-def host_rng_state() -> dict:
-    """The RNGs shared by all ranks (python, numpy, CUDA); per-rank ones are saved beside them."""
+def host_rng_state(device: torch.device | None = None) -> dict:
+    """The RNGs shared by all ranks (python, numpy, and the CUDA generator of `device`, the GPU this
+    rank trains on: every rank seeds its own alike and draws from it alike); per-rank ones are saved
+    beside them. One GPU's state, not every visible GPU's, so that a checkpoint resumes on
+    any number of GPUs. Not on a GPU: no CUDA state ([])."""
     np_state = np.random.get_state()
     return {
         "python": random.getstate(),
         "numpy": (np_state[0], torch.from_numpy(np_state[1].copy()), *np_state[2:]),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": torch.cuda.get_rng_state(device) if _on_cuda(device) else [],
     }
 
 
@@ -177,18 +208,39 @@ def host_rng_state() -> dict:
 def kept_rng_state():
     """Run a block, then put every RNG (torch CPU and CUDA, python, numpy) back as it was."""
     host, cpu = host_rng_state(), torch.get_rng_state()
+    gpus = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []  # the same process: the same GPUs
     try:
         yield
     finally:
         torch.set_rng_state(cpu)
         set_host_rng_state(host)
+        if gpus:
+            torch.cuda.set_rng_state_all(gpus)
 
 
-def set_host_rng_state(s: dict) -> None:
+def set_host_rng_state(s: dict, device: torch.device | None = None, log=print) -> None:
+    """host_rng_state's RNGs back; its CUDA state onto `device`, the GPU this rank trains on. A
+    checkpoint written before holds every visible GPU's state: this device's index is taken, and
+    where it has none, the stream starts afresh with one warning line."""
     random.setstate(s["python"])
     np.random.set_state((s["numpy"][0], s["numpy"][1].numpy(), *s["numpy"][2:]))
-    if s["cuda"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(s["cuda"])
+    state = s["cuda"]
+    if not _on_cuda(device) or (isinstance(state, list) and not state):
+        return
+    if isinstance(state, list):  # one state per GPU that the saving process saw
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index >= len(state):
+            log(
+                f"warning: the checkpoint holds the CUDA random state of {len(state)} GPUs, none for "
+                f"cuda:{index}; its dropout draws start afresh, so this resume is not bit-exact"
+            )
+            return
+        state = state[index]
+    torch.cuda.set_rng_state(state, device)
+
+
+def _on_cuda(device: torch.device | None) -> bool:
+    return device is not None and device.type == "cuda" and torch.cuda.is_available()
 
 
 class StopFlag:
@@ -224,3 +276,28 @@ class StopFlag:
     def __exit__(self, *exc):
         for num, handler in self.old.items():
             signal.signal(num, handler)
+
+
+# Dense (no 2:4 sparsity) 16-bit tensor-core peaks by torch.cuda.get_device_name, first match
+# wins, from NVIDIA's datasheets (their headline numbers are with sparsity: half of them):
+# H100 and H100 NVL, H200 and H200 NVL, A100, L4, T4 and V100 product datasheets; the Ampere
+# GA102 (RTX 3090) and Ada (RTX 4090) architecture whitepapers (bf16 with fp32 accumulate).
+# NVIDIA publishes none for AWS's A10G: its figure is the one AWS-based comparisons quote
+# (baseten.co, "NVIDIA A10 vs A10G"). T4 and V100 have no bf16: their fp16 peak, which
+# train.dtype=auto trains them in. A name not here, and a variant such as an RTX 3090 Ti or a
+# GH200, gets None: no MFU rather than another chip's.
+PEAK_BF16_FLOPS = (
+    (r"\bH100 PCIe\b", 756e12),
+    (r"\bH100 NVL\b", 835e12),
+    (r"\bH100 (SXM|80GB HBM3\b)", 989e12),
+    (r"\bH200 NVL\b", 835e12),
+    (r"\bH200( SXM)?( \d+GB( HBM3e)?)?$", 989e12),
+    (r"\bA100\b", 312e12),  # SXM4 and PCIe alike
+    (r"\bL4$", 121e12),
+    (r"\bA10G$", 70e12),
+    (r"\bT4$", 65e12),
+    (r"\bV100-SXM2\b", 125e12),
+    (r"\bV100-PCIE\b", 112e12),
+    (r"\bRTX 4090$", 165e12),
+    (r"\bRTX 3090$", 71e12),
+)

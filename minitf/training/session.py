@@ -155,7 +155,7 @@ def save_checkpoint(session: Session) -> None:
         return
     state = {
         "scaler": session.scaler.state_dict(),
-        "rng": runtime.host_rng_state(),
+        "rng": runtime.host_rng_state(session.device),
         "rank_rng": [t[:-1].cpu() for t in per_rank],
         "elapsed": session.elapsed(),
         "best_val": session.best_val,
@@ -229,7 +229,7 @@ def restore_checkpoint(session: Session, log) -> None:
     session.step, session.elapsed_before, session.best_val = state["step"], state["elapsed"], state["best_val"]
     session.best_step = state.get("best_step")  # absent from a checkpoint written before it was kept
     session.saved_step = session.step
-    runtime.set_host_rng_state(state["rng"])
+    runtime.set_host_rng_state(state["rng"], session.device, log)
     if len(state["rank_rng"]) == session.procs.world:
         torch_rng, data_rng = state["rank_rng"][session.procs.rank].split(len(torch.get_rng_state()))
         torch.set_rng_state(torch_rng.clone())  # clone: set_state wants its own storage
@@ -240,6 +240,11 @@ def restore_checkpoint(session: Session, log) -> None:
             f"batches are reseeded"
         )
         session.batch_gen.manual_seed(session.cfg.run.seed + session.procs.rank + 1000 * session.step)
+        if session.device.type == "cuda":
+            log(
+                "note: on another number of GPUs the resume is not bit-exact: besides the batches, dropout's "
+                "CUDA random stream is not the straight run's"
+            )
     if session.procs.main:
         metrics.truncate(session.run_dir, session.step)
     log(f"resuming {session.run_dir} at step {session.step}")

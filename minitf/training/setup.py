@@ -34,7 +34,9 @@ def silent(*args, **kwargs) -> None:
 
 
 def processes_and_device(cfg: Config) -> tuple[runtime.Dist, torch.device]:
-    """This process among torchrun's (or alone), and the device it trains on."""
+    """This process among torchrun's (or alone), and the device it trains on: under torchrun on
+    GPUs setup_distributed makes cuda:LOCAL_RANK current before the process group starts; alone,
+    the device (cuda:N too) is made current here."""
     gpu = cfg.run.device in ("auto", "cuda") and torch.cuda.is_available()
     procs = runtime.setup_distributed("cuda" if gpu else "cpu")
     device = runtime.resolve_device(cfg.run.device, procs.local_rank)
@@ -124,11 +126,12 @@ def startup_line(session: Session, exports: str) -> str:
 
 
 def _dtype_words(asked: str, dtype: torch.dtype, device: torch.device) -> str:
-    """The dtype for the start-up line; on a CPU, why "auto" chose it."""
+    """The dtype for the start-up line; on a CPU or a GPU, why "auto" chose it."""
     name = str(dtype).split(".")[-1]
-    if asked != "auto" or device.type != "cpu":
+    if asked != "auto" or device.type not in ("cpu", "cuda"):
         return name
-    return f"{name} (auto: {'native' if dtype == torch.bfloat16 else 'no native'} bf16 on this CPU)"
+    where = "this CPU" if device.type == "cpu" else "this GPU"
+    return f"{name} (auto: {'native' if dtype == torch.bfloat16 else 'no native'} bf16 on {where})"
 
 
 # ---------------------------------------------------------------- a fine-tune's rates
