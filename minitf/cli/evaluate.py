@@ -29,7 +29,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         help="with the run's own data: also score its train split (most of the time: it is the bigger part)",
     )
     p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
-    p.add_argument("--device", default="cpu", type=device_option, help="auto, cpu, cuda[:N] or mps (default: cpu)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        type=device_option,
+        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
+    )
     args = p.parse_args(argv)
     check_batch_size(args.batch_size, "--batch-size")  # before loading anything, so the error is the only line
     run = args.run or newest_run()

@@ -20,7 +20,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
-    p.add_argument("--device", default="cpu", type=device_option, help="cpu, cuda[:N] or mps")
+    p.add_argument(
+        "--device",
+        default="auto",
+        type=device_option,
+        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
+    )
     a = p.parse_args(argv)
     if not 0 <= a.port <= 65535:  # checked before loading the run, so the error is the only line
         raise ConfigError(f"--port {a.port} is out of range; use 1..65535, or 0 for any free port")

@@ -54,7 +54,12 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=1, help="samples from one prompt (default: 1)")
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--interactive", action="store_true", help="read prompts, one per line, until end of input")
-    p.add_argument("--device", default="cpu", type=device_option, help="auto, cpu, cuda[:N] or mps (default: cpu)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        type=device_option,
+        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
+    )
     p.add_argument(
         "--compile",
         action="store_true",

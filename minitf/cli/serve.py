@@ -39,7 +39,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
-    p.add_argument("--device", default="cpu", type=device_option, help="cpu, cuda[:N] or mps (default: cpu)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        type=device_option,
+        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
+    )
     p.add_argument(
         "--api-key",
         default=os.environ.get("MINITF_API_KEY"),
