@@ -101,7 +101,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
 
         # the model, fitted to a short time budget (fewer layers) before anything trains
         model = _new_model(cfg, device, pretrained)
-        dtype = runtime.resolve_dtype(cfg.train.dtype, device)
+        dtype = runtime.resolve_dtype(cfg.train.dtype, device, sharded=cfg.train.parallel == "fsdp")
         fit_started = time.time() if budget.applies(cfg, resume, procs.world) else None
         if fit_started is not None:  # the timed steps are paid from the budget
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
