@@ -24,6 +24,7 @@ import torch.nn as nn
 from ..errors import ConfigError
 from ..model import Transformer
 from ..system.runtime import eval_mode
+from ..tokenizer import check_ids
 from .trace import as_batch, trace
 
 
@@ -80,8 +81,8 @@ def attribute(model: Transformer, ids, token: int, position: int = -1, against: 
     if not -T <= position < T:
         raise ConfigError(f"position {position} is not in the {T} tokens; pass 0..{T - 1} or -1 for the last")
     for name, t in (("token", token), ("against", against)):
-        if t is not None and not 0 <= t < V:
-            raise ConfigError(f"{name} {t} is not in the vocabulary; pass 0..{V - 1}")
+        if t is not None:
+            check_ids([t], V, name)
     p = position % T
     with eval_mode(model):
         tr = trace(model, ids)

@@ -22,6 +22,7 @@ import torch
 from ..errors import ConfigError
 from ..model import Transformer
 from ..system.runtime import eval_mode
+from ..tokenizer import check_ids
 from .trace import Trace, as_batch, trace
 
 
@@ -35,10 +36,8 @@ def check_pair(model: Transformer, clean, corrupted, answer: int, wrong: int) ->
             f"the corrupted prompt is {corrupted.size(1)} tokens and the clean one {clean.size(1)}: "
             f"patching needs the same length; change words that are one token each"
         )
-    V = model.config.vocab_size
     for name, t in (("answer", answer), ("wrong", wrong)):
-        if not 0 <= t < V:
-            raise ConfigError(f"{name} token {t} is not in the vocabulary; pass 0..{V - 1}")
+        check_ids([t], model.config.vocab_size, f"the {name} token")
     return clean, corrupted
 
 

@@ -23,7 +23,7 @@ import torch
 
 from ...budget import budget_steps
 from ...config import SEED_RANGE, TrainConfig
-from ...errors import MinitfError
+from ...errors import ConfigError, MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
 from ...generate_args import SETTINGS
 from ...inspection import Inspection, inspect, logit_lens, token_label
@@ -31,6 +31,7 @@ from ...positions import rotary_angles
 from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step
 from ...sampling import sampler_distribution, window_start
 from ...system.runtime import eval_mode
+from ...tokenizer import check_ids
 from ..fields import BadRequest, number, whole
 from .interpret_views import attribution_view, heads_view, predicted
 
@@ -168,28 +169,37 @@ class Explorer:
         """
         check_keys(body, {"ids", "query", "layer", "head"})
         block, m = self.cfg.model.block_size, self.cfg.model
-        ids = body.get("ids")
-        if not isinstance(ids, list) or not 0 < len(ids) <= block + MAX_NEW_TOKENS:
-            raise BadRequest(f"ids must be a list of 1 to {block + MAX_NEW_TOKENS} token ids")
+        ids = self._ids(body)
         query = field(body, "query", int, 0, len(ids) - 1)
         layer = field(body, "layer", int, 0, m.n_layer - 1, default=0)
         head = field(body, "head", int, 0, m.n_head - 1, default=0)
+        self._check_ids(ids)
         start = max(0, query + 1 - block)
-        ins = inspect(self.model, self.tok, ids[start : start + block])  # bad ids: a MinitfError
+        ins = inspect(self.model, self.tok, ids[start : start + block])
         return {"offset": start, **attention_view(ins, query - start, layer, head)}
 
     def _position(self, body: dict, known: set[str]) -> tuple[list[int], int, int]:
         """(ids, position, start) of a request about what the model predicts after ids[position]:
         it read ids[start : position + 1], the window generation gives it (window_start)."""
         check_keys(body, {"ids", "position", *known})
-        ids = body.get("ids")
-        if not isinstance(ids, list) or not 0 < len(ids) <= self.cfg.model.block_size + MAX_NEW_TOKENS:
-            raise BadRequest(f"ids must be a list of 1 to {self.cfg.model.block_size + MAX_NEW_TOKENS} token ids")
+        ids = self._ids(body)
         position = field(body, "position", int, 0, len(ids) - 1)
-        bad = [i for i in ids if isinstance(i, bool) or not (isinstance(i, int) and 0 <= i < self.tok.vocab_size)]
-        if bad:
-            raise BadRequest(f"token id {bad[0]!r} is not in the vocabulary (0..{self.tok.vocab_size - 1})")
+        self._check_ids(ids)
         return ids, position, window_start(position + 1, self.cfg.model.block_size)
+
+    def _ids(self, body: dict) -> list:
+        """body's ids: a list of 1 to block_size + MAX_NEW_TOKENS items (checked as token ids by _check_ids)."""
+        ids, most = body.get("ids"), self.cfg.model.block_size + MAX_NEW_TOKENS
+        if not isinstance(ids, list) or not 0 < len(ids) <= most:
+            raise BadRequest(f"ids must be a list of 1 to {most} token ids")
+        return ids
+
+    def _check_ids(self, ids: list) -> None:
+        """Each of ids a token id of the run's vocabulary (tokenizer.check_ids), or a 400 that says which is not."""
+        try:
+            check_ids(ids, self.tok.vocab_size, "ids")
+        except ConfigError as e:
+            raise BadRequest(str(e)) from None
 
     def _next(self, ids: list[int], position: int) -> dict | None:
         """The token that follows the position on the page, if one does."""

@@ -70,5 +70,5 @@ def test_mistakes_are_refused_in_one_line():
         patch_residual(model, CLEAN, CORRUPTED[:-1], answer=E, wrong=F)
     with pytest.raises(minitf.ConfigError, match="same logit difference"):
         patch_heads(model, CLEAN, CLEAN, answer=E, wrong=F)
-    with pytest.raises(minitf.ConfigError, match="wrong token 16 is not in the vocabulary"):
+    with pytest.raises(minitf.ConfigError, match=r"the wrong token holds ids outside 0..15 \(min 16, max 16\)"):
         patch_heads(model, CLEAN, CORRUPTED, answer=E, wrong=16)
