@@ -4,7 +4,7 @@
 each step made: per layer, the queries, keys and values of every head, the raw scores q·k, the
 scaled scores, the causally masked scores, the softmax weights and the heads' outputs, then what
 attention and the feed-forward network each add to the residual stream. Adding those pieces back
-up reproduces the model's logits (tests/test_inspect.py does exactly that).
+up reproduces the model's logits (tests/unit/test_inspection.py does exactly that).
 
 `logit_lens(model, ins)` reads the residual stream after every block as if it were the last one
 (final norm and LM head applied): what each layer would predict; the last layer's is the logits.

@@ -8,7 +8,7 @@ into, the softmax gradient. On a CPU these passes over memory cost as much as th
 themselves. Here the rows go through in chunks small enough to stay in the cache: for each chunk,
 its logits, their log-sum-exp, the loss, then in place the gradient softmax - one_hot(target),
 which meets W and x at once. Backward only scales the two saved gradients by the incoming one.
-The loss and gradients are the plain path's up to float rounding (tests/test_model.py checks).
+The loss and gradients are the plain path's up to float rounding (tests/unit/test_model.py checks).
 
 Training uses it (`Transformer.forward(..., logits=False)`); evaluation and sampling, which need
 no gradient or want the logits, take the plain path.

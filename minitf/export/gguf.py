@@ -8,7 +8,7 @@ tokenizer (byte-level BPE: tokens, types, merges, <|endoftext|> as bos and eos),
 has to travel with it. The writer is the `gguf` package (the `gguf` extra: pip install -e
 '.[gguf]'), published by the llama.cpp project; it is imported inside the functions only.
 
-Layout facts the file depends on (each checked by tests/test_gguf.py against llama.cpp itself):
+Layout facts the file depends on (each checked by tests/integration/test_gguf_llamacpp.py against llama.cpp itself):
 - GGUF stores a (rows, cols) array as ne = (cols, rows): nn.Linear's (out, in) weight and the
   embedding's (vocab, n_embd) are written as they are.
 - The tensors' names and layouts are minitf.export.weights' GGUF side: there, llama.cpp's llama

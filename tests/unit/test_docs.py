@@ -191,3 +191,5 @@ def test_the_reading_path_says_each_files_length():
     assert len(listed) >= 7 and {f: int(n) for f, n in listed} == lengths
     total = re.search(r"are ([\d,]+) lines in (\d+) files", section)
     assert (int(total[1].replace(",", "")), int(total[2])) == (sum(lengths.values()), len(listed))
+    # the textbook holds the batches the loop starts from, and stays an afternoon's read
+    assert "minitf/data.py" in lengths and sum(lengths.values()) <= 2000

@@ -30,7 +30,8 @@ LAYERS = [
     },  # the parts of a model and of sampling
     {"model"},  # Transformer = embeddings + positions + blocks + head
     {"run_dir"},  # a run directory read: its file names, load_run, its metrics and snapshots
-    {"optim", "muon", "training"},  # optimizers; a run's session, checkpoints, FSDP, logs and time budget
+    {"optim", "muon"},  # optimizers and the schedule: nothing of a run's machinery
+    {"training"},  # a run's set-up steps, session, checkpoints, FSDP, logs, snapshots
     # what is done with a model and a run
     {"trainer", "evaluate", "generate", "generate_args", "inspection", "interpret", "export"},
     {"plots"},  # figures: loss curves, attention heatmaps, interpretability grids (matplotlib, files only)
