@@ -106,9 +106,10 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         H, KV, D = self.n_head, self.n_kv_head, self.head_dim
         heads = self.c_attn(x).view(B, T, H + 2 * KV, D)  # q's H heads, then k's KV, then v's KV
-        q, k, v = heads.split((H, KV, KV), dim=2)  # (B, T, H, D), (B, T, KV, D), (B, T, KV, D)
         if self.qk_norm or rope is not None:
-            q, k = self.norm_and_rotate(heads, rope, offset)
+            q, k, v = self.norm_and_rotate(heads, rope, offset)
+        else:
+            q, k, v = heads.split((H, KV, KV), dim=2)  # (B, T, H, D), (B, T, KV, D), (B, T, KV, D)
         return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D), (B, KV, T, D) x 2
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None) -> torch.Tensor:
@@ -133,17 +134,18 @@ class CausalSelfAttention(nn.Module):
     # ---- the options: each one a place the default path above does not need
 
     def norm_and_rotate(self, heads: torch.Tensor, rope, offset=0):
-        """q and k (B, T, H, D), (B, T, KV, D) from the projection's heads (B, T, H+2KV, D):
-        RMS-normalised per head when model.qk_norm, then rotated by rope if given. q's and k's
-        heads go together, head by head: half the small elementwise kernels of doing each on its
-        own, and the same numbers."""
-        qk = heads[:, :, : self.n_head + self.n_kv_head]  # (B, T, H+KV, D)
+        """q, k and v (B, T, H, D), (B, T, KV, D) x 2 from the projection's heads (B, T, H+2KV, D),
+        q and k RMS-normalised per head when model.qk_norm, then rotated by rope if given. q's and
+        k's heads go together, head by head: half the small elementwise kernels of doing each on
+        its own, and the same numbers."""
+        qk, v = heads.split((self.n_head + self.n_kv_head, self.n_kv_head), dim=2)  # (B, T, H+KV, D), (B, T, KV, D)
         if self.qk_norm:  # unit-RMS rows bound every score, so no logit can run away with one head
             # model.norm_eps, as every other norm: Qwen3 uses one eps for all, so the export is exact
             qk = F.rms_norm(qk, (self.head_dim,), eps=self.norm_eps)
         if rope is not None:
             qk = rope.rotate_heads(qk, offset)  # (B, T, H+KV, D)
-        return qk.split((self.n_head, self.n_kv_head), dim=2)  # (B, T, H, D), (B, T, KV, D)
+        q, k = qk.split((self.n_head, self.n_kv_head), dim=2)  # (B, T, H, D), (B, T, KV, D)
+        return q, k, v
 
     def expand(self, kv: torch.Tensor) -> torch.Tensor:
         """Keys or values (B, KV, S, D) -> (B, H, S, D): each key/value head repeated for its group
