@@ -1,0 +1,52 @@
+"""What torch.compile makes of minitf's two compiled paths, read from dynamo's own counters: the
+training step's compiled regions and compiled decoding trace without a graph break, and compile
+once (no recompilation after the first step, nor when decoding slides its window past block_size).
+A break or a recompile costs little on a CPU but a GPU's speed."""
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from minitf.config import ModelConfig, SampleConfig
+from minitf.generate import generate_tokens
+from minitf.model import Transformer
+
+
+def tiny(**kw) -> Transformer:
+    torch.manual_seed(0)
+    return Transformer(ModelConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64, **kw))
+
+
+def graphs() -> int:
+    """Graphs dynamo has made so far: a recompilation (a guard that failed) adds to it."""
+    return counters["stats"]["unique_graphs"]
+
+
+@pytest.mark.slow
+def test_the_compiled_training_step_has_no_graph_break_and_compiles_once():
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny(positions="rope").train()
+    model.compile_regions()
+    x, y = torch.randint(0, 64, (2, 16)), torch.randint(0, 64, (2, 16))  # (B, T) each
+    for step in range(3):
+        _, loss = model(x, y)
+        loss.backward()
+        if step == 0:
+            first = graphs()
+    assert first > 0 and graphs() == first
+    assert not counters["graph_break"]
+
+
+@pytest.mark.slow
+def test_compiled_decoding_has_no_graph_break_and_no_recompile_across_a_window_slide():
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny(positions="learned")
+    settings = SampleConfig(max_new_tokens=4, temperature=1.0, top_k=10, seed=0)
+    list(generate_tokens(model, [1, 2], settings, compile=True))  # compiles the step
+    first = graphs()
+    settings = SampleConfig(max_new_tokens=40, temperature=1.0, top_k=10, seed=1)  # past block_size 16
+    assert len(list(generate_tokens(model, [1, 2], settings, compile=True))) == 40
+    assert first > 0 and graphs() == first
+    assert not counters["graph_break"]
