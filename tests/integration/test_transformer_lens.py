@@ -10,6 +10,8 @@ import minitf
 from minitf.export.hf import to_hf
 from minitf.interpret import head_scores, scores
 
+lens = pytest.importorskip("transformer_lens", reason="transformer_lens is not installed (pip install -e '.[lens]')")
+
 TEXT = "the cat sat on the mat. the cat sat on the mat."
 
 
