@@ -1,14 +1,16 @@
 """Shared fixtures: a small local corpus (tests never need the network), a private token cache, a
-trained tiny run, and the explorer serving it."""
+trained tiny run (and a copy of it whose weights hold a NaN), and the explorer serving it."""
 
+import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
 import minitf
+from minitf.run_dir import WEIGHTS
 
-from .helpers import make_play, tiny_config
+from .helpers import _poison, make_play, tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +41,15 @@ def tiny_run(tmp_path_factory, corpus) -> Path:
         )
     finally:
         mp.undo()
+
+
+@pytest.fixture
+def nan_run(tmp_path, tiny_run):
+    """A copy of the trained tiny run whose model.safetensors holds one NaN (best.safetensors is intact)."""
+    run = tmp_path / "nan"
+    shutil.copytree(tiny_run, run)
+    _poison(run / WEIGHTS)
+    return run
 
 
 @pytest.fixture(scope="session")

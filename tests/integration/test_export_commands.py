@@ -14,7 +14,7 @@ from minitf.cli import export
 from minitf.errors import MinitfError
 from minitf.system.files import current_umask
 from minitf.training import checkpoint as ckpt
-from tests.helpers import _poison, _refusal, script, two_at_a_time, victim
+from tests.helpers import _refusal, script, two_at_a_time, victim
 from tests.helpers import writes_one_line as one_line
 
 # README claims and options that had no test, each checked against a value the code does not
@@ -63,15 +63,6 @@ def test_export_gguf_says_which_weights_it_exported(tiny_run, tmp_path):
 # checkpoint), a run.init_from directory that does not describe one complete model is refused in
 # one line naming what is wrong (never random layers), and a resume without the run's tokenizer
 # says what is missing.
-
-
-@pytest.fixture
-def nan_run(tmp_path, tiny_run):
-    """A copy of the trained tiny run whose model.safetensors holds one NaN (best.safetensors is intact)."""
-    run = tmp_path / "nan"
-    shutil.copytree(tiny_run, run)
-    _poison(run / ckpt.WEIGHTS)
-    return run
 
 
 def test_evaluate_and_both_exports_refuse_before_writing(nan_run, tmp_path):

@@ -18,7 +18,6 @@ from minitf.training.metrics import METRICS, read_rows
 from tests.helpers import (
     QUIET,
     ROOT,
-    _poison,
     _refusal,
     _run_copy,
     script,
@@ -357,15 +356,6 @@ def test_interactive_input_survives_a_line_that_is_not_utf8(tiny_run):
 # checkpoint), a run.init_from directory that does not describe one complete model is refused in
 # one line naming what is wrong (never random layers), and a resume without the run's tokenizer
 # says what is missing.
-
-
-@pytest.fixture
-def nan_run(tmp_path, tiny_run):
-    """A copy of the trained tiny run whose model.safetensors holds one NaN (best.safetensors is intact)."""
-    run = tmp_path / "nan"
-    shutil.copytree(tiny_run, run)
-    _poison(run / ckpt.WEIGHTS)
-    return run
 
 
 def test_the_generate_script_says_it_in_one_line(nan_run):

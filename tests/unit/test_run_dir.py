@@ -32,15 +32,6 @@ def test_a_tokenizer_of_the_same_size_from_elsewhere_is_refused(tmp_path, corpus
 # says what is missing.
 
 
-@pytest.fixture
-def nan_run(tmp_path, tiny_run):
-    """A copy of the trained tiny run whose model.safetensors holds one NaN (best.safetensors is intact)."""
-    run = tmp_path / "nan"
-    shutil.copytree(tiny_run, run)
-    _poison(run / ckpt.WEIGHTS)
-    return run
-
-
 def test_load_run_names_the_file_and_the_tensor_and_a_way_out(nan_run):
     with pytest.raises(MinitfError) as e:
         minitf.load_run(nan_run)

@@ -1,30 +1,17 @@
 """minitf.web.explore.api (the Explorer, no server): it names the budget that ends a run and refuses
 weights holding NaN."""
 
-import shutil
-
 import pytest
 
 from minitf.config import TrainConfig
 from minitf.errors import MinitfError
-from minitf.training import checkpoint as ckpt
 from minitf.web.explore import api as explore_api
-from tests.helpers import _poison
 
 # Nothing broken that minitf reads is used silently: weights holding NaN or infinity are refused
 # wherever a run is loaded (generate, evaluate, both exports, the explorer, resume, the sharded
 # checkpoint), a run.init_from directory that does not describe one complete model is refused in
 # one line naming what is wrong (never random layers), and a resume without the run's tokenizer
 # says what is missing.
-
-
-@pytest.fixture
-def nan_run(tmp_path, tiny_run):
-    """A copy of the trained tiny run whose model.safetensors holds one NaN (best.safetensors is intact)."""
-    run = tmp_path / "nan"
-    shutil.copytree(tiny_run, run)
-    _poison(run / ckpt.WEIGHTS)
-    return run
 
 
 def test_the_explorer_refuses_to_serve_it(nan_run):
