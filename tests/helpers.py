@@ -508,3 +508,16 @@ def writes_one_line(e: pytest.ExceptionInfo) -> str:
     msg = str(e.value)
     assert "\n" not in msg and "Traceback" not in msg
     return msg
+
+
+def spread_model():
+    """A tiny eval-mode model (vocabulary 97, block 16) whose weights are larger than the init's, so its
+    logits spread over tens instead of a near-uniform ~0: what the sampler's and the sizes' tests read."""
+    import torch
+
+    torch.manual_seed(0)
+    m = minitf.Transformer(minitf.ModelConfig(vocab_size=97, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    return m

@@ -15,6 +15,7 @@ from minitf.errors import ConfigError
 from minitf.generate import generate_tokens, sample_next_token, sample_settings, token_probs
 from minitf.generate_args import SETTINGS
 from minitf.sampling import sampler_distribution
+from tests.helpers import spread_model
 
 # 0, tiny (1e-300 is 0 in float32, 1e-45 its smallest), huge (inf in float32), not finite, negative
 EXTREMES = [0, 1e-300, 1e-45, 1e-30, 1e30, 1e300, math.inf, -math.inf, math.nan, -1, -1e-300, 2**63 - 1, 2**64]
@@ -28,12 +29,7 @@ SAMPLER_ARGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # sample
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    m = minitf.Transformer(minitf.ModelConfig(vocab_size=97, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
-    with torch.no_grad():  # larger weights than the init: logits spread over tens, not a near-uniform ~0
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    return m
+    return spread_model()
 
 
 def refused_in_one_line(error: Exception, name: str) -> None:

@@ -4,7 +4,6 @@ is refused before allocating."""
 import importlib
 
 import pytest
-import torch
 
 import minitf
 from minitf.cli.common import run_main
@@ -12,6 +11,7 @@ from minitf.cli.generate import main as generate_main
 from minitf.errors import ConfigError
 from minitf.sizes import model_floats, sample_row_bytes
 from minitf.system.memory import physical_memory
+from tests.helpers import spread_model
 
 # Sampling settings at their extremes: every value either samples from finite probabilities or is
 # refused in one line naming the setting and its range; and the number of samples is bounded by
@@ -20,12 +20,7 @@ from minitf.system.memory import physical_memory
 
 @pytest.fixture(scope="module")
 def model():
-    torch.manual_seed(0)
-    m = minitf.Transformer(minitf.ModelConfig(vocab_size=97, block_size=16, n_layer=2, n_head=2, n_embd=32)).eval()
-    with torch.no_grad():  # larger weights than the init: logits spread over tens, not a near-uniform ~0
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    return m
+    return spread_model()
 
 
 def test_num_samples_beyond_memory_is_refused_before_allocating(model, monkeypatch, tiny_run, capsys):
