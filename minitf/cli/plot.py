@@ -5,6 +5,8 @@
     minitf plot --run runs/learned --run runs/rope --out compare.png
     minitf plot --run runs/speedrun/old-r1 --run runs/speedrun/new-r1 --x seconds   # at equal wall time
 
+An existing --out is replaced when it holds loss curves minitf plot drew, else only with --force.
+
 runs/learned and runs/rope come from
     minitf train run.name=learned model.positions=learned
     minitf train run.name=rope model.positions=rope
@@ -26,5 +28,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         default="step",
         help="the x axis: optimizer steps, or seconds of training wall time (default: step)",
     )
+    p.add_argument("--force", action="store_true", help="replace --out even if it is not a plot minitf drew")
     args = p.parse_args(argv)
-    print(f"wrote {plot_runs(args.run or [newest_run()], args.out, x=args.x)}")
+    print(f"wrote {plot_runs(args.run or [newest_run()], args.out, x=args.x, force=args.force)}")

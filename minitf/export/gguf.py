@@ -19,7 +19,6 @@ Layout facts the file depends on (each checked by tests/integration/test_gguf_ll
 from __future__ import annotations
 
 import json
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -249,35 +248,12 @@ def _add_hyperparameters(writer, model: Transformer, fmt: str, ffn: int) -> None
         writer.add_value_length(cfg.head_dim)
 
 
-def _kind(path: Path) -> str:
-    """What a path that is not a regular file is, in words."""
-    mode = path.stat().st_mode
-    for test, words in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return words
-    return "a socket" if stat.S_ISSOCK(mode) else "a special file"
-
-
 def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = False) -> tuple[Path, str]:
     """Export a run directory's model to the GGUF file `out`; (the path, the architecture)."""
     from ..run_dir import RUN_FILES, is_run_dir, load_run
-    from ..system.files import atomic_write
+    from ..system.files import atomic_write, check_out_file
 
-    out = Path(out)
-    if out.is_dir():
-        raise MinitfError(f"--out {out} is a directory; name the file to write, e.g. {out / 'model.gguf'}")
-    if out.exists() and not force:
-        raise MinitfError(f"--out {out} already exists; pass --force to replace it, or choose another name")
-    if out.exists() and not out.is_file():  # the rename would put a regular file where a FIFO or device was
-        raise MinitfError(
-            f"--out {out} is {_kind(out)}, not a regular file; --force replaces regular files only: name a file"
-        )
-    if out.parent.exists() and not out.parent.is_dir():
-        raise MinitfError(f"--out {out}: {out.parent} is a file, not a directory")
+    out = check_out_file(out, force, example="model.gguf")
     if out.name in RUN_FILES and is_run_dir(out.parent):
         raise MinitfError(f"--out {out} is a file of the run in {out.parent}; name a new file, e.g. model.gguf")
     model, tokenizer, _ = load_run(run, best=best)

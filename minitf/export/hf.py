@@ -21,7 +21,7 @@ import torch
 from ..errors import MinitfError
 from ..model import Transformer
 from ..run_dir import is_run_dir
-from ..system.files import atomic_write_dir
+from ..system.files import atomic_write_dir, special_kind
 from ..tokenizer import EOT, Tokenizer, check_vocab
 from .architecture import FORMATS, export_format
 from .hf_config import check_memory, hf_config, model_config
@@ -99,12 +99,12 @@ def _save(hf, tokenizer: Tokenizer, block_size: int, out_dir: Path) -> None:
 
 def check_export_dir(out_dir, force: bool = False) -> Path:
     """`minitf export --out`: a new or empty directory (a non-empty one only with force), never a
-    file and never a run directory, whose weights the export would replace."""
+    file and never a run directory, whose weights the export would replace. Inside it, a file the
+    export writes replaces a regular file only (system.files.atomic_write_dir refuses a FIFO there)."""
     out = Path(out_dir)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise MinitfError(
-            f"--out {out} is {'a link' if out.is_symlink() else 'a file'}; --out names a directory to create"
-        )
+        what = "a link" if out.is_symlink() else special_kind(out) or "a file"
+        raise MinitfError(f"--out {out} is {what}; --out names a directory to create")
     if is_run_dir(out):
         raise MinitfError(
             f"--out {out} is a minitf run directory; exporting there would replace its weights: choose a new directory"

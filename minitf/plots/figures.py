@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import MinitfError
 from ..inspection import Inspection, check_layer_head, token_label
 from ..run_dir import LOSS_PLOT, METRICS, STEPS, read_rows
-from ..system.files import atomic_write
+from ..system.files import atomic_write, check_out_file
 
 
 def new_figure(**kw):
@@ -30,21 +30,57 @@ def new_figure(**kw):
     return fig
 
 
-def save_figure(fig, out_path, **kw) -> Path:
-    out_path = Path(out_path)
-    atomic_write(out_path, lambda tmp: fig.savefig(tmp, format="png", **kw))
+FIGURE_KEY = "minitf-figure"  # the PNG text chunk naming which kind of figure minitf drew there
+
+
+def check_figure_out(out_path, kind: str = "figure", force: bool = False) -> Path:
+    """The path a figure of `kind` may be written to (system.files.check_out_file): an existing file
+    is replaced only with force, or when it is a figure of the same kind minitf drew there (so a
+    command run again replaces its own picture, and never a file it did not write)."""
+    return check_out_file(out_path, force, ours=lambda p: figure_kind(p) == kind, example=f"{kind}.png")
+
+
+def save_figure(fig, out_path, kind: str = "figure", force: bool = False, **kw) -> Path:
+    """Write fig as a PNG tagged with its kind (checked first by check_figure_out); kw go to savefig."""
+    out_path = check_figure_out(out_path, kind, force)
+    atomic_write(out_path, lambda tmp: fig.savefig(tmp, format="png", metadata={FIGURE_KEY: kind}, **kw))
     return out_path
 
 
-def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
+def figure_kind(path: Path) -> str | None:
+    """The kind save_figure tagged the PNG at path with; None for any other file. Only the chunks
+    before the image data are read (where the tag is written), at most 64 KiB."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return None
+    if not head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return None
+    at = 8
+    while at + 8 <= len(head):
+        size, name = int.from_bytes(head[at : at + 4], "big"), head[at + 4 : at + 8]
+        if name in (b"IDAT", b"IEND"):
+            return None
+        if name == b"tEXt":
+            key, _, value = head[at + 8 : at + 8 + size].partition(b"\0")
+            if key == FIGURE_KEY.encode():
+                return value.decode("latin-1")
+        at += 12 + size  # length, name, data, CRC
+    return None
+
+
+def plot_runs(run_dirs, out_path, x: str = "step", force: bool = False) -> Path:
     """Draw every run's curves on one figure: loss, validation bits per byte, learning rate.
 
     x: "step", or "seconds" of training wall time, so recipes that step at different speeds
     compare as a user feels them. The training loss and LR come from steps.jsonl (every
     train.log_every steps) where the run has one, else from the evaluations in metrics.jsonl.
+    An existing out_path is replaced only when it holds loss curves drawn here, or with force.
     """
     if x not in ("step", "seconds"):
         raise MinitfError(f"x must be step or seconds, got {x!r}")
+    check_figure_out(out_path, "loss", force)  # before any reading: a wrong --out fails fast
     run_dirs = [Path(d) for d in run_dirs]
     for run_dir in run_dirs:
         if not run_dir.is_dir():
@@ -81,7 +117,7 @@ def plot_runs(run_dirs, out_path, x: str = "step") -> Path:
                 ax.set_xlim((lo + hi) / 2 - 1, (lo + hi) / 2 + 1)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
-    return save_figure(fig, out_path, dpi=110)
+    return save_figure(fig, out_path, kind="loss", force=force, dpi=110)
 
 
 def _xy(rows: list, x: str, y: str) -> tuple[list, list]:
@@ -101,16 +137,18 @@ def _marks(rows: list) -> dict:
 
 
 def plot_loss(run_dir) -> Path:
-    """A run's own loss.png, from its metrics.jsonl (what training wires in after each evaluation)."""
-    return plot_runs([run_dir], Path(run_dir) / LOSS_PLOT)
+    """A run's own loss.png, from its metrics.jsonl (what training wires in after each evaluation):
+    a file of the run, so one there is replaced (a link or a FIFO there is still refused)."""
+    return plot_runs([run_dir], Path(run_dir) / LOSS_PLOT, force=True)
 
 
-def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None = None) -> Path:
+def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None = None, force: bool = False) -> Path:
     """Heatmap of one head's attention weights, or a grid of every head of `layer` when head is None.
 
     Rows are queries, columns the keys they attend to; the grey triangle is what the causal mask
     hides. Panels grow with the text up to a cap; past that (about 45 tokens in a grid, 64 for one
-    head) every n-th token is labelled, so labels never overlap.
+    head) every n-th token is labelled, so labels never overlap. An existing out_path is replaced
+    only when it holds an attention figure drawn here, or with force.
     """
     from matplotlib import colormaps
 
@@ -145,4 +183,4 @@ def plot_attention(ins: Inspection, out_path, layer: int = 0, head: int | None =
     fig.colorbar(im, ax=axes, shrink=0.8 if nrows == 1 else 0.6, label="attention weight")
     text = "".join(ins.tokens)
     fig.suptitle(f"{text[:60]!r}{'…' if len(text) > 60 else ''}  ({T} token{'s' if T > 1 else ''})", fontsize=font + 3)
-    return save_figure(fig, out_path, dpi=120, bbox_inches="tight")
+    return save_figure(fig, out_path, kind="attention", force=force, dpi=120, bbox_inches="tight")

@@ -14,14 +14,16 @@ from pathlib import Path
 
 from ..interpret.history import HeadHistory, heads_over_training
 from ..run_dir import METRICS, STEPS, read_rows
-from .figures import new_figure, save_figure
+from .figures import check_figure_out, new_figure, save_figure
 
 HEADS_PNG = "heads.png"  # minitf heads' figure, in the run directory unless --out says otherwise
+HEADS_KIND = "heads"  # its tag (figures.FIGURE_KEY): minitf heads run again replaces its own figure only
 
 
-def plot_heads_over_training(history: HeadHistory, out_path) -> Path:
+def plot_heads_over_training(history: HeadHistory, out_path, force: bool = False) -> Path:
     """One figure, the step on its x axis: the loss curve (train from steps.jsonl, val from
-    metrics.jsonl), every head's induction score, and the in-context-learning score."""
+    metrics.jsonl), every head's induction score, and the in-context-learning score. An existing
+    out_path is replaced only when it holds such a figure drawn here, or with force."""
     fig = new_figure(figsize=(8, 7.5), layout="constrained")
     ax_loss, ax_ind, ax_icl = fig.subplots(3, 1, sharex=True)
     train = [r for r in read_rows(history.run_dir / STEPS) if r.get("loss") is not None]
@@ -53,7 +55,7 @@ def plot_heads_over_training(history: HeadHistory, out_path) -> Path:
     ax_loss.legend()
     for ax in (ax_loss, ax_ind, ax_icl):
         ax.grid(alpha=0.3)
-    return save_figure(fig, out_path, dpi=90)
+    return save_figure(fig, out_path, kind=HEADS_KIND, force=force, dpi=90)
 
 
 def format_heads_table(history: HeadHistory, top: int = 4) -> str:
@@ -72,7 +74,11 @@ def format_heads_table(history: HeadHistory, top: int = 4) -> str:
     return "\n".join(rows)
 
 
-def watch_heads(run_dir: str | Path, out_path=None, length: int | None = None) -> tuple[HeadHistory, Path]:
-    """minitf heads in Python: score run_dir's snapshots and draw them (default: <run>/heads.png)."""
+def watch_heads(
+    run_dir: str | Path, out_path=None, length: int | None = None, force: bool = False
+) -> tuple[HeadHistory, Path]:
+    """minitf heads in Python: score run_dir's snapshots and draw them (default: <run>/heads.png).
+    out_path is checked before the snapshots are scored: a wrong one fails at once."""
+    out_path = check_figure_out(out_path or Path(run_dir) / HEADS_PNG, HEADS_KIND, force)
     history = heads_over_training(run_dir, length=length)
-    return history, plot_heads_over_training(history, out_path or Path(run_dir) / HEADS_PNG)
+    return history, plot_heads_over_training(history, out_path, force=force)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -25,10 +27,12 @@ def atomic_write(path: str | Path, write) -> None:
     path and the cause; the temporary file is removed whatever went wrong, Ctrl-C included. The
     file gets the permissions the user's umask gives (some writers create theirs 0600).
     The temporary file is created fresh (O_EXCL) under a unique name, so a link planted at a
-    predictable name cannot redirect the bytes; a target that is itself a link is refused.
+    predictable name cannot redirect the bytes; a target that is itself a link, or is not a regular
+    file (a FIFO, a device such as /dev/null, a socket), is refused: the rename would replace it.
     """
     path = Path(path)
     refuse_symlink(path)
+    refuse_special(path)
     existed = path.is_file()
     kept = "the previous file there is intact" if existed else "nothing was written there"
     try:
@@ -65,6 +69,9 @@ def atomic_write_dir(path: str | Path, write) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
         write(tmp)
         if existed:  # --force: the files written replace theirs, the others there stay
+            for f in tmp.iterdir():  # all checked before any is replaced: a refusal changes nothing there
+                refuse_symlink(path / f.name)
+                refuse_special(path / f.name)
             for f in sorted(tmp.iterdir()):
                 os.replace(f, path / f.name)
             tmp.rmdir()
@@ -102,6 +109,65 @@ def refuse_symlink(path: Path) -> None:
             f"{path} is a symbolic link (to {os.readlink(path)}); minitf does not write through links: "
             f"remove it (or move the real file there)"
         )
+
+
+def special_kind(path: Path) -> str | None:
+    """What path is in words when it exists and is not a regular file or a directory ("a FIFO",
+    "a character device", ...); None otherwise. A link is judged by what it points at."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing, or a dangling link
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    for test, words in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return words
+    return "a special file"
+
+
+def refuse_special(path: Path, label: str = "") -> None:
+    """A FIFO, device or socket where minitf would write a file is refused: renaming a new file over
+    it would replace the node (as root, --out /dev/null would replace the machine's /dev/null)."""
+    kind = special_kind(path)
+    if kind:
+        raise MinitfError(
+            f"{label}{' ' * bool(label)}{path} is {kind}, not a regular file; minitf replaces regular files only: "
+            f"name a file"
+        )
+
+
+def check_out_file(
+    path: str | Path,
+    force: bool = False,
+    ours: Callable[[Path], bool] | None = None,
+    label: str = "--out",
+    example: str = "out.png",
+) -> Path:
+    """The one check for a file a user names for minitf to write (a figure, an export, a log), made
+    before any work: returns the path, or raises MinitfError in one line naming `label` and the fix.
+
+    Refused whatever force says: a link, a directory (`example` names a file to write inside it),
+    a FIFO, device or socket, a path under a file. An existing regular file is replaced only with
+    force, or when ours(path) says the same command wrote it (a figure's tag, an export's header),
+    so running a command again replaces its own output and never a file it did not write.
+    """
+    path = Path(path)
+    if os.path.islink(path):
+        raise MinitfError(f"{label} {path} is a symbolic link; minitf does not write through links: name a file")
+    if path.is_dir():
+        raise MinitfError(f"{label} {path} is a directory; name the file to write, e.g. {path / example}")
+    refuse_special(path, label)
+    if any(p.exists() and not p.is_dir() for p in path.parents):
+        raise MinitfError(f"{label} {path}: {next(p for p in path.parents if p.exists())} is a file, not a directory")
+    if path.exists() and not force and not (ours and ours(path)):
+        raise MinitfError(f"{label} {path} already exists; pass --force to replace it, or choose another name")
+    return path
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:

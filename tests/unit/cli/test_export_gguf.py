@@ -28,7 +28,10 @@ def test_export_gguf_never_replaces_a_run_file(tiny_run):
 def test_export_gguf_force_never_replaces_a_fifo(tiny_run, tmp_path):
     out = tmp_path / "pipe.gguf"  # a device node is refused the same way (not tested: renaming over one is harm)
     os.mkfifo(out)
-    with pytest.raises(MinitfError) as e:
-        export_gguf.main(["--run", str(tiny_run), "--out", str(out), "--force"])
-    assert one_line(e) == f"--out {out} is a FIFO, not a regular file; --force replaces regular files only: name a file"
+    for force in ([], ["--force"]):  # with or without --force: never 'already exists; pass --force'
+        with pytest.raises(MinitfError) as e:
+            export_gguf.main(["--run", str(tiny_run), "--out", str(out), *force])
+        assert (
+            one_line(e) == f"--out {out} is a FIFO, not a regular file; minitf replaces regular files only: name a file"
+        )
     assert out.is_fifo() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe.gguf"]

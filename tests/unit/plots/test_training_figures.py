@@ -74,3 +74,21 @@ def test_a_one_or_two_point_chart_shows_its_points_at_whole_steps(tmp_path, monk
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert ticks and all(float(t).is_integer() for t in ticks)
         assert all(r["step"] in ticks or ax.get_xlim()[0] < r["step"] < ax.get_xlim()[1] for r in rows)
+
+
+def test_heads_out_never_replaces_a_fifo_or_a_file_it_did_not_draw(tiny_run, tmp_path):
+    import os
+
+    from minitf.cli import heads
+    from minitf.errors import MinitfError
+
+    fifo = tmp_path / "heads.png"
+    os.mkfifo(fifo)
+    with pytest.raises(MinitfError, match=r"heads.png is a FIFO, not a regular file; minitf replaces regular"):
+        heads.main(["--run", str(tiny_run), "--out", str(fifo)])
+    assert fifo.is_fifo()
+    notes = tmp_path / "notes.png"
+    notes.write_text("mine")
+    with pytest.raises(MinitfError, match=r"notes.png already exists; pass --force to replace it"):
+        heads.main(["--run", str(tiny_run), "--out", str(notes)])  # checked before the snapshots are scored
+    assert notes.read_text() == "mine"

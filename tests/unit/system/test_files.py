@@ -1,5 +1,6 @@
 """minitf.system.files: atomic_write never writes through a link, and a failed write is one line that leaves nothing."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,59 @@ def test_a_file_in_a_directory_that_takes_no_new_files_is_one_line_that_says_so(
         "minitf writes a file beside its target first, then renames it: write to another directory; "
         "the previous file there is intact"
     )
+
+
+# One checked path for every file a user names (system.files.check_out_file): a FIFO, a device
+# node, a directory or a link is never replaced, and an existing file only with force or when the
+# same command wrote it.
+
+
+def test_check_out_file_refuses_what_a_rename_would_destroy(tmp_path):
+    from minitf.system.files import check_out_file
+
+    fifo = tmp_path / "pipe.png"
+    os.mkfifo(fifo)
+    for force in (False, True):  # --force replaces regular files only
+        with pytest.raises(MinitfError) as e:
+            check_out_file(fifo, force)
+        assert (
+            one_line(e)
+            == f"--out {fifo} is a FIFO, not a regular file; minitf replaces regular files only: name a file"
+        )
+        with pytest.raises(MinitfError, match=r"^--out /dev/null is a character device, not a regular file"):
+            check_out_file("/dev/null", force)
+    with pytest.raises(MinitfError, match=rf"^--out {tmp_path} is a directory; name the file to write, e.g. "):
+        check_out_file(tmp_path, True)
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(MinitfError, match=rf": {tmp_path / 'notes'} is a file, not a directory$"):
+        check_out_file(tmp_path / "notes" / "x.png", True)
+    (tmp_path / "link.png").symlink_to(tmp_path / "notes")
+    with pytest.raises(MinitfError, match="is a symbolic link; minitf does not write through links"):
+        check_out_file(tmp_path / "link.png", True)
+    with pytest.raises(MinitfError) as e:
+        check_out_file(tmp_path / "notes")
+    assert (
+        one_line(e) == f"--out {tmp_path / 'notes'} already exists; pass --force to replace it, or choose another name"
+    )
+    assert check_out_file(tmp_path / "notes", True) == tmp_path / "notes"  # asked for
+    assert check_out_file(tmp_path / "notes", ours=lambda p: p.read_text() == "mine") == tmp_path / "notes"
+    assert check_out_file(tmp_path / "new.png") == tmp_path / "new.png"
+    assert fifo.is_fifo() and (tmp_path / "notes").read_text() == "mine"
+
+
+def test_atomic_writes_never_rename_over_a_fifo(tmp_path):
+    from minitf.system.files import atomic_write_dir
+
+    os.mkfifo(tmp_path / "model.safetensors")
+    with pytest.raises(MinitfError, match="model.safetensors is a FIFO, not a regular file"):
+        atomic_write(tmp_path / "model.safetensors", lambda tmp: Path(tmp).write_bytes(b"weights"))
+    (tmp_path / "config.json").write_text("old")
+
+    def export(tmp):
+        (tmp / "config.json").write_text("new")
+        (tmp / "model.safetensors").write_bytes(b"weights")
+
+    with pytest.raises(MinitfError, match="model.safetensors is a FIFO, not a regular file"):
+        atomic_write_dir(tmp_path, export)  # --force into a directory: checked before any file moves
+    assert (tmp_path / "model.safetensors").is_fifo() and (tmp_path / "config.json").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
