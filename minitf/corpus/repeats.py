@@ -10,7 +10,7 @@ The words are made-up two-syllable words ("fova bele fisa"), so the tokenizer le
 or two tokens and no English bigram gives the next word away. The text is drawn from a fixed seed
 and written once into the cache (MINITF_CACHE) as DOCUMENTS files, then read as a file: source is;
 the same files on every machine, under a version in the folder's name that a change of the
-generator moves on.
+generator moves on, checked against their sha256 manifest on every use (generated.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from ..system.files import atomic_write
+from .generated import generated_files
 
 VERSION = 1  # the generator's version: its folder, and so its token cache, changes with it
 DOCUMENTS, LINES = 100, 60  # 100 files of 60 lines: about 0.9 MB of text
@@ -28,16 +28,16 @@ SEED = 0
 
 
 def repeats_files(cache: Path, log: Callable[[str], None]) -> list[Path]:
-    """The corpus's files in cache/repeats-<VERSION>/, written on first use (each atomically)."""
+    """The corpus's files in cache/repeats-<VERSION>/, written on first use and checked against
+    their manifest on every use (generated.py: a broken one is written again)."""
     folder = Path(cache) / f"repeats-{VERSION}"
-    paths = [folder / f"doc_{i:03d}.txt" for i in range(DOCUMENTS)]
-    if all(p.is_file() for p in paths):
-        return paths
-    log(f"data: writing the repeats corpus ({DOCUMENTS} files of {LINES} phrases said twice) to {folder}")
-    folder.mkdir(parents=True, exist_ok=True)
-    for path, text in zip(paths, documents()):
-        atomic_write(path, lambda tmp, text=text: Path(tmp).write_text(text, encoding="utf-8"))
-    return paths
+    names = [f"doc_{i:03d}.txt" for i in range(DOCUMENTS)]
+
+    def texts() -> dict[str, str]:
+        log(f"data: writing the repeats corpus ({DOCUMENTS} files of {LINES} phrases said twice) to {folder}")
+        return dict(zip(names, documents()))
+
+    return generated_files(folder, names, texts, log)
 
 
 def documents() -> list[str]:
