@@ -44,9 +44,12 @@ def key(default: Any, doc: str, int_range: tuple[int, int] = INT_RANGE) -> Any:
     return field(default=default, metadata={"doc": doc, "int_range": int_range})
 
 
-def _suggest(name: str, allowed) -> str:
+def _suggest(name: str, allowed, section: str = "") -> str:
+    """The hint after an unknown name: the closest allowed one as the user types it (the dotted
+    key, model.n_layer, for a key of a section), else the allowed names."""
     close = difflib.get_close_matches(name, list(allowed), n=1) if len(name) <= 100 else []
-    return f" (did you mean '{close[0]}'?)" if close else f" (valid: {', '.join(sorted(allowed))})"
+    dotted = f"{section}." if section else ""
+    return f" (did you mean '{dotted}{close[0]}'?)" if close else f" (valid: {', '.join(sorted(allowed))})"
 
 
 def _range_words(low: int, high: int) -> str:
@@ -511,7 +514,7 @@ def _unknown_message(section: str, key: str | None) -> str:
     known = _sections()
     if key is None:
         return f"unknown config section {shown(section)}{_suggest(section, known)}"
-    return f"unknown config key {shown(f'{section}.{key}')}{_suggest(key, known[section])}"
+    return f"unknown config key {shown(f'{section}.{key}')}{_suggest(key, known[section], section)}"
 
 
 def check_names(d: dict, origin: str | Path | None = None) -> None:

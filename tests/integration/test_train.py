@@ -108,7 +108,7 @@ def test_non_finite_steps_are_skipped_then_stop(tmp_path, corpus, monkeypatch):
 def test_script_errors_are_one_line(tmp_path):
     r = _script("scripts/train.py", "--config", "configs/tiny.yaml", "model.n_layers=2")
     assert r.returncode == 2
-    assert r.stderr.strip() == "error: unknown config key 'model.n_layers' (did you mean 'n_layer'?)"
+    assert r.stderr.strip() == "error: unknown config key 'model.n_layers' (did you mean 'model.n_layer'?)"
     r = _script("scripts/train.py", "--help")
     assert r.returncode == 0 and "values a plain run uses, from configs/shakespeare.yaml" in r.stdout
     assert "train.max_seconds = 210.0" in r.stdout and "model.n_embd = 128" in r.stdout  # not the dataclass 256

@@ -32,7 +32,7 @@ def test_load_yaml_and_overrides(tmp_path):
 @pytest.mark.parametrize(
     "overrides, match",
     [
-        (["model.n_layers=2"], r"unknown config key 'model.n_layers' \(did you mean 'n_layer'\?\)"),
+        (["model.n_layers=2"], r"unknown config key 'model.n_layers' \(did you mean 'model.n_layer'\?\)"),
         (["modle.n_layer=2"], r"unknown config section 'modle' \(did you mean 'model'\?\)"),
         (["model.n_layer=two"], r"model.n_layer must be int, got 'two'"),
         (["model.n_layer=0"], r"model.n_layer must be positive, got 0"),
