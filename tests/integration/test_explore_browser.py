@@ -152,6 +152,26 @@ def percent(text: str) -> float:
     return float(text.rstrip("%")) / 100
 
 
+# the loss chart's legend and its plot area, as boxes [x, y, width, height] in the SVG's own units
+LEGEND = """const svg = document.getElementById('loss');
+const box = (e) => { const b = e.getBBox(); return [b.x, b.y, b.width, b.height]; };
+const legend = [...svg.querySelectorAll('text')].filter((t) => t.textContent.endsWith(' loss'));
+return [legend.map((t) => [t.textContent, box(t)]), box(svg.querySelector('path')),
+        [...svg.querySelectorAll('polyline, circle')].map(box)];"""
+
+
+def test_the_loss_legend_never_sits_on_a_curve(browser, explore_server, tiny_run):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(explore_server.url)
+    WebDriverWait(browser, 15).until(lambda d: len(d.execute_script(LEGEND)[0]) == 2)
+    legend, (ax, ay, aw, ah), marks = browser.execute_script(LEGEND)
+    assert [name for name, _ in legend] == ["train loss", "val loss"]
+    for _, (x, y, _, h) in legend:  # above the plot area, where no curve or dot can be drawn
+        assert y + h <= ay and x >= ax
+    assert marks and all(my >= ay - 3 and my + mh <= ay + ah + 3 for _, my, _, mh in marks)  # dots: radius 2.5
+
+
 def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp_path):
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By

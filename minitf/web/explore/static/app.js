@@ -50,15 +50,16 @@ async function loadRun() {
 }
 
 function drawLoss(points) {
-  const svg = $("loss"), W = 320, H = 180, L = 34, B = 22;
+  // T: a strip above the plot for the legend, which can then never sit on a curve
+  const svg = $("loss"), W = 320, H = 180, L = 34, B = 22, T = 22;
   const series = [["train_loss", "#2563eb"], ["val_loss", "#ea580c"]];
   const all = points.flatMap((p) => series.map(([k]) => p[k]).filter((v) => v !== undefined));
   if (!all.length) { svg.append(svgEl("text", { x: 10, y: 20 }, "no evaluations in metrics.jsonl yet")); return; }
   const steps = points.map((p) => p.step), s0 = Math.min(...steps), s1 = Math.max(...steps, s0 + 1);
   const last = Math.max(...steps);
   const lo = Math.min(...all), hi = Math.max(...all, lo + 1e-6);
-  const x = (s) => L + (W - L - 8) * (s - s0) / (s1 - s0), y = (v) => 8 + (H - B - 8) * (hi - v) / (hi - lo);
-  svg.append(svgEl("path", { d: `M${L} 8V${H - B}H${W - 8}`, stroke: "#adb5bd", fill: "none" }));
+  const x = (s) => L + (W - L - 8) * (s - s0) / (s1 - s0), y = (v) => T + (H - B - T) * (hi - v) / (hi - lo);
+  svg.append(svgEl("path", { d: `M${L} ${T}V${H - B}H${W - 8}`, stroke: "#adb5bd", fill: "none" }));
   for (const v of [hi, lo]) svg.append(svgEl("text", { x: 2, y: y(v) + 3 }, v.toFixed(2)));
   svg.append(svgEl("text", { x: L, y: H - 6 }, `step ${s0}`));
   if (last > s0) svg.append(svgEl("text", { x: W - 60, y: H - 6 }, `step ${last}`));
@@ -69,7 +70,9 @@ function drawLoss(points) {
     }));
     // a few evaluations are marked one by one: a single one draws no line at all
     if (have.length <= FEW_POINTS) for (const p of have) svg.append(svgEl("circle", { cx: x(p.step), cy: y(p[key]), r: 2.5, fill: colour }));
-    svg.append(svgEl("text", { x: W - 70, y: 18 + 12 * i, style: `fill:${colour}` }, key.replace("_", " ")));
+    const lx = L + 6 + 90 * i;  // side by side in the strip: a stroke of the curve's colour, then its name
+    svg.append(svgEl("line", { x1: lx, y1: 9, x2: lx + 14, y2: 9, stroke: colour, "stroke-width": 2, class: "legend" }));
+    svg.append(svgEl("text", { x: lx + 18, y: 13, style: `fill:${colour}`, class: "legend" }, key.replace("_", " ")));
   });
 }
 
