@@ -116,3 +116,39 @@ def test_generate_until_through_the_server_is_minitfs_greedy_text(served, tiny_r
         prompt = sample["arguments"][0][0]  # (context, generation settings)
         want = minitf.generate(model, tok, prompt, max_new_tokens=256, temperature=0, stop=["\n\n", "<|endoftext|>"])
         assert sample["resps"] == [[want]] and want, (prompt, want)
+
+
+@pytest.mark.slow
+def test_the_docs_local_task_runs_as_written(tiny_run, tmp_path):
+    """docs/elsewhere.md's --include_path example, run by bash as a user pastes it, in a folder holding
+    the export it names (hf/shakespeare, here the tiny run's): the accuracy it prints is the share of
+    lines whose right choice minitf itself gives the highest log-likelihood."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    import torch
+
+    from tests.helpers import ROOT
+
+    page = (ROOT / "docs" / "elsewhere.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"^```bash\n(.*?)^```", page, re.M | re.S) if "--include_path" in b]
+    model, tok, _ = load_run(tiny_run)
+    minitf.export.hf.to_hf(model, tok, tmp_path / "hf" / "shakespeare")
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    env["HF_DATASETS_CACHE"] = str(tmp_path / "cache")
+    r = subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (acc,) = re.findall(r"^\|speakers\s*\|.*\|acc\s*\|.\s*\|\s*([\d.]+)\|", r.stdout, re.M)
+
+    def loglikelihood(context: str, choice: str) -> float:  # the hf backend's split: the choice's own tokens
+        ids, n = tok.encode(context + choice), len(tok.encode(context))
+        with torch.no_grad():
+            logits, _ = model(torch.tensor([ids]))  # (1, T, V)
+        logp = torch.log_softmax(logits[0, :-1].float(), -1)  # (T-1, V): position t predicts token t+1
+        return sum(logp[t - 1, ids[t]].item() for t in range(n, len(ids)))
+
+    docs = [json.loads(line) for line in (tmp_path / "my_tasks" / "speakers.jsonl").read_text().splitlines()]
+    right = [max(range(2), key=lambda i: loglikelihood(d["context"], d["choices"][i])) == d["label"] for d in docs]
+    assert len(docs) == 3 and float(acc) == pytest.approx(sum(right) / len(docs), abs=1e-4)

@@ -20,6 +20,7 @@ def written_by_the_docs() -> set[str]:
     """What the docs' shell commands write inside a clone: their --out targets and outputs with a
     file name (a .gguf, a notebook), plus the runs that training and the walk-through make."""
     out = {"runs/shakespeare", "docs/learn/runs/learn-2026-01-01-120000", "docs/learn/attention.ipynb"}
+    out.add("my_tasks/speakers.yaml")  # docs/elsewhere.md's lm-evaluation-harness task
     for page in PAGES:
         for block in re.findall(r"^```(?:bash|sh)\n(.*?)^```", page.read_text(encoding="utf-8"), re.M | re.S):
             for words in shell_commands(block):
