@@ -204,8 +204,13 @@ class DataConfig(_Section):
 
     _section = "data"
     source: str = key(
-        "shakespeare", "the corpus: shakespeare, file:PATH (a file or directory), hf:DATASET or repeats (generated)"
+        "shakespeare",
+        "the corpus: shakespeare, file:PATH (a file or directory), hf:DATASET, repeats or chat (generated)",
     )
+    format: Literal["text", "chat"] = key(
+        "text", "text: documents to continue; chat: conversations (JSONL messages) to fine-tune on (docs/chat.md)"
+    )
+    skip_invalid: bool = key(False, "chat: skip (and count) malformed conversations instead of stopping")
     vocab_size: int = key(4096, "byte-level BPE vocabulary trained on the corpus (at least 257)")
     val_fraction: float = key(0.1, "share of the text held out for validation, in (0, 0.5]")
     text_field: str = key("text", "column holding the text in hf: datasets")
@@ -221,6 +226,11 @@ class DataConfig(_Section):
         if not 0 < self.val_fraction <= 0.5:
             raise ConfigError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction}")
         self._positive("max_documents", "num_proc")
+        if (self.source == "chat") != (self.format == "chat") and self.source in ("chat", "shakespeare", "repeats"):
+            raise ConfigError(
+                f"data.source={self.source} is {'conversations' if self.source == 'chat' else 'text'} but "
+                f"data.format={self.format}; fine-tune on conversations with --config chat"
+            )
 
 
 @dataclass

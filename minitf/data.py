@@ -25,6 +25,9 @@ from .errors import MinitfError
 from .tokenizer import Tokenizer
 
 
+IGNORE = -100  # a target the loss skips (PyTorch's ignore_index): a chat's context tokens (chat_data.py)
+
+
 class TokenData:
     """The token cache of one corpus: train.bin / val.bin + meta.json + tokenizer.json."""
 

@@ -9,29 +9,43 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .chat import exact_match
 from .config import Config, DataConfig
+from .corpus import chat_corpus
 from .corpus.prepare import prepare_data
 from .data import TokenData, bits_per_byte
 from .errors import ConfigError
+from .lm_loss import IGNORE
 from .system.progress import progress_bar
 from .system.runtime import eval_mode
+
+EXACT_QUESTIONS = 100  # held-out questions of the generated chat corpus asked at each evaluation
 
 
 @torch.no_grad()
 def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
     """Mean loss over eval_batches fixed batches per split (the same batches at every eval), in
-    eval mode; the caller's mode comes back after."""
-    out = {}
+    eval mode; the caller's mode comes back after. A chat corpus's loss is over the answers'
+    tokens (each batch weighed by how many it has), and the generated one's adds "val_exact":
+    the share of held-out questions answered exactly, and per task "val_exact_<task>"."""
+    out, chat = {}, cfg.data.format == "chat"
     with eval_mode(model):
         for split in ("train", "val"):
             g = torch.Generator().manual_seed(cfg.run.seed + 999)
-            losses = []
+            losses, counts = [], []
             for _ in range(cfg.train.eval_batches):
                 x, y = data.get_batch(split, cfg.train.batch_size, cfg.model.block_size, g, device)
                 with autocast:
                     losses.append(model(x, y)[1].item())
-            out[split] = sum(losses) / len(losses)
+                counts.append(int((y != IGNORE).sum()) if chat else 1)
+            out[split] = sum(loss * n for loss, n in zip(losses, counts)) / max(sum(counts), 1)
     out["val_bpb"] = bits_per_byte(out["val"], data.bytes_per_token("val"))
+    if cfg.data.source == "chat":
+        with autocast:
+            shares = exact_match(
+                model, data.tokenizer, chat_corpus.held_out(EXACT_QUESTIONS, cfg.data.val_fraction), chat_corpus.task_of
+            )
+        out.update({"val_exact" if k == "all" else f"val_exact_{k}": v for k, v in shares.items()})
     return out
 
 

@@ -17,7 +17,7 @@ import torch
 
 from .config import SampleConfig
 from .decoding import compiled_decode_step, decode_step
-from .generate_args import check_arguments, prompt_ids, sample_settings
+from .generate_args import chat_prompt_ids, check_arguments, prompt_ids, sample_settings
 from .kv_cache import KVCache
 from .model import Transformer
 from .sampling import draw_next_token, sample_next_token, token_probs, window_start  # noqa: F401 (re-exported)
@@ -99,14 +99,17 @@ def _text_steps(
     use_cache: bool,
     compile: bool,
     info: dict | None = None,
+    ends: tuple[int, ...] = (),
 ):
     """Yield, per step, the new text of every sample (until all samples are done); info, when
-    given, gets "tokens": how many tokens each sample drew (re-encoding its text can differ)."""
+    given, gets "tokens": how many tokens each sample drew (re-encoding its text can differ).
+    `prompt` is text, or token ids already (a chat's); a sample also ends at a token of `ends`."""
     check_num_samples(model, num_samples)  # before the num_samples text assemblers below
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
-    ids = prompt_ids(tokenizer, prompt, model.config.block_size)
+    block = model.config.block_size
+    ids = prompt_ids(tokenizer, prompt, block) if isinstance(prompt, str) else chat_prompt_ids(prompt, block)
     stop = [stop] if isinstance(stop, str) else list(stop or [])
-    texts = [TextAssembler(tokenizer, stop) for _ in range(num_samples)]
+    texts = [TextAssembler(tokenizer, stop, ends) for _ in range(num_samples)]
     try:
         for nxt in generate_tokens(model, ids, settings, num_samples, use_cache, compile):
             yield [t.push(int(i)) if not t.done else "" for t, i in zip(texts, nxt.tolist())]

@@ -31,6 +31,17 @@ def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:
     return ids
 
 
+def chat_prompt_ids(ids: list[int], block_size: int) -> list[int]:
+    """A chat's prompt ids: they must leave room for an answer, as cutting a conversation's start
+    would cut its template (a ConfigError saying how long it is)."""
+    if len(ids) >= block_size:
+        raise ConfigError(
+            f"the conversation is {len(ids)} tokens, which leaves no room for an answer in the model's "
+            f"block_size of {block_size}; start a new conversation or shorten it"
+        )
+    return ids
+
+
 def check_prompt_text(prompt: str) -> None:
     """A prompt with a lone surrogate (bytes that were not UTF-8 on the command line) has no tokens."""
     check_text(prompt, "the prompt")

@@ -24,6 +24,7 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model
 
+from .chat_template import TEMPLATE_FILE, load_template
 from .config import load_run_config
 from .errors import MinitfError, first_line
 from .model import Transformer
@@ -42,7 +43,20 @@ LOSS_PLOT = "loss.png"  # the loss curves drawn after each evaluation
 SNAPSHOTS = "snapshots"  # train.snapshot_every's folder of weights, one file per kept step (training/snapshots.py)
 LOCK = ".lock"  # held by the trainer writing the run (training/checkpoint.py)
 # every name minitf writes in a run directory: an export never writes over one of them
-RUN_FILES = {CONFIG, TOKENIZER, WEIGHTS, BEST, STATE, METRICS, STEPS, LOSS_PLOT, TENSORBOARD, SNAPSHOTS, LOCK}
+RUN_FILES = {
+    CONFIG,
+    TOKENIZER,
+    WEIGHTS,
+    BEST,
+    STATE,
+    METRICS,
+    STEPS,
+    LOSS_PLOT,
+    TENSORBOARD,
+    SNAPSHOTS,
+    LOCK,
+    TEMPLATE_FILE,
+}
 
 
 def load_run(path: str | Path, best: bool = False, device: str | torch.device = "cpu"):
@@ -69,6 +83,7 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
         )
     model = Transformer(cfg.model).to(_as_device(device))
     load_weights(model, weights)
+    tok.chat_template = load_template(run_dir)  # a chat run's (None for a base model)
     return model.eval(), tok, cfg
 
 

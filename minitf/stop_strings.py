@@ -14,15 +14,16 @@ from .tokenizer import Tokenizer
 class TextAssembler:
     """One sample's ids -> text pieces: whole characters only, cut at <|endoftext|> or a stop string."""
 
-    def __init__(self, tokenizer: Tokenizer, stop: list[str]):
+    def __init__(self, tokenizer: Tokenizer, stop: list[str], ends: tuple[int, ...] = ()):
         self.tok, self.stop = tokenizer, [s for s in stop if s]
+        self.ends = {tokenizer.eot_id, *ends}  # tokens that end the text: <|endoftext|>, a chat's end of turn
         self.pending: list[int] = []  # ids whose bytes do not yet end on a whole character
         self.text, self.emitted, self.done = "", 0, False
         self.tokens = 0  # ids pushed: the sampled tokens, <|endoftext|> included
 
     def push(self, token: int) -> str:
         self.tokens += 1
-        if token == self.tok.eot_id:
+        if token in self.ends:
             self.done = True
             return self.flush()
         self.pending.append(token)

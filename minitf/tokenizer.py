@@ -42,6 +42,8 @@ class Tokenizer:
         self.backend = backend  # the HF tokenizers object, for anything not wrapped here
         self._eot_id = eot
         self._hash: str | None = None
+        # a chat model's template (chat_template.ChatTemplate), set by whoever loads one: load_run, the HF reader
+        self.chat_template = None
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int) -> Tokenizer:
@@ -90,6 +92,11 @@ class Tokenizer:
             ) from None
         return cls(backend)
 
+    @classmethod
+    def load_str(cls, text: str) -> Tokenizer:
+        """A tokenizer from the text of a tokenizer.json."""
+        return cls(HFTokenizer.from_str(text))
+
     def save(self, path: str | Path) -> None:
         """Write tokenizer.json to `path` (a file path, or a directory to hold tokenizer.json)."""
         path = Path(path)
@@ -122,6 +129,16 @@ class Tokenizer:
         except TypeError:  # tokenizers' message ("TextInputSequence must be str") hides the cause
             _check_texts([text])
             raise
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of `text` and each token's (start, end) character span in it."""
+        check_text(text)
+        encoding = self.backend.encode(text, add_special_tokens=False)
+        return encoding.ids, encoding.offsets
+
+    def special_ids(self) -> set[int]:
+        """The ids of the special tokens (<|endoftext|>, and a chat model's turn markers)."""
+        return {i for i, t in self.backend.get_added_tokens_decoder().items() if t.special}
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, encoded in parallel threads."""

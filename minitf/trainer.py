@@ -33,16 +33,17 @@ from . import budget
 from .config import Config
 from .data import TokenData
 from .errors import MinitfError
+from .lm_loss import IGNORE
 from .evaluate import evaluate
 from .export import hf
 from .export.architecture import export_words
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
-from .run_dir import TOKENIZER
+from .run_dir import TOKENIZER, is_run_dir, load_run
 from .system import runtime
 from .tokenizer import Tokenizer
 from .training import checkpoint as ckpt
-from .training import fsdp, setup, snapshots
+from .training import fsdp, setup, sft, snapshots
 from .training.naming import name_and_prompt
 from .training.report import StepReport, say_how_it_ended
 from .training.session import Session, finished, keep_best, last_good, save_checkpoint
@@ -94,8 +95,10 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         tokenizer = Tokenizer.load(run_dir / TOKENIZER) if resume else None
         pretrained = None
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
-            pretrained, tokenizer = hf.load_pretrained(cfg.run.init_from)
+            pretrained, tokenizer = _load_pretrained(cfg.run.init_from)
             setup.take_pretrained_config(cfg, pretrained, tokenizer, log)  # model.* and a fine-tune's rates
+        if cfg.data.format == "chat":  # the chat template, its tokens in the vocabulary (training/sft.py)
+            pretrained, tokenizer = sft.chat_model(cfg, pretrained, tokenizer, run_dir if resume else None, log)
         data = setup.token_data(cfg, procs, tokenizer, log)  # tokenized once into the token cache
         cfg.model.vocab_size = data.tokenizer.vocab_size
 
@@ -208,12 +211,15 @@ def forward_backward(session: Session) -> tuple[torch.Tensor, torch.Tensor]:
     """
     tc, model, raw_model = session.cfg.train, session.model, session.raw_model
     loss_sum = None
-    for micro in range(tc.grad_accum):
-        x, y = session.next_batch()  # (B, T) token ids, and the next token of each: (B, T)
+    batches = [session.next_batch() for _ in range(tc.grad_accum)]  # (B, T) ids, and the next token of each
+    shares = [None] * tc.grad_accum  # each micro-batch's share of the step's loss: 1 / grad_accum
+    if session.cfg.data.format == "chat":  # by learned tokens: only the answers count, and not equally
+        shares = sft.token_weights([y for _, y in batches], session.procs.world, IGNORE)
+    for micro, ((x, y), share) in enumerate(zip(batches, shares)):
         sync = session.procs.world == 1 or micro == tc.grad_accum - 1
         with fsdp.micro_batch(model, raw_model, sync), session.autocast:
             _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
-            loss = loss / tc.grad_accum
+            loss = loss / tc.grad_accum if share is None else loss * share
         session.scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
     session.scaler.unscale_(session.optimizer)
@@ -253,6 +259,7 @@ def record_eval(session: Session, lr: float, norm: float, elapsed: float, write,
                 "train_loss": result["train"],
                 "val_loss": result["val"],
                 "val_bpb": result["val_bpb"],
+                **{k: v for k, v in result.items() if k.startswith("val_exact")},  # the generated chat corpus's
                 "lr": lr,
                 "grad_norm": norm,
                 "tokens_per_s": round(session.meter.tok_s),
@@ -265,6 +272,7 @@ def record_eval(session: Session, lr: float, norm: float, elapsed: float, write,
         write(
             f"step {session.step}: train {result['train']:.4f} | val {result['val']:.4f} | "
             f"val bpb {result['val_bpb']:.3f}"
+            + (f" | answers exactly right {result['val_exact']:.0%}" if "val_exact" in result else "")
         )
     keep_best(session, result["val"])  # best.safetensors, when this val loss is the lowest yet
 
@@ -280,6 +288,15 @@ def _own_config(cfg: Config | str | Path, resume: bool, overrides) -> Config:
             raise MinitfError("train() takes a Config, or a run directory together with resume=True")
         return ckpt.resume_config([f"run.out_dir={cfg}", *overrides])
     return copy.deepcopy(cfg)
+
+
+def _load_pretrained(path: str) -> tuple[Transformer, Tokenizer]:
+    """run.init_from: (model in train mode, tokenizer) from a minitf run directory or a local Hugging
+    Face directory; the tokenizer carries the directory's chat template, if it has one."""
+    if is_run_dir(Path(path)):
+        model, tokenizer, _ = load_run(path)
+        return model.train(), tokenizer
+    return hf.load_pretrained(path)
 
 
 def _new_model(cfg: Config, device: torch.device, pretrained: Transformer | None = None) -> Transformer:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ..config import DataConfig
 from ..errors import ConfigError, MinitfError, first_line
-from . import repeats, shakespeare
+from . import chat_corpus, repeats, shakespeare
 
 BLOCK_CHARS = 1 << 20  # text is read and handed on in blocks of at most this many characters
 READ_BYTES = 1 << 20  # and read from the file this many bytes at a time
@@ -57,10 +57,11 @@ _LOCAL = shakespeare.LOCAL
 KINDS = {
     "shakespeare": "shakespeare",
     "repeats": "repeats",
+    "chat": "chat",
     "file": "file:<path, directory or glob>",
     "hf": "hf:<dataset>[:<config>] or hf:<local dataset directory>",
 }
-WORDS_ALONE = ("shakespeare", "repeats")  # the kinds named by their word alone, with nothing after it
+WORDS_ALONE = ("shakespeare", "repeats", "chat")  # the kinds named by their word alone, with nothing after it
 
 
 def cache_dir() -> Path:
@@ -129,6 +130,8 @@ class Source:
             self.files, self.empty, self.aliases = _text_files(self.spec)
         elif self.kind == "repeats":  # generated once into the cache, then read as files
             self.files = repeats.repeats_files(cache_dir(), log)
+        elif self.kind == "chat":  # the generated conversations (data.format=chat), likewise
+            self.files = chat_corpus.chat_files(cache_dir(), log)
         elif self.local:  # hf:<local dataset directory>, read without the network
             if not root.is_dir():
                 raise MinitfError(
@@ -146,7 +149,7 @@ class Source:
 
     def load(self, cfg: DataConfig, log) -> Documents:
         if self.kind == "hf":
-            return _hf_documents(_load_hf(self.spec, cfg, self.local), cfg, log)
+            return _hf_documents(load_hf(self.spec, cfg, self.local), cfg, log)
         if self.empty:
             log(f"data: skipping {len(self.empty)} empty file(s): {', '.join(map(str, self.empty[:3]))}")
         if self.aliases:
@@ -434,10 +437,12 @@ def _explain_utf8(path: Path) -> None:
             offset += len(chunk)
 
 
-def _load_hf(spec: str, cfg: DataConfig, local: bool):
+def load_hf(spec: str, cfg: DataConfig, local: bool, column: str | None = None, text: bool = True):
     """hf:<dataset>[:<config>] from the hub (failing in seconds when it is unreachable, where
     datasets itself retries for ~20 s) into the user's HF cache, or hf:<local dataset directory>
-    without the network, its Arrow copy under our cache."""
+    without the network, its Arrow copy under our cache. It must have the column (data.text_field
+    unless named), holding text unless `text` is false (a chat dataset's messages)."""
+    column = column or cfg.text_field
     import datasets
     from huggingface_hub import constants
 
@@ -471,13 +476,11 @@ def _load_hf(spec: str, cfg: DataConfig, local: bool):
             f"could not load dataset {spec!r} ({type(e).__name__}: {first_line(e)}); "
             f"check the name and config, {_LOCAL}"
         ) from e
-    if cfg.text_field not in columns:
-        raise MinitfError(
-            f"dataset {spec!r} has no column {cfg.text_field!r} (it has {', '.join(columns)}); "
-            f"set data.text_field to the one holding the text"
-        )
-    kind = _column_kind((ds.features or {}).get(cfg.text_field))
-    if kind not in (None, "string", "large_string"):
+    if column not in columns:
+        fix = "set data.text_field to the one holding the text" if text else "a chat dataset holds them in 'messages'"
+        raise MinitfError(f"dataset {spec!r} has no column {column!r} (it has {', '.join(columns)}); {fix}")
+    kind = _column_kind((ds.features or {}).get(column))
+    if text and kind not in (None, "string", "large_string"):
         raise _not_text(spec, cfg.text_field, kind, ds.features)
     return ds
 

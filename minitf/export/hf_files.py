@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from ..chat_template import TEMPLATE_FILE, load_template
 from ..errors import MinitfError, first_line
 from ..tokenizer import EOT, Tokenizer
 
@@ -119,7 +120,9 @@ def read_tokenizer(where: Path) -> Tokenizer:
     """The directory's tokenizer.json, or GPT-2's classic vocab.json + merges.txt (what
     GPT2Tokenizer.save_pretrained writes), read as the byte-level BPE they describe."""
     if (where / "tokenizer.json").is_file():
-        return _downloaded_tokenizer(where / "tokenizer.json")
+        tokenizer = _downloaded_tokenizer(where / "tokenizer.json")
+        tokenizer.chat_template = _chat_template(where)
+        return tokenizer
     if (where / "vocab.json").is_file() and (where / "merges.txt").is_file():
         from tokenizers import Tokenizer as HFTokenizer
 
@@ -137,6 +140,15 @@ def read_tokenizer(where: Path) -> Tokenizer:
         f"{where} holds no tokenizer (tokenizer.json, or vocab.json and merges.txt); "
         f"save the model's tokenizer into it with save_pretrained"
     )
+
+
+def _chat_template(where: Path):
+    """The directory's chat template (tokenizer_config.json's, or chat_template.jinja), read bounded."""
+    config = where / "tokenizer_config.json"
+    parsed = _json(config, "a tokenizer config") if config.is_file() else {}
+    if (where / TEMPLATE_FILE).is_file():
+        _bounded(where / TEMPLATE_FILE, MAX_JSON_BYTES, "a chat template")
+    return load_template(where, parsed if isinstance(parsed, dict) else {})
 
 
 def _downloaded_tokenizer(path: Path) -> Tokenizer:

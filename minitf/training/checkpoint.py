@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_model
 
+from ..chat_template import TEMPLATE_FILE
 from ..config import RESUMABLE, Config, load_config, read_config_file, save_config
 from ..errors import ConfigError, MinitfError
 from ..run_dir import (
@@ -108,6 +109,8 @@ def write_config(run_dir: Path, cfg: Config) -> None:
 def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
     write_config(run_dir, cfg)
     atomic_write(run_dir / TOKENIZER, lambda tmp: Path(tmp).write_text(tokenizer.to_json()))
+    if tokenizer.chat_template is not None:  # a chat run: the template its answers are read in
+        atomic_write(run_dir / TEMPLATE_FILE, lambda tmp: Path(tmp).write_text(tokenizer.chat_template.source))
 
 
 # what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs

@@ -23,7 +23,11 @@ def name_and_prompt(cfg: Config, data: TokenData, log: Callable) -> None:
     name, shakespeare = Path(cfg.run.out_dir).name, _default(SampleConfig, "prompt")
     if name and cfg.run.name in recipes():  # a recipe's own name (each names itself), not the user's
         cfg.run.name = name
-    if cfg.sample.prompt != shakespeare or cfg.data.source == _default(DataConfig, "source"):
+    if (
+        cfg.sample.prompt != shakespeare
+        or cfg.data.source == _default(DataConfig, "source")
+        or cfg.data.format == "chat"
+    ):
         return
     prompt = fitting_prompt(data)
     if prompt:

@@ -86,9 +86,8 @@ def say_how_it_ended(session: Session) -> None:
             session.log(note)
     if short is None and reason in (budget.OUT_OF_TIME, "max_steps"):  # the short note says it already
         session.log(f"to train longer: {budget.train_longer(session.run_dir, tc, reason == budget.OUT_OF_TIME)}")
-    session.log(
-        f"run directory: {session.run_dir}\nsample from it: minitf generate --run {shlex.quote(str(session.run_dir))}"
-    )
+    use = "talk to it: minitf chat" if session.cfg.data.format == "chat" else "sample from it: minitf generate"
+    session.log(f"run directory: {session.run_dir}\n{use} --run {shlex.quote(str(session.run_dir))}")
 
 
 def _worse_than_best(session: Session) -> str | None:

@@ -18,6 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..config import Config, TrainConfig
+from ..corpus.chat_cache import prepare_chat_data
 from ..corpus.prepare import prepare_data
 from ..data import TokenData
 from ..errors import ConfigError
@@ -72,12 +73,18 @@ def take_pretrained_config(cfg: Config, pretrained: Transformer, tokenizer: Toke
 def token_data(cfg: Config, procs: runtime.Dist, tokenizer: Tokenizer | None, log: Callable) -> TokenData:
     """The token data, on every rank: rank 0 builds the token cache, the others then find it ready.
     A split too small for one batch is said now, not at the first evaluation."""
+
+    def prepare():
+        if cfg.data.format == "chat":  # conversations, with their loss mask (corpus/chat_cache.py)
+            return prepare_chat_data(cfg.data, tokenizer, tokenizer.chat_template, log=log)
+        return prepare_data(cfg.data, tokenizer, log=log)
+
     if procs.main:
-        data = prepare_data(cfg.data, tokenizer, log=log)
+        data = prepare()
     if procs.world > 1:
         dist.barrier()
     if not procs.main:
-        data = prepare_data(cfg.data, tokenizer, log=log)
+        data = prepare()
     data.check_fits(cfg.model.block_size)
     return data
 

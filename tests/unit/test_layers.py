@@ -17,10 +17,12 @@ PKG = ROOT / "minitf"
 LAYERS = [
     # the two exceptions, typed configs; device, files, progress; the time budget's arithmetic
     {"errors", "config", "system", "budget"},
-    {"tokenizer", "corpus", "data"},  # text -> ids -> token cache -> batches
+    # text -> ids -> token cache -> batches; conversations -> chat template -> ids and loss mask -> batches
+    {"tokenizer", "corpus", "data", "chat_template", "chat_data"},
     {
         "positions",
         "attention",
+        "fused_attention",
         "lm_loss",
         "kv_cache",
         "sampling",
@@ -33,7 +35,7 @@ LAYERS = [
     {"optim", "muon"},  # optimizers and the schedule: nothing of a run's machinery
     {"training"},  # a run's set-up steps, session, checkpoints, FSDP, logs, snapshots
     # what is done with a model and a run
-    {"trainer", "evaluate", "generate", "generate_args", "inspection", "interpret", "export"},
+    {"trainer", "evaluate", "generate", "generate_args", "chat", "inspection", "interpret", "export"},
     {"plots"},  # figures: loss curves, attention heatmaps, interpretability grids (matplotlib, files only)
     {"web"},  # the web apps: the explorer, the OpenAI-compatible server, and their HTTP layer
     {"cli", "__main__"},  # the command line: minitf <command>

@@ -1,0 +1,203 @@
+"""What makes a chat model: a template and a loss mask.
+
+A chat model is a language model trained on conversations written out as one text in a fixed
+shape, the template, with special tokens marking who speaks. minitf's own models use ChatML, the
+template of Qwen's models, which llama.cpp and Ollama recognise by name:
+
+    <|im_start|>system
+    You are terse.<|im_end|>
+    <|im_start|>user
+    What is 2 plus 3?<|im_end|>
+    <|im_start|>assistant
+    5<|im_end|>
+
+To answer, the model is given the conversation so far and "<|im_start|>assistant\\n" (the
+generation prompt) and samples until it writes <|im_end|>, the end of its turn. Training learns
+only the assistant's tokens, its content and the end-of-turn token after it (the loss mask,
+`encode_conversation`); the rest is context the model reads but is never asked to write.
+
+A downloaded Llama or Qwen3 directory brings its own template (tokenizer_config.json's
+`chat_template`), a small Jinja program. Every template, ChatML included, is rendered here as
+transformers renders it (a sandboxed Jinja environment with the same options and helpers), so the
+token ids equal `AutoTokenizer.apply_chat_template`'s. A template is untrusted code from a
+download: the sandbox lets it read the messages and nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import datetime
+from pathlib import Path
+
+from .errors import MinitfError, first_line
+from .tokenizer import Tokenizer
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+# ChatML as Qwen writes it, without a default system prompt or tools
+CHATML = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+TEMPLATE_FILE = "chat_template.jinja"  # in a run directory (and in transformers' own saves)
+ROLES = ("system", "user", "assistant")
+
+
+class ChatTemplate:
+    """A chat template (Jinja source) and the special tokens it may name (bos_token, eos_token)."""
+
+    def __init__(self, source: str, special: dict[str, str] | None = None):
+        self.source, self.special = source, dict(special or {})
+        self._program = _compile(source)
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
+        """The conversation as one text, as the model sees it."""
+        try:
+            return self._program.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.special)
+        except Exception as e:  # a template's raise_exception, or a template error
+            raise MinitfError(f"the chat template refused the conversation ({first_line(e, 160)})") from None
+
+    def prompt_ids(self, tokenizer: Tokenizer, messages: list[dict]) -> list[int]:
+        """Token ids of the conversation followed by the generation prompt: what the model answers."""
+        return tokenizer.encode(self.render(messages, add_generation_prompt=True))
+
+    def encode_conversation(self, tokenizer: Tokenizer, messages: list[dict]) -> tuple[list[int], list[bool]]:
+        """(ids, learned): the whole conversation's token ids, and for each whether training learns
+        it: the tokens of every assistant message's content and the end-of-turn token right after."""
+        text = self.render(messages)
+        ids, offsets = tokenizer.encode_with_offsets(text)
+        spans = self._assistant_spans(messages, text)
+        learned, s = [False] * len(ids), 0
+        for i, (start, end) in enumerate(offsets):
+            while s < len(spans) and start >= spans[s][1]:
+                s += 1
+            if s == len(spans):
+                break
+            learned[i] = end > spans[s][0]  # a token overlapping the answer is the answer's
+        for i in range(1, len(ids)):  # the end-of-turn token that closes each answer
+            if learned[i - 1] and not learned[i] and ids[i] == self.end_of_turn(tokenizer):
+                learned[i] = True
+        return ids, learned
+
+    def _assistant_spans(self, messages: list[dict], text: str) -> list[tuple[int, int]]:
+        """Where each assistant message's content lies in `text` (character spans). The answer
+        begins after the generation prompt that the conversation so far renders to, when the
+        whole text starts with that prompt (ChatML, Llama 3, Qwen3); otherwise after the last
+        answer found."""
+        spans, cursor = [], 0
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            prompt = self.render(messages[:i], add_generation_prompt=True)
+            if text.startswith(prompt):
+                cursor = max(cursor, len(prompt))
+            content = message["content"].strip()  # templates may trim (Llama 3's | trim)
+            start = text.find(content, cursor)
+            if start < 0:
+                raise MinitfError(
+                    f"the chat template does not write assistant message {i + 1}'s content as it is; "
+                    f"minitf learns an answer from where its text appears in the rendered conversation"
+                )
+            spans.append((start, start + len(content)))
+            cursor = start + len(content)
+        return spans
+
+    @functools.lru_cache(maxsize=4)  # noqa: B019 (a template lives as long as its model)
+    def end_of_turn(self, tokenizer: Tokenizer) -> int:
+        """The token the template writes right after an answer (ChatML's <|im_end|>, Llama 3's
+        <|eot_id|>): generation stops there. Found by rendering a one-exchange conversation."""
+        probe = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there"}]
+        text = self.render(probe)
+        ids, offsets = tokenizer.encode_with_offsets(text)
+        ((_, end),) = self._assistant_spans(probe, text)
+        after = [t for t, (s, _) in zip(ids, offsets) if s >= end]
+        special = tokenizer.special_ids()
+        if after and after[0] in special:
+            return after[0]
+        eos = self.special.get("eos_token")
+        if eos is not None and tokenizer.backend.token_to_id(eos) is not None:
+            return tokenizer.backend.token_to_id(eos)
+        raise MinitfError("the chat template writes no special token after an answer, so no answer could end")
+
+    def save(self, directory: Path) -> None:
+        (Path(directory) / TEMPLATE_FILE).write_text(self.source, encoding="utf-8")
+
+
+def chatml() -> ChatTemplate:
+    """minitf's own template."""
+    return ChatTemplate(CHATML)
+
+
+def add_chat_tokens(tokenizer: Tokenizer) -> Tokenizer:
+    """The tokenizer with ChatML's two special tokens added after its vocabulary (unchanged when it
+    has them). Text is still split exactly as before; the new ids are vocab_size and vocab_size + 1."""
+    backend = Tokenizer.load_str(tokenizer.to_json()).backend  # a copy: the caller's stays as it was
+    missing = [t for t in (IM_START, IM_END) if backend.token_to_id(t) is None]
+    if missing:
+        from tokenizers import AddedToken
+
+        backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in missing])
+    return Tokenizer(backend)
+
+
+def load_template(directory: Path, config: dict | None = None) -> ChatTemplate | None:
+    """The chat template kept in a directory: a run's (or transformers' own) chat_template.jinja, else
+    tokenizer_config.json's chat_template (its "default" when it lists several); None if neither.
+    `config` is the parsed tokenizer_config.json, when the caller has read it (bounded) already."""
+    directory = Path(directory)
+    config = config or {}
+    source = None
+    if (directory / TEMPLATE_FILE).is_file():
+        source = (directory / TEMPLATE_FILE).read_text(encoding="utf-8")
+    elif isinstance(config.get("chat_template"), str):
+        source = config["chat_template"]
+    elif isinstance(config.get("chat_template"), list):  # [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in config["chat_template"] if isinstance(t, dict)}
+        source = named.get("default")
+    if not isinstance(source, str):
+        return None
+    special = {}
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        value = config.get(key)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            special[key] = value
+    return ChatTemplate(source, special)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(source: str):
+    """The template compiled as transformers compiles it: a sandbox that cannot reach Python's
+    internals, trim_blocks and lstrip_blocks, loop controls, and the helpers templates call."""
+    import jinja2
+    from jinja2.ext import Extension, loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(Extension):  # {% generation %}...{% endgeneration %}: its body, as it is
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals.update(
+        raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt), dict=dict
+    )
+    try:
+        return env.from_string(source)
+    except jinja2.exceptions.TemplateError as e:
+        raise MinitfError(f"the chat template is not valid Jinja ({first_line(e, 160)})") from None

@@ -1,0 +1,135 @@
+"""Conversations in: JSONL files of OpenAI-style `messages`, or a Hugging Face dataset with a
+`messages` column, each conversation checked before it is tokenized.
+
+One conversation per line, as OpenAI's fine-tuning files and most chat datasets write them:
+
+    {"messages": [{"role": "system", "content": "Be terse."},
+                  {"role": "user", "content": "What is 2 plus 3?"},
+                  {"role": "assistant", "content": "5"}]}
+
+The roles go: an optional system message first, then user and assistant in turn, ending with the
+assistant. Content is a non-empty string (or OpenAI's list of {"type": "text", "text": ...} parts,
+joined); other keys of a message (name, ...) are ignored. A conversation that breaks a rule is
+an error naming its file and line (`BadConversation`), unless data.skip_invalid is set: then it
+is skipped, and the skipped ones are counted by reason and said.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import MinitfError
+
+ROLES = ("system", "user", "assistant")
+MAX_LINE_BYTES = 64 << 20  # one conversation; a longer line is not a conversation but a broken file
+
+
+class BadConversation(MinitfError):
+    """A conversation that breaks a rule; `where` is "file:line" (or "dataset row N"), `why` the rule."""
+
+    def __init__(self, where: str, why: str):
+        super().__init__(
+            f"{where}: {why}; fix that conversation, or set data.skip_invalid=true to skip (and count) such ones"
+        )
+        self.where, self.why = where, why
+
+
+def check_messages(messages, where: str) -> list[dict]:
+    """The conversation as a list of {"role", "content"} dicts with string content, or BadConversation."""
+    if not isinstance(messages, list) or not messages:
+        raise BadConversation(where, '"messages" must be a non-empty list of {"role", "content"} objects')
+    out = []
+    for i, m in enumerate(messages):
+        what = f"message {i + 1}"
+        if not isinstance(m, dict):
+            raise BadConversation(where, f'{what} is not an object with "role" and "content"')
+        role = m.get("role")
+        if role not in ROLES:
+            raise BadConversation(where, f"{what} has the unknown role {role!r} (roles: system, user, assistant)")
+        content = _text(m.get("content"))
+        if content is None:
+            raise BadConversation(where, f"{what} ({role}) has no text content")
+        if not content.strip():
+            raise BadConversation(where, f"{what} ({role}) is empty")
+        expected = _next_roles(out)
+        if role not in expected:
+            raise BadConversation(
+                where, f"{what} is {role} where {' or '.join(expected)} must come (roles out of order)"
+            )
+        out.append({"role": role, "content": content})
+    if out[-1]["role"] != "assistant":
+        has_answer = any(m["role"] == "assistant" for m in out)
+        raise BadConversation(
+            where, "it ends with a user turn, which nothing answers" if has_answer else "it has no assistant turn"
+        )
+    return out
+
+
+def _next_roles(so_far: list[dict]) -> tuple[str, ...]:
+    if not so_far:
+        return ("system", "user")
+    return ("assistant",) if so_far[-1]["role"] == "user" else ("user",)
+
+
+def _text(content) -> str | None:
+    """A message's content as text: a string, or OpenAI's list of text parts joined."""
+    if isinstance(content, str):
+        return content
+    if (
+        isinstance(content, list)
+        and content
+        and all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content)
+    ):
+        return "".join(p["text"] for p in content)
+    return None
+
+
+def jsonl_conversations(path: Path) -> Iterator[tuple[str, object]]:
+    """("file:line", messages) for each non-blank line of a JSONL file, read a line at a time;
+    a line that is not JSON, not UTF-8 or holds no "messages" is a BadConversation."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(_lines(f, path), start=1):
+            where = f"{path}:{number}"
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadConversation(where, f"invalid UTF-8 at byte {e.start} of the line") from None
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise BadConversation(where, f"invalid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(record, dict) or "messages" not in record:
+                raise BadConversation(where, 'each line must be a JSON object with a "messages" list')
+            yield where, record["messages"]
+
+
+def _lines(f, path: Path) -> Iterator[bytes]:
+    while True:
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            raise MinitfError(f"{path}: a line longer than {MAX_LINE_BYTES >> 20} MiB is not one conversation")
+        yield raw
+
+
+class Skipped(Counter):
+    """Conversations skipped under data.skip_invalid, counted by reason (the first place of each kept)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first: dict[str, str] = {}
+
+    def add(self, bad: BadConversation) -> None:
+        reason = bad.why.split(" (")[0]
+        self[reason] += 1
+        self.first.setdefault(reason, bad.where)
+
+    def summary(self) -> str:
+        parts = [f"{n} {reason} (first at {self.first[reason]})" for reason, n in self.most_common()]
+        return f"skipped {sum(self.values())} invalid conversation(s): " + "; ".join(parts)
