@@ -84,15 +84,15 @@ def inspect(model: Transformer, tokenizer: Tokenizer, text: str | list[int]) -> 
     )
 
 
-def run_blocks(model: Transformer, idx: torch.Tensor, edit_heads=None, edit_resid=None):
+def run_blocks(model: Transformer, idx: torch.Tensor, edit_heads=None, edit_resid=None, keep=None):
     """The model's forward pass on idx (B, T), block by block through its own modules, every step
     kept: (layers, residuals, logits (B, T, V)). layers[i] holds block i's attention steps (see
     CausalSelfAttention.steps) and what attention and the FFN add to the stream, attn_out and
     ffn_out (B, T, C); residuals, the stream at the embeddings and after each block.
 
     interpret's trace() edits the pass on the way: edit_heads(layer, heads) may return new head
-    outputs, which then go through the output projection; edit_resid(point, x) a new stream at
-    point 0 (the embeddings) or i + 1 (after block i), which the next block reads."""
+    outputs, which then go through the output projection; edit_resid(point, x) a new stream at point
+    0 or i + 1 (after block i); keep(i, steps) what of block i's steps to hold (default: all of them)."""
     x = model.embed(idx)  # (B, T, C): token embeddings plus positions
     if edit_resid is not None:
         x = edit_resid(0, x)
@@ -108,7 +108,7 @@ def run_blocks(model: Transformer, idx: torch.Tensor, edit_heads=None, edit_resi
         x = x + steps["ffn_out"]
         if edit_resid is not None:
             x = edit_resid(i + 1, x)
-        layers.append(steps)
+        layers.append(steps := keep(i, steps) if keep else steps)  # the rest let go before the next block
         residuals.append(x)
     return layers, residuals, model.logits(x)  # ..., (B, T, V)
 

@@ -17,11 +17,12 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from ..errors import ConfigError
 from ..lm_loss import IGNORE
 from ..model import Transformer
 from ..system.runtime import eval_mode
-from .trace import as_batch, trace
+from .checks import as_batch, described, head_pairs, refuse
+from .memory import pass_bytes, per_pass
+from .trace import trace
 
 
 @dataclass
@@ -39,33 +40,18 @@ class Ablation:
     loss_after: float | None
 
 
-def check_heads(model: Transformer, heads) -> list[tuple[int, int]]:
-    """(layer, head) pairs as non-negative indices (negative ones count from the end, as in
-    Python); a pair outside the model is refused in one line naming the model's range."""
-    L, H = model.config.n_layer, model.config.n_head
-    out = []
-    for pair in heads:
-        try:
-            layer, head = (int(v) for v in pair)
-        except (TypeError, ValueError):
-            raise ConfigError(f"heads must be (layer, head) pairs, got {pair!r}") from None
-        if not (-L <= layer < L and -H <= head < H):
-            raise ConfigError(
-                f"head ({layer}, {head}) is not in the model: it has {L} layers of {H} heads, "
-                f"pass layer 0..{L - 1} and head 0..{H - 1}"
-            )
-        out.append((layer % L, head % H))
-    return sorted(set(out))
-
-
 @torch.no_grad()
-def mean_head_outputs(model: Transformer, reference) -> torch.Tensor:
+def mean_head_outputs(model: Transformer, reference, budget: int | None = None) -> torch.Tensor:
     """(n_layer, n_head, D): each head's output before the output projection, averaged over
     every position of the reference ids (T,) or (B, T)."""
-    ids = as_batch(model, reference)  # (B, T)
+    ids = as_batch(model, reference, "reference")  # (B, T)
+    size = per_pass(pass_bytes(model, ids.size(1), ("heads",)), ids.size(1), budget, "mean_head_outputs")
+    total = 0.0
     with eval_mode(model):
-        heads = trace(model, ids).heads  # L x (B, H, T, D)
-    return torch.stack([h.mean(dim=(0, 2)) for h in heads])  # (L, H, D)
+        for part in ids.split(size):  # (b, T)
+            heads = trace(model, part, keep=("heads",)).heads  # L x (b, H, T, D)
+            total = total + torch.stack([h.float().sum(dim=(0, 2)) for h in heads])  # (L, H, D)
+    return total / ids.numel()  # (L, H, D)
 
 
 def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> float | None:
@@ -76,31 +62,43 @@ def next_token_loss(logits: torch.Tensor, ids: torch.Tensor) -> float | None:
 
 
 @torch.no_grad()
-def ablate(model: Transformer, ids, heads, mode: Literal["zero", "mean"] = "zero", reference=None) -> Ablation:
+def ablate(
+    model: Transformer,
+    ids,
+    heads,
+    mode: Literal["zero", "mean"] = "zero",
+    reference=None,
+    budget: int | None = None,
+) -> Ablation:
     """Run ids (T,) or (B, T) with the (layer, head) pairs in `heads` switched off.
 
     mode="zero" replaces each head's output with zeros; mode="mean" with its mean output over
     `reference` (token ids; by default ids themselves). "Before" is the model's own forward pass;
-    with no heads, "after" is that same pass, so the two are equal exactly.
+    with no heads, "after" is that same pass, so the two are equal exactly. Sequences go in
+    passes of at most `budget` bytes (memory.py; default memory.BUDGET).
     """
     ids = as_batch(model, ids)  # (B, T)
-    pairs = check_heads(model, heads)
+    pairs = head_pairs(model, heads)
     if mode not in ("zero", "mean"):
-        raise ConfigError(f"mode must be 'zero' or 'mean', got {mode!r}")
-    means = mean_head_outputs(model, ids if reference is None else reference) if mode == "mean" else None
+        raise refuse("mode", described(mode), "'zero' or 'mean'")
+    means = mean_head_outputs(model, ids if reference is None else reference, budget) if mode == "mean" else None
     off = {layer: [h for lay, h in pairs if lay == layer] for layer, _ in pairs}
 
-    def edit(layer: int, out: torch.Tensor) -> torch.Tensor:  # out (B, H, T, D)
+    def edit(layer: int, out: torch.Tensor) -> torch.Tensor:  # out (b, H, T, D)
         if layer not in off:
             return out
         out = out.clone()
         for h in off[layer]:
-            out[:, h] = 0.0 if means is None else means[layer, h].to(out.dtype)  # (B, T, D) <- (D,)
+            out[:, h] = 0.0 if means is None else means[layer, h].to(out.dtype)  # (b, T, D) <- (D,)
         return out
 
+    size = per_pass(pass_bytes(model, ids.size(1), ("heads",)), ids.size(1), budget, "ablate")
+    before, after = [], []
     with eval_mode(model):
-        before, _ = model(ids)  # (B, T, V)
-        after = trace(model, ids, edit_heads=edit).logits if pairs else before  # (B, T, V)
+        for part in ids.split(size):  # (b, T)
+            before.append(model(part)[0])  # (b, T, V)
+            after.append(trace(model, part, edit_heads=edit, keep=()).logits if pairs else before[-1])  # (b, T, V)
+    before, after = torch.cat(before), torch.cat(after)  # (B, T, V) each
     return Ablation(
         heads=pairs,
         logits_before=before,

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..errors import ConfigError
 from ..model import Transformer
 from ..system.runtime import eval_mode
-from ..tokenizer import check_ids
-from .trace import as_batch, trace
+from .checks import as_batch, index, refuse
+from .checks import token as token_id
+from .memory import pass_bytes, per_pass
+from .trace import trace
 
 
 @dataclass
@@ -68,24 +69,25 @@ def head_writes(model: Transformer, layer: int, heads: torch.Tensor) -> torch.Te
 
 
 @torch.no_grad()
-def attribute(model: Transformer, ids, token: int, position: int = -1, against: int | None = None) -> Attribution:
+def attribute(
+    model: Transformer, ids, token: int, position: int = -1, against: int | None = None, budget: int | None = None
+) -> Attribution:
     """Split the logit of `token` at `position` of ids (T,) or (1, T) into the model's parts.
 
     against: another token; then the logit difference token minus against is split (how much each
-    part prefers one over the other, the usual question: "Mary" over "John").
+    part prefers one over the other, the usual question: "Mary" over "John"). budget: the bytes
+    the pass may hold (memory.py; default memory.BUDGET).
     """
     ids = as_batch(model, ids)  # (1, T)
     if ids.size(0) != 1:
-        raise ConfigError(f"attribute reads one sequence, got a batch of {ids.size(0)}; pass ids[i]")
-    T, V = ids.size(1), model.config.vocab_size
-    if not -T <= position < T:
-        raise ConfigError(f"position {position} is not in the {T} tokens; pass 0..{T - 1} or -1 for the last")
-    for name, t in (("token", token), ("against", against)):
-        if t is not None:
-            check_ids([t], V, name)
-    p = position % T
+        raise refuse("ids", f"a batch of {ids.size(0)} sequences", "one sequence (T,): ids[i]")
+    T = ids.size(1)
+    p = index(position, "position", -T, T - 1, f" (a position of the {T} tokens, -1 the last)") % T
+    token = token_id(model, token, "token")
+    against = None if against is None else token_id(model, against, "against")
+    per_pass(pass_bytes(model, T, ("heads", "ffn_out")), T, budget, "attribute")
     with eval_mode(model):
-        tr = trace(model, ids)
+        tr = trace(model, ids, keep=("heads", "ffn_out"))
         tok = model.wte(ids)[0, p]  # (C,)
         pos = tr.residuals[0][0, p] - tok  # (C,) the embeddings less the token: positions, zero with rope
         head = model.lm_head(model.ln_f(tr.residuals[-1][0, p])).float()  # (V,) the logits before any soft cap

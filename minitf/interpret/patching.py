@@ -22,23 +22,33 @@ import torch
 from ..errors import ConfigError
 from ..model import Transformer
 from ..system.runtime import eval_mode
-from ..tokenizer import check_ids
-from .trace import Trace, as_batch, trace
+from .checks import as_batch, refuse, token
+from .memory import kept_bytes, pass_bytes, per_pass
+from .trace import Trace, trace
 
 
-def check_pair(model: Transformer, clean, corrupted, answer: int, wrong: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both prompts as (1, T) ids of the same length, and the two tokens in the vocabulary."""
-    clean, corrupted = as_batch(model, clean), as_batch(model, corrupted)  # (1, T) each
-    if clean.size(0) != 1 or corrupted.size(0) != 1:
-        raise ConfigError("patching reads one clean and one corrupted prompt: pass ids of shape (T,)")
+def check_pair(
+    model: Transformer, clean, corrupted, answer: int, wrong: int
+) -> tuple[torch.Tensor, torch.Tensor, int, int]:
+    """Both prompts as (1, T) ids of the same length, and the two tokens: in the vocabulary, and two."""
+    clean, corrupted = as_batch(model, clean, "clean"), as_batch(model, corrupted, "corrupted")  # (1, T) each
+    for name, ids in (("clean", clean), ("corrupted", corrupted)):
+        if ids.size(0) != 1:
+            raise refuse(name, f"a batch of {ids.size(0)} sequences", "one prompt's ids, of shape (T,)")
     if clean.shape != corrupted.shape:
-        raise ConfigError(
-            f"the corrupted prompt is {corrupted.size(1)} tokens and the clean one {clean.size(1)}: "
-            f"patching needs the same length; change words that are one token each"
+        raise refuse(
+            "corrupted",
+            f"{corrupted.size(1)} tokens long and clean {clean.size(1)}",
+            "prompts of the same length: change words that are one token each",
         )
-    for name, t in (("answer", answer), ("wrong", wrong)):
-        check_ids([t], model.config.vocab_size, f"the {name} token")
-    return clean, corrupted
+    answer, wrong = token(model, answer, "the answer token"), token(model, wrong, "the wrong token")
+    if answer == wrong:
+        raise refuse(
+            "the wrong token",
+            f"{wrong}, the answer token too",
+            "another token: patching recovers the logit difference answer - wrong, which is 0 for one token",
+        )
+    return clean, corrupted, answer, wrong
 
 
 def logit_diff(t: Trace, answer: int, wrong: int) -> torch.Tensor:
@@ -54,9 +64,9 @@ class Recovery:
     prompt): a matmul's rounding can depend on the batch's shape, and a small logit difference
     would magnify that noise into a recovered share that is not 0 where nothing changed."""
 
-    def __init__(self, model: Transformer, clean: torch.Tensor, corrupted: torch.Tensor, answer: int, wrong: int):
-        self.answer, self.wrong = answer, wrong
-        self.clean_run = trace(model, clean)  # the patches' source
+    def __init__(self, model: Transformer, clean: torch.Tensor, corrupted: torch.Tensor, answer: int, wrong: int, keep):
+        self.answer, self.wrong, self.size = answer, wrong, clean.size(0)
+        self.clean_run = trace(model, clean, keep=keep)  # the patches' source: its residual stream, and `keep`
         self.clean = logit_diff(self.clean_run, answer, wrong)  # (B,)
         self.corrupted = logit_diff(trace(model, corrupted), answer, wrong)  # (B,)
         if float(self.clean[0]) == float(self.corrupted[0]):
@@ -70,35 +80,45 @@ class Recovery:
         return (logit_diff(patched, self.answer, self.wrong) - self.corrupted) / (self.clean - self.corrupted)
 
 
-PATCH_BUDGET = 2**30  # bytes of attention weights one batched pass of patched copies may hold
+def copy_bytes(model: Transformer, T: int, keep: tuple[str, ...]) -> int:
+    """What one patched copy holds at once: what the clean run keeps for it (the patches' source)
+    and a pass of its own (memory.py)."""
+    return kept_bytes(model, T, keep) + pass_bytes(model, T)
 
 
-def run_patched(model: Transformer, clean, corrupted, answer: int, wrong: int, n: int, edits) -> torch.Tensor:
+def run_patched(
+    model: Transformer, clean, corrupted, answer: int, wrong: int, n: int, edits, keep=(), budget=None, what=""
+) -> torch.Tensor:
     """(n,): the recovered share of n patched copies of the corrupted prompt, run in batches.
 
     edits(copies, clean_run) -> trace's edit keywords patching each copy (copies: its indices
-    0 .. n - 1) from clean_run, a batch of the clean prompt as big as the copies. Each batch size
-    gets its own clean and corrupted baselines (Recovery: the same shape, so the same rounding)."""
-    c, T = model.config, clean.size(1)
-    size = max(1, PATCH_BUDGET // (4 * c.n_layer * c.n_head * T * T))  # a pass keeps L x (b, H, T, T) weights
-    baselines, out = {}, []
+    0 .. n - 1) from clean_run, a batch of the clean prompt as big as the copies, which keeps its
+    residual stream and the steps in `keep`. Each batch size gets its own clean and corrupted
+    baselines (Recovery: the same shape, so the same rounding); a batch holds at most `budget` bytes."""
+    T = clean.size(1)
+    size = per_pass(copy_bytes(model, T, keep), T, budget, what)
+    baseline, out = None, []
     for lo in range(0, n, size):
         copies = torch.arange(lo, min(lo + size, n))
         b = len(copies)
-        if b not in baselines:
-            baselines[b] = Recovery(model, clean.expand(b, -1), corrupted.expand(b, -1), answer, wrong)
-        recovered = baselines[b]
-        out.append(recovered(trace(model, corrupted.expand(b, -1), **edits(copies, recovered.clean_run))))
+        if baseline is None or baseline.size != b:
+            baseline = None  # the last batch is smaller: its baselines replace, not join, the others
+            baseline = Recovery(model, clean.expand(b, -1), corrupted.expand(b, -1), answer, wrong, keep)
+        patched = trace(model, corrupted.expand(b, -1), keep=(), **edits(copies, baseline.clean_run))
+        out.append(baseline(patched))
     return torch.cat(out).cpu()  # (n,)
 
 
 @torch.no_grad()
-def patch_residual(model: Transformer, clean, corrupted, answer: int, wrong: int) -> torch.Tensor:
+def patch_residual(
+    model: Transformer, clean, corrupted, answer: int, wrong: int, budget: int | None = None
+) -> torch.Tensor:
     """(n_layer + 1, T): the logit difference recovered by patching the clean residual stream into
     the corrupted run at each layer boundary (row 0 the embeddings, row i + 1 after block i) and
     each position. Patching the last row at the last position recovers exactly 1; a row's earlier
-    positions recover 0 there (nothing after the last block mixes positions)."""
-    clean, corrupted = check_pair(model, clean, corrupted, answer, wrong)
+    positions recover 0 there (nothing after the last block mixes positions). The copies go in
+    batches of at most `budget` bytes (memory.py; default memory.BUDGET)."""
+    clean, corrupted, answer, wrong = check_pair(model, clean, corrupted, answer, wrong)
     T, points = clean.size(1), model.config.n_layer + 1
 
     def edits(copies: torch.Tensor, clean_run: Trace) -> dict:  # copy k: point k // T, position k % T
@@ -115,17 +135,18 @@ def patch_residual(model: Transformer, clean, corrupted, answer: int, wrong: int
         return {"edit_resid": edit}
 
     with eval_mode(model):
-        return run_patched(model, clean, corrupted, answer, wrong, points * T, edits).view(points, T)
+        recovered = run_patched(model, clean, corrupted, answer, wrong, points * T, edits, (), budget, "patch_residual")
+    return recovered.view(points, T)
 
 
 @torch.no_grad()
 def patch_heads(
-    model: Transformer, clean, corrupted, answer: int, wrong: int, by_position: bool = False
+    model: Transformer, clean, corrupted, answer: int, wrong: int, by_position: bool = False, budget: int | None = None
 ) -> torch.Tensor:
     """(n_layer, n_head): the logit difference recovered by patching one head's clean output
     (before the output projection, at every position) into the corrupted run. by_position=True:
-    (n_layer, n_head, T), one head at one position at a time."""
-    clean, corrupted = check_pair(model, clean, corrupted, answer, wrong)
+    (n_layer, n_head, T), one head at one position at a time. budget: as patch_residual's."""
+    clean, corrupted, answer, wrong = check_pair(model, clean, corrupted, answer, wrong)
     L, H, T = model.config.n_layer, model.config.n_head, clean.size(1)
     P = T if by_position else 1  # copies per head: one per position, or one for all positions
 
@@ -147,5 +168,6 @@ def patch_heads(
         return {"edit_heads": edit}
 
     with eval_mode(model):
-        got = run_patched(model, clean, corrupted, answer, wrong, L * H * P, edits).view(L, H, P)
+        got = run_patched(model, clean, corrupted, answer, wrong, L * H * P, edits, ("heads",), budget, "patch_heads")
+    got = got.view(L, H, P)
     return got if by_position else got[..., 0]  # (L, H, T) or (L, H)

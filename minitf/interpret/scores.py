@@ -25,14 +25,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..errors import ConfigError
 from ..lm_loss import IGNORE
 from ..model import Transformer
 from ..system.runtime import eval_mode
-from .trace import as_batch, trace
+from .checks import as_batch, as_int, at_least, index, refuse
+from .memory import forward_bytes, pass_bytes, per_pass
+from .trace import trace
 
 SCORES = ("previous_token", "duplicate_token", "induction")
-WEIGHTS_BUDGET = 2**30  # bytes of attention weights one pass of head_scores may hold
 
 
 def repeated_tokens(vocab_size: int, length: int, batch: int = 4, seed: int = 0) -> torch.Tensor:
@@ -43,11 +43,9 @@ def repeated_tokens(vocab_size: int, length: int, batch: int = 4, seed: int = 0)
     when the vocabulary has enough ids, so the only repeats are the planted ones. A generator
     seeded with `seed` draws them: the global RNG is left alone.
     """
-    if length < 1 or batch < 1:
-        raise ConfigError(f"length and batch must be at least 1, got length={length}, batch={batch}")
-    if vocab_size < 2:
-        raise ConfigError(f"vocab_size must be at least 2 (id 0 is <|endoftext|>), got {vocab_size}")
-    g = torch.Generator().manual_seed(seed)
+    length, batch = at_least(length, "length", 1), at_least(batch, "batch", 1)
+    vocab_size = at_least(vocab_size, "vocab_size", 2)  # id 0 is <|endoftext|>: at least one other
+    g = torch.Generator().manual_seed(as_int(seed, "seed", "an int"))
     if length <= vocab_size - 1:
         first = torch.stack([torch.randperm(vocab_size - 1, generator=g)[:length] for _ in range(batch)])  # (B, n)
     else:
@@ -72,37 +70,59 @@ def detection_patterns(ids: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 @torch.no_grad()
-def head_scores(model: Transformer, ids) -> dict[str, torch.Tensor]:
+def head_scores(model: Transformer, ids, budget: int | None = None) -> dict[str, torch.Tensor]:
     """{"previous_token", "duplicate_token", "induction"}: each (n_layer, n_head), every head's score.
 
     ids: (T,) or (B, T) token ids, e.g. `repeated_tokens(...)` or your own text's
     (`tokenizer.encode(text)`); a batch's scores are the mean of each sequence's, as
     TransformerLens's `detect_head` averages over a list of texts. The score is TransformerLens's
     "mul" measure (this module's docstring): the share of each head's attention on the pattern.
+    Sequences go in passes of at most `budget` bytes (memory.py; default memory.BUDGET).
     """
     ids = as_batch(model, ids)  # (B, T)
-    c, T = model.config, ids.size(1)
-    # a pass keeps every layer's weights, L x (b, H, T, T): sequences go in chunks of at most ~1 GB of them
-    chunk = max(1, WEIGHTS_BUDGET // (4 * c.n_layer * c.n_head * T * T))
+    T = ids.size(1)
+    # a block's weights are scored as they are made and let go: a pass holds one block's steps and the patterns
+    size = per_pass(pass_bytes(model, T) + 3 * T * T * (4 + 1), T, budget, "head_scores")
     per_sequence = {name: [] for name in SCORES}
     with eval_mode(model):
-        for part in ids.split(chunk):  # (b, T) each
-            weights = torch.stack(trace(model, part).weights).float()  # (L, b, H, T, T)
-            for name, pattern in detection_patterns(part).items():
-                on = torch.einsum("lbhij,bij->lbh", weights, pattern)  # (L, b, H), no (L, b, H, T, T) product kept
-                per_sequence[name].append(on / weights.sum(dim=(-2, -1)))  # (L, b, H)
-    return {name: torch.cat(v, dim=1).mean(dim=1).cpu() for name, v in per_sequence.items()}  # (L, H) each
+        for part in ids.split(size):  # (b, T) each
+            trace(model, part, keep=scorer(detection_patterns(part), per_sequence))
+    L = model.config.n_layer
+    return {  # per_sequence[name]: (b, H) per block, per pass -> (L, B, H) -> (L, H)
+        name: torch.stack([torch.cat(v[layer::L]) for layer in range(L)]).mean(dim=1).cpu()
+        for name, v in per_sequence.items()
+    }
+
+
+def scorer(patterns: dict[str, torch.Tensor], out: dict[str, list]):
+    """trace's keep for head_scores: each block's weights (b, H, T, T) scored against the patterns
+    (b, T, T) as they are made, the (b, H) scores appended to out, and the weights let go."""
+
+    def score(layer: int, steps: dict) -> dict:
+        weights = steps["weights"].float()  # (b, H, T, T)
+        total = weights.sum(dim=(-2, -1))  # (b, H)
+        for name, pattern in patterns.items():  # no (b, H, T, T) product is made
+            out[name].append(torch.einsum("bhij,bij->bh", weights, pattern) / total)
+        return {}
+
+    return score
 
 
 @torch.no_grad()
-def token_losses(model: Transformer, ids) -> torch.Tensor:
+def token_losses(model: Transformer, ids, budget: int | None = None) -> torch.Tensor:
     """(B, T - 1): the next-token loss at each position, position p predicting ids[:, p + 1]."""
     ids = as_batch(model, ids)  # (B, T)
-    if ids.size(1) < 2:
-        raise ConfigError("ids need at least 2 tokens for a next-token loss")
+    T = ids.size(1)
+    if T < 2:
+        raise refuse("ids", f"{T} token long", "at least 2 tokens for a next-token loss")
+    size = per_pass(forward_bytes(model, T), T, budget, "in_context_score")
+    out = []
     with eval_mode(model):
-        logits, _ = model(ids[:, :-1])  # (B, T-1, V)
-    return F.cross_entropy(logits.float().transpose(1, 2), ids[:, 1:], ignore_index=IGNORE, reduction="none").cpu()
+        for part in ids.split(size):  # (b, T)
+            logits, _ = model(part[:, :-1])  # (b, T-1, V)
+            losses = F.cross_entropy(logits.float().transpose(1, 2), part[:, 1:], ignore_index=IGNORE, reduction="none")
+            out.append(losses)  # (b, T-1)
+    return torch.cat(out).cpu()  # (B, T-1)
 
 
 def in_context_positions(T: int) -> tuple[int, int]:
@@ -111,11 +131,13 @@ def in_context_positions(T: int) -> tuple[int, int]:
     late = T - 2
     early = late // 10
     if early < 1:
-        raise ConfigError(f"in_context_score needs at least 12 tokens (early position >= 1), got {T}")
+        raise refuse("ids", f"{T} tokens long", "at least 12 tokens, so that the default early position is >= 1")
     return early, late
 
 
-def in_context_score(model: Transformer, ids, early: int | None = None, late: int | None = None) -> float:
+def in_context_score(
+    model: Transformer, ids, early: int | None = None, late: int | None = None, budget: int | None = None
+) -> float:
     """Olsson et al.'s in-context-learning score: the loss at a late position minus the loss at
     an early one, averaged over the batch. Negative: the model predicts better with more context.
 
@@ -125,11 +147,10 @@ def in_context_score(model: Transformer, ids, early: int | None = None, late: in
     Pass early and late (positions of the prediction, 0 .. T - 2) to choose others. One position
     of one text is noisy: pass a batch of texts (B, T), e.g. block_size windows of a corpus.
     """
-    losses = token_losses(model, ids)  # (B, T-1)
-    default_early, default_late = in_context_positions(losses.size(1) + 1)
-    early = default_early if early is None else early
-    late = default_late if late is None else late
-    for name, p in (("early", early), ("late", late)):
-        if not 0 <= p < losses.size(1):
-            raise ConfigError(f"{name}={p} is not a prediction position of these ids: pass 0..{losses.size(1) - 1}")
+    ids = as_batch(model, ids)  # (B, T)
+    default_early, default_late = in_context_positions(ids.size(1))
+    last = f" (a prediction position of these {ids.size(1)} ids)"
+    early = default_early if early is None else index(early, "early", 0, ids.size(1) - 2, last)
+    late = default_late if late is None else index(late, "late", 0, ids.size(1) - 2, last)
+    losses = token_losses(model, ids, budget)  # (B, T-1)
     return float(losses[:, late].mean() - losses[:, early].mean())

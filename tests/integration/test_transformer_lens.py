@@ -8,7 +8,7 @@ import torch
 
 import minitf
 from minitf.export.hf import to_hf
-from minitf.interpret import head_scores, scores
+from minitf.interpret import head_scores, memory
 
 lens = pytest.importorskip("transformer_lens", reason="transformer_lens is not installed (pip install -e '.[lens]')")
 
@@ -94,7 +94,7 @@ def transformer_lens_patterns(tokens: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"previous_token": torch.tril(previous), "duplicate_token": duplicate, "induction": induction}
 
 
-def test_scores_of_a_random_model_on_text_follow_transformer_lens_head_detector(monkeypatch):
+def test_scores_of_a_random_model_on_text_follow_transformer_lens_head_detector():
     torch.manual_seed(0)
     cfg = minitf.ModelConfig(vocab_size=40, block_size=32, n_layer=2, n_head=3, n_embd=24)
     model = minitf.Transformer(cfg).eval()
@@ -119,6 +119,6 @@ def test_scores_of_a_random_model_on_text_follow_transformer_lens_head_detector(
     both = head_scores(model, batch)
     torch.testing.assert_close(both["induction"], (s["induction"] + head_scores(model, ids.flip(0))["induction"]) / 2)
     # a batch too big for one pass's weights goes in chunks, with the same scores
-    monkeypatch.setattr(scores, "WEIGHTS_BUDGET", 1)
-    for name, v in head_scores(model, batch).items():
+    one = memory.pass_bytes(model, ids.numel()) + 15 * ids.numel() ** 2  # a budget of one sequence a pass
+    for name, v in head_scores(model, batch, budget=one).items():
         torch.testing.assert_close(v, both[name], atol=1e-6, rtol=0)

@@ -1,5 +1,6 @@
 """minitf.interpret.ablate: switching heads off, checked against hand computations."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -91,10 +92,30 @@ def test_the_induction_head_off_loses_the_second_half():
 
 def test_a_head_outside_the_model_is_refused_in_one_line():
     model = random_model()
-    with pytest.raises(minitf.ConfigError, match=r"head \(2, 0\) is not in the model: it has 2 layers of 3 heads"):
+    with pytest.raises(minitf.ConfigError, match=r"holding \(2, 0\), not in the model of 2 layers of 3 heads"):
         ablate(model, IDS, [(2, 0)])
     with pytest.raises(minitf.ConfigError, match="head 0..2"):
         ablate(model, IDS, [(0, 3)])
     with pytest.raises(minitf.ConfigError, match="'zero' or 'mean'"):
         ablate(model, IDS, [(0, 0)], mode="resample")
     assert ablate(model, IDS, [(-1, -1)]).heads == [(1, 2)]
+    assert ablate(model, IDS, [(torch.tensor(1), np.int64(0))]).heads == [(1, 0)]  # integers of any kind
+
+
+@pytest.mark.parametrize(
+    "heads, got",
+    [
+        ([(0.9, 1.9)], "0.9 (a float)"),  # was rounded to (0, 1)
+        (["01"], "'01' (a str), not a (layer, head) pair"),  # was read as (0, 1)
+        ([(True, 1)], "True"),  # was head (1, 1)
+        ([("0", "1")], "'0' (a str)"),
+        (None, "None"),
+        ((0, 1), "0 (an int), not a (layer, head) pair"),  # one pair, not a list of pairs
+        ([(0, 1, 2)], "(0, 1, 2) (a tuple), not a (layer, head) pair"),
+    ],
+)
+def test_heads_that_are_not_pairs_of_ints_are_refused_not_rounded(heads, got):
+    with pytest.raises(minitf.ConfigError) as e:
+        ablate(random_model(), IDS, heads)
+    assert str(e.value).startswith("heads is ") and got in str(e.value)
+    assert str(e.value).endswith("pass (layer, head) pairs of ints, layer 0..1 and head 0..2, e.g. [(0, 1)]")

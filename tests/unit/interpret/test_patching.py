@@ -31,7 +31,7 @@ def test_head_patching_finds_the_induction_head():
 
 
 @pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
-def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm, monkeypatch):
+def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm):
     torch.manual_seed(0)
     cfg = minitf.ModelConfig(vocab_size=40, block_size=32, n_layer=3, n_head=2, n_embd=16, norm=norm)
     model = minitf.Transformer(cfg).eval()
@@ -56,17 +56,17 @@ def test_on_any_model_the_last_stream_recovers_1_and_an_untouched_prefix_0(norm,
     assert by_position.shape == (3, 2, 8)
     assert torch.equal(by_position[..., :4], torch.zeros(3, 2, 4))  # the same head outputs in both runs there
     # copies too many for one pass go in smaller batches, each with its own baselines: the same numbers
-    monkeypatch.setattr(patching, "PATCH_BUDGET", 1)
-    one_by_one = patch_residual(model, clean, corrupted, answer, wrong)
+    one = patching.copy_bytes(model, 8, ("heads",))  # a budget of one copy a pass
+    one_by_one = patch_residual(model, clean, corrupted, answer, wrong, budget=one)
     torch.testing.assert_close(one_by_one, got, atol=1e-5, rtol=0)
     assert one_by_one[-1, -1] == pytest.approx(1.0, abs=1e-5) and torch.equal(one_by_one[:, :4], torch.zeros(4, 4))
-    heads_one_by_one = patch_heads(model, clean, corrupted, answer, wrong, by_position=True)
+    heads_one_by_one = patch_heads(model, clean, corrupted, answer, wrong, by_position=True, budget=one)
     torch.testing.assert_close(heads_one_by_one, by_position, atol=1e-5, rtol=0)
 
 
 def test_mistakes_are_refused_in_one_line():
     model = induction_model()
-    with pytest.raises(minitf.ConfigError, match="the corrupted prompt is 9 tokens and the clean one 10"):
+    with pytest.raises(minitf.ConfigError, match="corrupted is 9 tokens long and clean 10; pass prompts of the same"):
         patch_residual(model, CLEAN, CORRUPTED[:-1], answer=E, wrong=F)
     with pytest.raises(minitf.ConfigError, match="same logit difference"):
         patch_heads(model, CLEAN, CLEAN, answer=E, wrong=F)

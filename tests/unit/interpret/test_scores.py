@@ -80,5 +80,5 @@ def test_mistakes_are_refused_in_one_line():
         head_scores(model, torch.tensor([1, 2, 16]))
     with pytest.raises(minitf.ConfigError, match="at least 12 tokens"):
         in_context_score(model, torch.tensor([1, 2, 3, 4]))
-    with pytest.raises(minitf.ConfigError, match="late=13"):
+    with pytest.raises(minitf.ConfigError, match=r"late is 13; pass an int in 0..12 \(a prediction position"):
         in_context_score(model, repeated_tokens(SLOT, 7), late=13)
