@@ -4,11 +4,14 @@ cfg = minitf.load_config(overrides=["model.n_layer=2"])   # the default recipe; 
 minitf.train(cfg)
 model, tok, cfg = minitf.load_run("runs/shakespeare")
 print(minitf.generate(model, tok, "Romeo.\\n", max_new_tokens=100))
+model, tok, cfg = minitf.load_run("runs/chat")             # after minitf train --config chat
+print(minitf.chat(model, tok, [{"role": "user", "content": "What is 17 plus 25?"}], temperature=0))
 steps = minitf.inspect(model, tok, "Romeo. O")     # Q, K, V, scores, weights of every head
 minitf.interpret.head_scores(model, minitf.interpret.repeated_tokens(tok.vocab_size, 50))  # induction heads, ...
 """
 
 from . import attention, interpret
+from .chat import chat, chat_stream
 from .config import Config, DataConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig, load_config
 from .errors import ConfigError, MinitfError
 from .generate import generate, sample_next_token, stream, stream_tokens
@@ -33,6 +36,8 @@ __all__ = [
     "Tokenizer",
     "Transformer",
     "attention",
+    "chat",
+    "chat_stream",
     "generate",
     "inspect",
     "interpret",

@@ -10,7 +10,7 @@ import pytest
 import minitf
 from minitf.run_dir import WEIGHTS
 
-from .helpers import _poison, make_play, tiny_config
+from .helpers import ROOT, _poison, make_play, tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +39,34 @@ def tiny_run(tmp_path_factory, corpus) -> Path:
             ),
             log=lambda *a: None,
         )
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="session")
+def chat_run(tmp_path_factory, corpus) -> Path:
+    """A chat run: a tiny base run (128-token context) fine-tuned for a few steps on 2,000 of the
+    generated chat corpus's conversations (ChatML's tokens added), shared by the tests that only read it."""
+    base = tmp_path_factory.getbasetemp()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MINITF_CACHE", str(base / "minitf-cache"))
+    quiet = {"log": lambda *a: None}
+    pretrained = minitf.train(tiny_config(base / "runs" / "chat-base", corpus, "model.block_size=128"), **quiet)
+    overrides = [
+        f"run.out_dir={base / 'runs' / 'chat'}",
+        f"run.init_from={pretrained}",
+        "data.max_documents=2000",
+        "data.skip_invalid=true",
+        "train.max_steps=12",
+        "train.max_seconds=null",
+        "train.eval_every=12",
+        "train.ckpt_every=12",
+        "train.eval_batches=2",
+        "train.batch_size=8",
+        "train.dtype=float32",
+    ]
+    try:
+        return minitf.train(minitf.load_config(ROOT / "configs" / "chat.yaml", overrides), **quiet)
     finally:
         mp.undo()
 
