@@ -38,7 +38,10 @@ class BadConversation(MinitfError):
 
 
 def check_messages(messages, where: str) -> list[dict]:
-    """The conversation as a list of {"role", "content"} dicts with string content, or BadConversation."""
+    """The conversation as a list of {"role", "content"} dicts with string content, or BadConversation
+    (also raised when `messages` is one: a line that was not a conversation at all)."""
+    if isinstance(messages, BadConversation):
+        raise messages
     if not isinstance(messages, list) or not messages:
         raise BadConversation(where, '"messages" must be a non-empty list of {"role", "content"} objects')
     out = []
@@ -88,8 +91,9 @@ def _text(content) -> str | None:
 
 
 def jsonl_conversations(path: Path) -> Iterator[tuple[str, object]]:
-    """("file:line", messages) for each non-blank line of a JSONL file, read a line at a time;
-    a line that is not JSON, not UTF-8 or holds no "messages" is a BadConversation."""
+    """("file:line", messages) for each non-blank line of a JSONL file, read a line at a time; for a
+    line that is not UTF-8, not JSON or holds no "messages", a BadConversation in place of the
+    messages (check_messages raises it, or data.skip_invalid counts it)."""
     with open(path, "rb") as f:
         for number, raw in enumerate(_lines(f, path), start=1):
             where = f"{path}:{number}"
@@ -98,13 +102,16 @@ def jsonl_conversations(path: Path) -> Iterator[tuple[str, object]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise BadConversation(where, f"invalid UTF-8 at byte {e.start} of the line") from None
+                yield where, BadConversation(where, f"invalid UTF-8 at byte {e.start} of the line")
+                continue
             try:
                 record = json.loads(line)
             except ValueError as e:
-                raise BadConversation(where, f"invalid JSON ({e.msg} at column {e.colno})") from None
+                yield where, BadConversation(where, f"invalid JSON ({e.msg} at column {e.colno})")
+                continue
             if not isinstance(record, dict) or "messages" not in record:
-                raise BadConversation(where, 'each line must be a JSON object with a "messages" list')
+                yield where, BadConversation(where, 'each line must be a JSON object with a "messages" list')
+                continue
             yield where, record["messages"]
 
 
