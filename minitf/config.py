@@ -363,6 +363,12 @@ class TrainConfig(_Section):
         "ddp", "under torchrun: ddp copies the model to every process, fsdp shards it"
     )
     activation_checkpointing: bool = key(False, "recompute each block in backward: less memory, ~1/3 more compute")
+    lora_rank: int = key(0, "LoRA through peft: the adapters' rank; the model is frozen, only they train (0: off)")
+    lora_alpha: float = key(16.0, "LoRA's alpha: the adapters' update is scaled by lora_alpha / lora_rank")
+    lora_targets: str = key(
+        "c_attn,c_proj,c_fc", "the linear layers LoRA adapts, by name (c_proj: attn.c_proj and mlp.c_proj)"
+    )
+    lora_dropout: float = key(0.0, "dropout on LoRA's input, in [0, 1)")
 
     def validate(self) -> None:
         self._positive(
@@ -395,6 +401,14 @@ class TrainConfig(_Section):
             raise ConfigError("train.parallel=fsdp does not support train.dtype=float16; use bfloat16 or float32")
         if self.parallel == "fsdp" and self.optimizer == "muon":  # Newton-Schulz needs whole matrices, not shards
             raise ConfigError("train.parallel=fsdp does not support train.optimizer=muon; use adamw or parallel=ddp")
+        if self.lora_rank < 0 or self.lora_alpha <= 0 or not 0 <= self.lora_dropout < 1:
+            raise ConfigError(
+                "train.lora_rank must be >= 0 (0: off), train.lora_alpha > 0 and train.lora_dropout in [0, 1)"
+            )
+        if self.lora_rank and self.optimizer == "muon":  # Newton-Schulz would orthogonalise each low-rank factor
+            raise ConfigError("train.lora_rank needs train.optimizer=adamw (Muon is for whole matrices); add it")
+        if self.lora_rank and self.parallel == "fsdp":  # a frozen model needs no shards of optimizer state
+            raise ConfigError("train.lora_rank does not support train.parallel=fsdp; use parallel=ddp")
         if self.parallel == "fsdp" and self.snapshot_every:  # snapshots are for small models, which need no shards
             raise ConfigError("train.snapshot_every is for small models, not train.parallel=fsdp; use parallel=ddp")
 

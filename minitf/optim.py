@@ -19,7 +19,7 @@ from .system import runtime
 def make_optimizer(model: nn.Module, tc: TrainConfig, device: torch.device):
     """AdamW (train.optimizer=adamw), or Muon for the blocks' matrices with AdamW for the rest
     (train.optimizer=muon, returned as one `Optimizers`)."""
-    params = list(dict.fromkeys(model.parameters()))  # tied weights once
+    params = [p for p in dict.fromkeys(model.parameters()) if p.requires_grad]  # tied once; frozen (LoRA): no state
     if tc.optimizer == "adamw":
         return _adamw(model, params, tc, device)
     # Muon orthogonalises each update of a 2-D weight matrix. Embeddings, the LM head, norms and

@@ -43,7 +43,7 @@ from .run_dir import TOKENIZER, is_run_dir, load_run
 from .system import runtime
 from .tokenizer import Tokenizer
 from .training import checkpoint as ckpt
-from .training import fsdp, setup, sft, snapshots
+from .training import fsdp, lora, setup, sft, snapshots
 from .training.naming import name_and_prompt
 from .training.report import StepReport, say_how_it_ended
 from .training.session import Session, finished, keep_best, last_good, save_checkpoint
@@ -108,6 +108,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         fit_started = time.time() if budget.applies(cfg, resume, procs.world) else None
         if fit_started is not None:  # the timed steps are paid from the budget
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
+        model = lora.adapt(model, cfg.train, log)  # train.lora_rank: peft's adapters train, the rest is frozen
         model.checkpoint_blocks = cfg.train.activation_checkpointing
         if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
             fsdp.shard(model, device, dtype)

@@ -41,11 +41,13 @@ from ..run_dir import (
 )
 from ..system.files import atomic_write, open_nofollow, read_yaml, refuse_symlink
 from ..tokenizer import Tokenizer
+from . import lora
 
 
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
     """Weights as safetensors, with the step and the hash of the tokenizer they were trained with."""
     meta = {"step": str(step), **({"tokenizer": tokenizer_hash} if tokenizer_hash else {})}
+    model = lora.plain(model)  # a LoRA run's readers get the merged weights under the plain names
     # save_model drops the tied lm_head copy that safetensors cannot store twice
     atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
 

@@ -1,0 +1,93 @@
+"""LoRA fine-tuning through peft (train.lora_rank > 0): low-rank adapters on the frozen model.
+
+`adapt` injects peft's LoRA layers into the Transformer in place (`peft.inject_adapter_in_model`):
+each targeted nn.Linear becomes a peft layer computing W x + (alpha / r) B A x, with W frozen and
+only A (r x in) and B (out x r, zero at first, so step 0 is the pretrained model) trained. The
+model stays a Transformer, so the loop, evaluation and the checkpoint code do not change: the
+optimizer gets only the parameters that require a gradient (optim.make_optimizer), and AdamW's two
+moments are kept for the adapters alone, which is where LoRA saves memory.
+
+What is saved: state.pt holds the adapted model's own state (the frozen weights under peft's
+`base_layer` names beside the adapters), so a resume continues bit for bit. Every safetensors file
+(model.safetensors, best.safetensors, snapshots) holds the merged weights W + (alpha / r) B A
+under the plain model's names (`plain`), so generate, serve, export and every other reader of
+the run load an ordinary model and never meet peft.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..config import TrainConfig
+from ..errors import MinitfError
+from ..model import Transformer
+
+ADAPTER = "default"  # peft's name for the one adapter a run trains
+NO_PEFT = (
+    "train.lora_rank needs the peft package, which is not installed; pip install -e '.[lora]' (or pip install peft)"
+)
+
+
+def adapt(model: Transformer, tc: TrainConfig, log=print) -> Transformer:
+    """model with LoRA adapters on tc.lora_targets and everything else frozen; unchanged when
+    train.lora_rank is 0. Says the trainable parameter count."""
+    if not tc.lora_rank:
+        return model
+    try:
+        from peft import LoraConfig, inject_adapter_in_model
+    except ImportError:
+        raise MinitfError(NO_PEFT) from None
+    targets = [t.strip() for t in tc.lora_targets.split(",")]
+    linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in linears)]  # peft's rule
+    if missing:
+        raise MinitfError(
+            f"train.lora_targets={tc.lora_targets!r} names {', '.join(missing) or 'nothing'}, which is no linear "
+            "layer of the model; name some of c_attn (q, k, v), attn.c_proj, c_fc, mlp.c_proj, c_proj (both)"
+        )
+    config = LoraConfig(r=tc.lora_rank, lora_alpha=tc.lora_alpha, lora_dropout=tc.lora_dropout, target_modules=targets)
+    model = inject_adapter_in_model(config, model, adapter_name=ADAPTER)  # in place; freezes the rest
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in dict.fromkeys(model.parameters()))  # tied weights once
+    log(
+        f"LoRA (peft): rank {tc.lora_rank}, alpha {tc.lora_alpha:g} on {', '.join(targets)}: "
+        f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%)"
+    )
+    return model
+
+
+def is_adapted(model: nn.Module) -> bool:
+    return any(".lora_A." in name for name, _ in model.named_parameters())
+
+
+@torch.no_grad()
+def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The adapted model's weights with each adapter folded in, under the plain model's names:
+    blocks.0.attn.c_attn.base_layer.weight + its delta -> blocks.0.attn.c_attn.weight."""
+    from peft.tuners.lora import LoraLayer
+
+    deltas = {
+        f"{name}.base_layer.weight": module.get_delta_weight(ADAPTER)  # (out, in): (alpha / r) B A
+        for name, module in model.named_modules()
+        if isinstance(module, LoraLayer)
+    }
+    merged = {}
+    for key, value in model.state_dict().items():
+        if ".lora_" in key:  # lora_A, lora_B (and peft's lora_dropout has no state)
+            continue
+        merged[key.replace(".base_layer.", ".")] = value + deltas[key].to(value.dtype) if key in deltas else value
+    return merged
+
+
+def plain(model: nn.Module) -> nn.Module:
+    """model itself, or for an adapted one a plain Transformer holding the merged weights: the
+    model every reader of the run expects. The tensors no adapter changes are shared, not copied."""
+    if not is_adapted(model):
+        return model
+    with torch.device("meta"):  # no memory, no init: every tensor comes from the merged weights
+        whole = Transformer(model.config)
+    whole.load_state_dict(merged_state_dict(model), assign=True)
+    if model.config.tie_embeddings:  # assign gave the head its own tensor; tied, it is the embedding
+        whole.lm_head.weight = whole.wte.weight
+    return whole
