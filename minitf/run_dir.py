@@ -163,11 +163,12 @@ def snapshot_path(run_dir: str | Path, step: int) -> Path:
     return Path(run_dir) / SNAPSHOTS / f"step_{step:06d}.safetensors"
 
 
-_SNAPSHOT = re.compile(r"step_(\d+)\.safetensors")
+_SNAPSHOT = re.compile(r"step_(\d{6}|[1-9]\d{6,29})\.safetensors")  # snapshot_path's names only: f"{step:06d}"
 
 
 def list_snapshots(run_dir: str | Path) -> list[tuple[int, Path]]:
-    """(step, path) of every snapshot in a run directory, in step order; [] if it has none."""
+    """(step, path) of every snapshot in a run directory, in step order; [] if it has none. Only the
+    names snapshot_path gives count: a step_4.safetensors beside step_000004 is not step 4 again."""
     folder = Path(run_dir) / SNAPSHOTS
     found = [(int(m.group(1)), p) for p in folder.glob("step_*.safetensors") if (m := _SNAPSHOT.fullmatch(p.name))]
     return sorted(found)

@@ -22,9 +22,14 @@ from ..config import load_run_config
 from ..corpus.prepare import prepare_data
 from ..errors import MinitfError
 from ..model import Transformer
-from ..run_dir import CONFIG, TOKENIZER, list_snapshots, load_weights
+from ..run_dir import CONFIG, TOKENIZER, load_weights
 from ..tokenizer import Tokenizer
+from .checks import as_int, at_least, index
 from .scores import head_scores, in_context_score, repeated_tokens
+from .snapshots import checked_snapshots
+
+# in_context_score needs 12 tokens, and both copies fit the context
+HALF = " (the repeated sequence's length: at least 6, and both copies fit in block_size)"
 
 
 @dataclass
@@ -49,21 +54,18 @@ def heads_over_training(run_dir: str | Path, length: int | None = None, batch: i
 
     Refused in one line when run_dir is not a run, or has no snapshots (train.snapshot_every).
     """
-    run_dir = Path(run_dir)
-    if not (run_dir / CONFIG).is_file():
-        what = "does not exist" if not run_dir.is_dir() else f"has no {CONFIG}"
-        raise MinitfError(f"run directory {str(run_dir)!r} {what}; pass --run DIR of a run trained with minitf train")
-    kept = list_snapshots(run_dir)
+    run_dir = check_run(run_dir)
+    cfg = load_run_config(run_dir / CONFIG)
+    half = cfg.model.block_size // 2
+    length = min(half, 24) if length is None else index(length, "length (--length)", 6, half, HALF)
+    batch, seed = at_least(batch, "batch", 1), as_int(seed, "seed", "an int")
+    model = Transformer(cfg.model).eval()
+    kept = checked_snapshots(run_dir, cfg, _tokenizer_hash(run_dir), model)
     if not kept:
         raise MinitfError(
             f"{run_dir} has no snapshots; train it with train.snapshot_every=N (its weights every N steps), "
             f"e.g. minitf train --config induction"
         )
-    cfg = load_run_config(run_dir / CONFIG)
-    length = length or min(cfg.model.block_size // 2, 24)
-    if not 6 <= length <= cfg.model.block_size // 2:  # in_context_score needs 12 tokens; both copies fit the window
-        raise MinitfError(f"length must be in [6, {cfg.model.block_size // 2}] (half the block size), got {length}")
-    model = Transformer(cfg.model).eval()
     ids, drawn_from, text = _probe(run_dir, cfg, length, batch, seed)  # (B, 2 * length), (W, block_size) or None
     induction, previous, icl = [], [], []
     for _, path in kept:
@@ -75,6 +77,24 @@ def heads_over_training(run_dir: str | Path, length: int | None = None, batch: i
     steps = [s for s, _ in kept]
     on = f"{length} random tokens repeated" if text is None else f"{len(text)} windows of its validation text"
     return HeadHistory(run_dir, steps, torch.stack(induction), torch.stack(previous), icl, length, drawn_from, on)
+
+
+def check_run(run_dir: str | Path) -> Path:
+    """run_dir as a Path, refused in one line when it is not a run's directory (saying what it is)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG).is_file():
+        what = f"has no {CONFIG}" if run_dir.is_dir() else "is a file, not a directory" if run_dir.exists() else ""
+        where = f"run directory {str(run_dir)!r} {what or 'does not exist'}"
+        raise MinitfError(f"{where}; pass --run DIR of a run trained with minitf train")
+    return run_dir
+
+
+def _tokenizer_hash(run_dir: Path) -> str | None:
+    """The hash of the run's tokenizer, which its snapshots record; None where it cannot be read."""
+    try:
+        return Tokenizer.load(run_dir / TOKENIZER).hash
+    except (MinitfError, OSError):
+        return None
 
 
 SEEN_SAMPLE = 1 << 22  # the tokens read to find which ids the text uses: a few MB, enough for a small run

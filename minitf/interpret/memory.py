@@ -64,4 +64,4 @@ def per_pass(per_sequence: int, T: int, budget: int | None, what: str) -> int:
 
 
 def mib(n: int) -> str:
-    return f"{n / 2**20:,.1f} MiB"
+    return f"{n / 2**20:,.1f} MiB" if n < 2**30 else f"{n / 2**30:,.2f} GiB"
