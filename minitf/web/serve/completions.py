@@ -5,7 +5,10 @@ server.py carries them over HTTP.
     /v1/models             the one model, named after the run's directory
     /v1/completions        parse (request.py: every field checked), then complete or stream
                            (engine.py: sampled with minitf's own sampler, the prompt scored)
-    /v1/chat/completions   OpenAI's answer for a completions-only model
+    /v1/chat/completions   for a chat run (one with a template): the conversation templated
+                           (chat_request.py), sampled as a completion until the end of the turn,
+                           answered in chat's shapes (chat_shape.py); for a base run, OpenAI's
+                           answer for a completions-only model (404, "not a chat model")
     /tokenizer_info, /tokenize, /detokenize
                            vLLM's tokenizer routes, which lm-evaluation-harness's local-completions
                            finds at the server's root: the special tokens, text to ids (no special
@@ -19,8 +22,10 @@ from pathlib import Path
 
 from ...run_dir import BEST, WEIGHTS, load_run
 from ..fields import flag
+from .chat_request import parse_chat
+from .chat_shape import chat_chunks, chat_complete
 from .engine import Engine
-from .request import MAX_TOKENS, APIError, Request, Requests, api_errors, bad, check_fields, check_model, check_utf8
+from .request import MAX_TOKENS, Request, Requests, api_errors, bad, check_fields, check_model, check_utf8
 
 
 class Completions:
@@ -75,16 +80,18 @@ class Completions:
 
     # ---- /v1/chat/completions
 
-    def chat(self, body: dict) -> None:
-        """A minitf model is trained on plain text, with no chat format to continue: answered as
-        OpenAI's API answers a completions-only model."""
-        self.check_model(body.get("model"))
-        raise APIError(
-            "This is not a chat model and thus not supported in the v1/chat/completions endpoint. "
-            "Did you mean to use v1/completions?",
-            404,
-            param="model",
-        )
+    def parse_chat(self, body: dict) -> Request:
+        """The chat request, checked (chat_request.py); a run with no chat template answers 404
+        "not a chat model", as OpenAI's API answers for a completions-only model."""
+        return parse_chat(self.requests, body)
+
+    def chat(self, req: Request, cancelled: Callable[[], bool] = lambda: False) -> dict:
+        """The whole chat.completion."""
+        return chat_complete(self.engine, req, cancelled)
+
+    def chat_stream(self, req: Request, cancelled: Callable[[], bool] = lambda: False):
+        """The chat.completion.chunk dicts of a streamed answer (as stream's, written as events)."""
+        return chat_chunks(self.engine, req, cancelled)
 
     # ---- /tokenizer_info, /tokenize, /detokenize (vLLM's, at the server's root)
 

@@ -76,7 +76,7 @@ class Engine:
         cid, created = new_id(), int(time.time())
         choices = [{"text": "", "index": i, "logprobs": None, "finish_reason": None} for i in range(n_choices(req))]
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
-        for event in self._events(req, cid, cancelled, usage):
+        for event in self.events(req, cid, cancelled, usage):
             c = choices[event["index"]]
             c["text"] += event["text"]
             c["finish_reason"] = event["finish_reason"] or c["finish_reason"]
@@ -98,12 +98,12 @@ class Engine:
         event and ends with [DONE]; closing this generator stops the generation."""
         cid, created = new_id(), int(time.time())
         usage = {"prompt_tokens": 0, "completion_tokens": 0}
-        for event in self._events(req, cid, cancelled, usage):
+        for event in self.events(req, cid, cancelled, usage):
             yield {**header(cid, created, self.name), "choices": [event]}
         if req.include_usage:
             yield {**header(cid, created, self.name), "choices": [], "usage": total(usage)}
 
-    def _events(self, req: Request, cid: str, cancelled, usage: dict):
+    def events(self, req: Request, cid: str, cancelled, usage: dict):
         """Choice events {"text", "index", "logprobs", "finish_reason"}: the prompts one after the
         other, each sampled n times at once (one batch), as minitf.generate(num_samples=n) does."""
         if not self.slots.acquire(timeout=self.wait):
@@ -138,7 +138,7 @@ class Engine:
         for the rows still going; ends when every row has finished. base: where the completion's
         text begins in the choice's text (after the echoed prompt), for the logprobs' offsets."""
         s, n = req.settings, req.n
-        texts = [TextAssembler(self.tok, req.stop) for _ in range(n)]
+        texts = [TextAssembler(self.tok, req.stop, req.ends) for _ in range(n)]
         history = torch.tensor([ids], device=next(self.model.parameters()).device).repeat(n, 1)  # (n, P)
         tokens = generate_tokens(self.model, ids, s, n, with_logits=True)
         try:
@@ -171,9 +171,9 @@ class Engine:
     def _logprobs(self, probs: torch.Tensor, token: int, offset: int, req: Request) -> dict:
         """OpenAI's completions logprobs for one token: its own, and the req.logprobs likeliest
         of its step plus itself, in the distribution it was drawn from (probs: (V,)).
-        <|endoftext|> has no text in the completion, so it has no entry, except with echo: a
-        scoring client (lm-evaluation-harness) counts one entry per generated token."""
-        if token == self.tok.eot_id and not req.echo:
+        <|endoftext|> (and a chat's end of turn) has no text in the completion, so it has no entry,
+        except with echo: a scoring client (lm-evaluation-harness) counts one entry per generated token."""
+        if (token == self.tok.eot_id or token in req.ends) and not req.echo:
             return no_logprobs()
         best = probs.topk(min(req.logprobs, probs.numel())) if req.logprobs else None
         top = {}
@@ -245,5 +245,5 @@ def total(usage: dict) -> dict:
     return {**usage, "total_tokens": usage["prompt_tokens"] + usage["completion_tokens"]}
 
 
-def new_id() -> str:
-    return "cmpl-" + secrets.token_hex(12)
+def new_id(prefix: str = "cmpl-") -> str:
+    return prefix + secrets.token_hex(12)

@@ -60,6 +60,7 @@ class Request:
     logprobs: int | None  # how many top tokens per generated token; None = no logprobs
     echo: bool
     include_usage: bool  # stream_options.include_usage: a last chunk with the token counts
+    ends: tuple[int, ...] = ()  # tokens besides <|endoftext|> that end a choice: a chat's end of turn
 
 
 class Requests:
@@ -81,15 +82,7 @@ class Requests:
         check_fields(body, KNOWN, self.name)
         if "model" not in body:
             raise bad("model", "you must provide a model parameter")
-        for name, neutral in NEUTRAL.items():
-            if body.get(name) not in neutral:
-                raise bad(name, f"{name} is not supported by minitf; leave it out")
-        if body.get("suffix") not in (None, ""):
-            raise bad("suffix", "suffix (insertion) is not supported by minitf; leave it out")
-        if body.get("logit_bias") not in (None, {}):
-            raise bad("logit_bias", "logit_bias is not supported by minitf; leave it out")
-        if not isinstance(body.get("user", ""), str):
-            raise bad("user", "user must be a string")
+        unsupported(body)
 
         prompts, ids = self._prompts(body.get("prompt", ""))
         n = integer(body, "n", 1, MAX_CHOICES, default=1)
@@ -97,27 +90,22 @@ class Requests:
             raise bad("n", f"{len(prompts)} prompts x n={n} is {n * len(prompts)} completions; at most {MAX_CHOICES}")
         stream, echo = flag(body.get("stream"), "stream"), flag(body.get("echo"), "echo")
         max_tokens = integer(body, "max_tokens", 0 if echo else 1, self.max_tokens, default=None)
-        settings = self._settings(body, max_tokens)
-        try:  # each prompt's n rows are sampled at once; the bound minitf.generate's num_samples has
+        settings = self.settings(body, max_tokens)
+        self.check_n(n)
+
+        stop, include_usage = stops(body), usage_option(body, stream)
+        logprobs = integer(body, "logprobs", 0, MAX_LOGPROBS, default=None)
+        max_tokens = settings.max_new_tokens if max_tokens is None else max_tokens
+        return Request(prompts, ids, max_tokens, settings, n, stop, stream, logprobs, echo, include_usage)
+
+    def check_n(self, n: int) -> None:
+        """Each prompt's n rows are sampled at once: the bound minitf.generate's num_samples has."""
+        try:
             check_num_samples(self.model, n, "n")
         except ConfigError as e:
             raise bad("n", str(e)) from None
 
-        stop = body.get("stop")
-        stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise bad("stop", "stop must be a string or a list of strings")
-        if len(stop) > MAX_STOPS:
-            raise bad("stop", f"stop has {len(stop)} strings; at most {MAX_STOPS}")
-        logprobs = integer(body, "logprobs", 0, MAX_LOGPROBS, default=None)
-        options = body.get("stream_options")
-        if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}):
-            raise bad("stream_options", 'stream_options is {"include_usage": true/false}, with stream=true only')
-        include_usage = flag((options or {}).get("include_usage"), "include_usage")
-        max_tokens = settings.max_new_tokens if max_tokens is None else max_tokens
-        return Request(prompts, ids, max_tokens, settings, n, stop, stream, logprobs, echo, include_usage)
-
-    def _settings(self, body: dict, max_tokens: int | None) -> SampleConfig:
+    def settings(self, body: dict, max_tokens: int | None) -> SampleConfig:
         """The request's sampling settings over the run's own: the request's types and OpenAI's
         ranges here, then minitf's sampler's ranges (check_sampling, as for minitf.generate)."""
         run = self.sample
@@ -229,6 +217,38 @@ def check_utf8(text: str, param: str = "prompt") -> None:
         check_text(text, param)
     except ConfigError as e:
         raise bad(param, str(e)) from None
+
+
+def unsupported(body: dict) -> None:
+    """The fields minitf has no counterpart for are absent or at their neutral value."""
+    for name, neutral in NEUTRAL.items():
+        if body.get(name) not in neutral:
+            raise bad(name, f"{name} is not supported by minitf; leave it out")
+    if body.get("suffix") not in (None, ""):
+        raise bad("suffix", "suffix (insertion) is not supported by minitf; leave it out")
+    if body.get("logit_bias") not in (None, {}):
+        raise bad("logit_bias", "logit_bias is not supported by minitf; leave it out")
+    if not isinstance(body.get("user", ""), str):
+        raise bad("user", "user must be a string")
+
+
+def stops(body: dict) -> list[str]:
+    """body's stop: a string or a list of at most MAX_STOPS strings (null or absent: none)."""
+    stop = body.get("stop")
+    stop = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise bad("stop", "stop must be a string or a list of strings")
+    if len(stop) > MAX_STOPS:
+        raise bad("stop", f"stop has {len(stop)} strings; at most {MAX_STOPS}")
+    return stop
+
+
+def usage_option(body: dict, stream: bool) -> bool:
+    """stream_options.include_usage: a last chunk with the token counts (stream=true only)."""
+    options = body.get("stream_options")
+    if options is not None and (not stream or not isinstance(options, dict) or set(options) - {"include_usage"}):
+        raise bad("stream_options", 'stream_options is {"include_usage": true/false}, with stream=true only')
+    return flag((options or {}).get("include_usage"), "include_usage")
 
 
 def integer(body: dict, name: str, lo, hi, default):

@@ -5,7 +5,8 @@ Ctrl-C or SIGTERM). What each route answers is completions.py's.
     GET  /v1/models                 the one model: the run's name
     GET  /v1/models/{name}          that model
     POST /v1/completions            a completion, or a stream of server-sent events ending in [DONE]
-    POST /v1/chat/completions       OpenAI's answer for a completions-only model (404)
+    POST /v1/chat/completions       a chat run's answer to a conversation, streamed or not (a base
+                                    run: 404, "not a chat model", as OpenAI answers for such a model)
     GET  /tokenizer_info            the tokenizer, for clients that tokenize on the server
     POST /tokenize, /detokenize     text to token ids and back (lm-evaluation-harness asks for these)
     GET  /docs                      the endpoints, as an OpenAPI page
@@ -98,21 +99,23 @@ def completions_app(api: Completions, limits: Limits, stopping: threading.Event,
         api.check_model(name)
         return json_answer(200, api.model_card())
 
+    async def answer(request: Request, req, complete, chunks) -> Response:
+        """complete(req, cancelled)'s response, or chunks(req, cancelled)'s as server-sent events."""
+        if not req.stream:
+            return json_answer(200, await watched(request, lambda gone: complete(req, _cancelled(stopping, gone))))
+        gone = threading.Event()
+        events = _events(chunks(req, _cancelled(stopping, gone)), stopping, log)
+        return await stream(events, gone, "text/event-stream; charset=utf-8", limits.timeout, log)
+
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         """A completion, as OpenAI's API answers it; with "stream": true, server-sent events ending in [DONE]."""
-        req = api.parse(await body(request))
-        if not req.stream:
-            answer = await watched(request, lambda gone: api.complete(req, _cancelled(stopping, gone)))
-            return json_answer(200, answer)
-        gone = threading.Event()
-        events = _events(api.stream(req, _cancelled(stopping, gone)), stopping, log)
-        return await stream(events, gone, "text/event-stream; charset=utf-8", limits.timeout, log)
+        return await answer(request, api.parse(await body(request)), api.complete, api.stream)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        """OpenAI's answer for a completions-only model: 404."""
-        api.chat(await body(request))
+        """A chat run's answer to a conversation (streamed as completions are); a base run: 404, not a chat model."""
+        return await answer(request, api.parse_chat(await body(request)), api.chat, api.chat_stream)
 
     @app.get("/tokenizer_info")
     async def tokenizer_info() -> Response:
