@@ -2,6 +2,8 @@
 torch's CPU allocations, from the profiler's allocation events), and one sequence over the
 budget is refused naming it."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -112,3 +114,16 @@ def test_one_sequence_over_the_budget_is_refused_naming_the_budget(model):
         patch_heads(model, IDS[0], IDS[1], 5, 6, by_position=True, budget=2**20)
     with pytest.raises(minitf.ConfigError, match=r"^budget is 1.0 MiB, and attribute on one sequence of 96 tokens"):
         attribute(model, IDS[0], 5, budget=2**20)
+
+
+def test_the_refusal_docs_interpret_md_shows_is_the_one_a_user_meets():
+    cfg = minitf.ModelConfig(vocab_size=512, block_size=4096, n_layer=2, n_head=4, n_embd=64)
+    docs = (Path(__file__).parents[3] / "docs" / "interpret.md").read_text(encoding="utf-8")
+    with pytest.raises(minitf.ConfigError) as e:
+        head_scores(minitf.Transformer(cfg), torch.ones(1, 4096, dtype=torch.long))
+    assert str(
+        e.value
+    ) == "budget is 1.00 GiB, and head_scores on one sequence of 4096 tokens holds about 1.50 GiB at " + (
+        "once; pass shorter ids, or budget=1613758464 (bytes) or more"
+    )
+    assert f"`{e.value}`" in " ".join(docs.split())  # the page wraps it over lines
