@@ -199,3 +199,30 @@ def test_init_from_mistakes_are_one_line(tmp_path, corpus):
     (gpt2 / "vocab.json").unlink()
     with pytest.raises(minitf.MinitfError, match="holds no tokenizer"):
         minitf.train(tiny_config(tmp_path / "b", corpus, f"run.init_from={gpt2}"), log=lambda *a: None)
+
+
+@pytest.mark.slow
+def test_the_docs_fine_tune_runs_from_a_local_directory(tiny_run, corpus, tmp_path):
+    """docs/training.md's fine-tune block, run by bash in a folder holding runs/shakespeare (the tiny
+    run) and my.txt, offline: it exports the run, fine-tunes from that directory (fewer steps here),
+    samples and exports the result; the fine-tune starts from the exported weights."""
+    import os
+
+    page = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    section = page.split("## Fine-tune a pretrained model", 1)[1]
+    block = re.search(r"^```bash\n(.*?)^```", section, re.M | re.S)[1]
+    assert "run.init_from=hf/shakespeare" in block and "--out hf/shakespeare" in block  # made by the block itself
+    steps = {"train.max_steps=500": "train.max_steps=3", "train.warmup_steps=20": "train.warmup_steps=1"}
+    block = re.sub("|".join(steps), lambda m: steps[m[0]], block)  # seconds, not minutes
+    shutil.copytree(tiny_run, tmp_path / "runs" / "shakespeare")
+    (tmp_path / "my.txt").write_text("".join(p.read_text() for p in sorted(corpus.glob("*.txt"))[:2]))
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    env["HF_HUB_OFFLINE"] = "1"
+    r = subprocess.run(["bash", "-ec", block], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = minitf.load_config(tmp_path / "runs" / "mine" / "config.yaml")
+    assert cfg.run.init_from == "hf/shakespeare" and cfg.train.max_steps == 3
+    assert (tmp_path / "hf" / "mine" / "config.json").is_file() and "fine-tune rates" in r.stderr + r.stdout
+    base = load_file(tmp_path / "hf" / "shakespeare" / "model.safetensors")
+    tuned = load_file(tmp_path / "hf" / "mine" / "model.safetensors")
+    assert base.keys() == tuned.keys() and not all(torch.equal(base[k], tuned[k]) for k in base)  # trained on
