@@ -10,7 +10,9 @@
   (the residual stream) or by head, as the recovered share of the logit difference.
 
 Everything runs the model's own modules (trace.py) on token ids; nothing here trains or changes
-the model's weights.
+the model's weights. Every tool checks its ids and indices the same way (checks.py), and runs its
+sequences in batches that hold at most a budget of memory (memory.py). history.py and snapshots.py
+read a run's snapshots for `minitf heads`.
 """
 
 from .ablation import Ablation, ablate, mean_head_outputs
