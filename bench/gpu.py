@@ -12,7 +12,8 @@ Sections, each a dict in gpu.json (an error is recorded in its section and the n
 - gpt2_small: configs/gpt2-small.yaml's training step (bench/core.py train_throughput) and, given a
   nanoGPT clone, nanoGPT's own bench.py at the same model and batch;
 - decode: batch-1 decoding of the 124M model (gpt2-small's shape, random weights) in bfloat16,
-  eager and compiled, and Hugging Face generate on `minitf export`'s directory of it.
+  eager, compiled without CUDA graphs and compiled with them (the default on a GPU), and Hugging
+  Face generate on `minitf export`'s directory of it.
 
 The corpus is generated here (random words, written to DIR/corpus), so nothing is fetched.
 --dry-run: the same code paths on the CPU at tiny sizes (a 1-layer model, a few steps and tokens).
@@ -285,16 +286,25 @@ def nanogpt_numbers(output: str, tokens_per_iter: int, args: list[str]) -> dict:
 
 def decode(out: Path, corpus: Path, device: torch.device, sizes: dict) -> dict:
     """Tokens/s of batch-1 decoding from a one-token prompt, the 124M shape with random weights in
-    bfloat16: minitf eager and compiled, then Hugging Face generate on the exported directory."""
-    run = write_decode_run(out / "runs" / "decode", corpus, sizes)
+    bfloat16: minitf eager, compiled without and with CUDA graphs (cudagraph_skips: the graphs
+    torch.compile declined, 0 when they ran; on a CPU there are none to run), then Hugging Face
+    generate on the exported directory."""
+    from torch._dynamo.utils import counters
+
+    from minitf.decoding import compile_decode
     from minitf.run_dir import load_run
 
+    run = write_decode_run(out / "runs" / "decode", corpus, sizes)
     model, tok, _ = load_run(run, device=device)
     model = model.to(torch.bfloat16)
     n, rounds = sizes["decode_tokens"], sizes["decode_rounds"]
     res = {"params": model.num_params(), "vocab": tok.vocab_size, "dtype": "bfloat16", "new_tokens": n}
-    for name, compiled in (("eager", False), ("compiled", True)):
-        res[name] = _timed(lambda k, c=compiled: _minitf_tokens(model, k, c), n, rounds, device)
+    res["eager"] = _timed(lambda k: _minitf_tokens(model, k, False), n, rounds, device)
+    for name, graphs in (("compiled", False), ("compiled_cuda_graphs", True)):
+        compile_decode(model, cuda_graphs=graphs)  # the step generate's compile=True then takes
+        skips = counters["inductor"]["cudagraph_skips"]
+        res[name] = _timed(lambda k: _minitf_tokens(model, k, True), n, rounds, device)
+        res[name]["cudagraph_skips"] = counters["inductor"]["cudagraph_skips"] - skips
     res["hf"] = hf_decode(run, out / "hf-decode", device, n, rounds)
     return res
 

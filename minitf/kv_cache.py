@@ -24,7 +24,7 @@ class KVCache:
     static=True keeps every shape fixed, for torch.compile: `pos` is a 0-d tensor, new keys are
     written at tensor positions, and attention reads all block_size slots behind a mask, so one
     compiled graph serves every step. The default slices to the filled part instead, which is
-    cheaper without compilation.
+    cheaper without compilation. On a GPU its tensors are static addresses (mark_static).
     """
 
     def __init__(self, model: torch.nn.Module, batch_size: int = 1, static: bool = False):
@@ -37,6 +37,7 @@ class KVCache:
         self.v = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(cfg.n_layer)]
         self.static = static
         self.pos = torch.zeros((), dtype=torch.long, device=p.device) if static else 0
+        self.mark_static()
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
         """Store k, v (B, KV, T, D) at positions pos .. pos+T; return the keys and values to attend to."""
@@ -71,4 +72,16 @@ class KVCache:
         out.k = [k.repeat(n, 1, 1, 1) for k in self.k]  # (n, KV, block_size, D) each
         out.v = [v.repeat(n, 1, 1, 1) for v in self.v]
         out.pos = self.pos.clone() if self.static else self.pos
+        out.mark_static()
         return out
+
+    def mark_static(self) -> None:
+        """On a GPU, tell torch.compile a static cache's tensors keep their addresses: the decode
+        step's CUDA graph (decoding.py) then reads and writes them in place, not copying every
+        layer's cache in and out per token. Unguarded: a new cache records the graph again, with
+        no recompilation. (A CPU has no graphs; its compiled step stays as it is.)"""
+        if self.static and self.pos.device.type == "cuda":
+            from torch._dynamo import mark_static_address  # the compiler, imported only where used
+
+            for t in (*self.k, *self.v, self.pos):
+                mark_static_address(t, guard=False)

@@ -50,3 +50,27 @@ def test_compiled_decoding_has_no_graph_break_and_no_recompile_across_a_window_s
     assert len(list(generate_tokens(model, [1, 2], settings, compile=True))) == 40
     assert first > 0 and graphs() == first
     assert not counters["graph_break"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_compiled_decoding_on_cuda_replays_cuda_graphs_with_the_eager_tokens_and_logits():
+    """On a GPU the compiled step replays one CUDA graph per token (no graph skipped), reading the
+    static cache in place: only the token ids are copied in. Its logits, kept across steps (as
+    with_logits hands them on), are each step's own, the eager ones, past a window slide too."""
+    torch._dynamo.reset()
+    counters.clear()
+    model = tiny(positions="rope", n_kv_head=1).cuda().eval()
+    settings = SampleConfig(max_new_tokens=40, top_k=1, seed=0)  # greedy, past block_size 16
+    eager = list(generate_tokens(model, [1, 2], settings, with_logits=True))
+    for _ in range(2):  # a second generation: a new cache, recorded again, the same tokens
+        graphs = list(generate_tokens(model, [1, 2], settings, compile=True, with_logits=True))
+        assert [int(t) for t, _ in graphs] == [int(t) for t, _ in eager]
+        kept, expected = torch.stack([g for _, g in graphs]), torch.stack([e for _, e in eager])  # (steps, 1, V)
+        torch.testing.assert_close(kept, expected, atol=1e-4, rtol=1e-4)
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    assert not counters["graph_break"]
+    # one recording per cache (the allocator may hand the second the first one's addresses), one
+    # input copied into each: the token ids. An unmarked cache would add its 5 tensors to each
+    recorded = counters["inductor"]["cudagraph_recorded_non_static_inputs"]
+    assert 1 <= recorded <= 2, f"{recorded} inputs copied into the CUDA graphs: is the cache a static address?"

@@ -41,7 +41,9 @@ def test_the_gpu_script_dry_run_writes_every_section(tmp_path):
     decode = res["decode"]
     assert decode["dtype"] == "bfloat16" and decode["new_tokens"] > 0
     hf = ["hf"] if importlib.util.find_spec("transformers") else []
-    for name in ("eager", "compiled", *hf):
+    for name in ("eager", "compiled", "compiled_cuda_graphs", *hf):
         assert decode[name]["tokens_per_s"] > 0 and decode[name]["first_call_s"] > 0, name
+    assert decode["compiled"]["cudagraph_skips"] == 0  # none asked for
+    assert decode["compiled_cuda_graphs"]["cudagraph_skips"] >= 0  # on a GPU the run must show 0
     if not hf:
         assert "transformers is not installed" in decode["hf"]["skipped"]
