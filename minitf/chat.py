@@ -76,7 +76,7 @@ def _prepare(fn, model, tokenizer, messages, template, stop, num_samples, settin
             f"{fn}(): this model has no chat template, so it is not a chat model; fine-tune it on "
             f"conversations (minitf train --config chat) and load that run"
         )
-    messages = _checked_prompt(fn, _as_list(messages))
+    messages = checked_prompt(fn, _as_list(messages))
     return (
         template.prompt_ids(tokenizer, messages),
         (template.end_of_turn(tokenizer),),
@@ -90,9 +90,9 @@ def _as_list(messages):
     return list(messages)
 
 
-def _checked_prompt(fn: str, messages: list) -> list[dict]:
+def checked_prompt(fn: str, messages: list) -> list[dict]:
     """A conversation to answer: the rules of a training conversation, except that it ends with
-    the user's turn (the one to answer)."""
+    the user's turn (the one to answer); a ConfigError naming `fn` otherwise."""
     if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
         raise ConfigError(f"{fn}(): the conversation must end with a user message, the one to answer")
     try:  # the same rules, checked on the conversation with a stand-in answer

@@ -191,20 +191,21 @@ def stream_tokens(
     top: int = 5,
     use_cache: bool = True,
     compile: bool = False,
+    ends: tuple[int, ...] = (),
     **overrides,
 ):
     """Like stream, but yields a TokenStep per sampled token: its text, id, the probability it was
     drawn with and the `top` likeliest tokens of that step. The tokens and their texts are those of
     stream and generate with the same settings and seed: the same logits, the same draws.
-    No stop strings, so that every piece of text belongs to one token; <|endoftext|> is yielded
-    (with text "") and ends the stream.
+    No stop strings, so that every piece of text belongs to one token; <|endoftext|> (or a token of
+    `ends`, such as a chat's end of turn) is yielded (with text "") and ends the stream.
     """
     check_arguments("stream_tokens", model, tokenizer, prompt)
     settings = sample_settings(settings, **overrides)
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
     history = torch.tensor([ids], device=next(model.parameters()).device)  # (1, n): what the sampler saw
-    text = TextAssembler(tokenizer, [])
+    text = TextAssembler(tokenizer, [], ends)
     steps = generate_tokens(model, ids, settings, use_cache=use_cache, compile=compile, with_logits=True)
     for nxt, logits in steps:
         probs = token_probs(logits, settings, history)[0]  # (V,)

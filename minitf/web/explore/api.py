@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ...budget import budget_steps
+from ...chat import checked_prompt
 from ...config import SEED_RANGE, TrainConfig
 from ...errors import ConfigError, MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
@@ -85,6 +86,7 @@ class Explorer:
             "params": self.model.num_params(),
             "budget": budget_words(self.cfg.train),
             "config": self.cfg.to_dict(),
+            "chat": self.tok.chat_template is not None,  # a chat run: the page talks to it (messages)
             "limits": {
                 "prompt_chars": MAX_PROMPT_CHARS,
                 "max_new_tokens": MAX_NEW_TOKENS,
@@ -104,7 +106,7 @@ class Explorer:
     def generation(self, body: dict):
         """Check a generate request, take a slot, and give its events (see `_events`); the slot is
         given back, and generation stops, when the `with` block ends (the page may have gone)."""
-        prompt, settings = self._generation_request(body)
+        prompt, settings = self._chat_request(body) if "messages" in body else self._generation_request(body)
         if not self.slots.acquire(blocking=False):
             raise Busy(f"{MAX_GENERATIONS} generations are running already; wait for one to finish")
         events = self._events(prompt, settings)
@@ -129,6 +131,25 @@ class Explorer:
             raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
         return prompt, settings
 
+    def _chat_request(self, body: dict):
+        """A chat run's turn: {"messages": [...], settings} -> the conversation rendered with the
+        run's template and its generation prompt (a text that encodes to the template's ids)."""
+        check_keys(body, {"messages", *SETTINGS})
+        template = self.tok.chat_template
+        if template is None:
+            raise BadRequest("this run is not a chat model (it has no chat template); send a prompt instead")
+        messages = body["messages"]
+        if not isinstance(messages, list) or sum(len(str(m)) for m in messages) > MAX_PROMPT_CHARS * 4:
+            raise BadRequest(f"messages must be a list of at most {MAX_PROMPT_CHARS * 4} characters in all")
+        prompt = template.render(checked_prompt("messages", messages), add_generation_prompt=True)
+        n, block = len(self.tok.encode(prompt)), self.cfg.model.block_size
+        if n >= block:
+            raise BadRequest(f"the conversation is {n} tokens, this model reads {block}; start a new conversation")
+        settings = self._settings(body)
+        if "max_new_tokens" in body and settings.max_new_tokens > MAX_NEW_TOKENS:
+            raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
+        return prompt, settings
+
     def _settings(self, body: dict):
         """The run's sample settings with those the body gives (any of SETTINGS) in their place."""
         given = {}
@@ -143,8 +164,9 @@ class Explorer:
         {"done": reason}: "eot" (the model ended the document) or "length" (max_new_tokens)."""
         ids = prompt_ids(self.tok, prompt, self.cfg.model.block_size)  # where stream_tokens starts
         yield {"prompt": [{"id": i, "text": self.tok.decode([i]), "label": self.label(i)} for i in ids]}
-        reason = "length"
-        for t in stream_tokens(self.model, self.tok, prompt, settings):
+        reason, template = "length", self.tok.chat_template
+        ends = (template.end_of_turn(self.tok),) if template is not None else ()
+        for t in stream_tokens(self.model, self.tok, prompt, settings, ends=ends):
             yield {
                 "token": {
                     "id": t.id,
@@ -154,7 +176,7 @@ class Explorer:
                     "top": [[token_label(s), round(p, DIGITS)] for s, p in t.top],
                 }
             }
-            reason = "eot" if t.id == self.tok.eot_id else reason
+            reason = "eot" if t.id == self.tok.eot_id or t.id in ends else reason
         yield {"done": reason}
 
     def label(self, token: int) -> str:

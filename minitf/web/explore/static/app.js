@@ -5,7 +5,8 @@
 
 const $ = (id) => document.getElementById(id);
 const SETTINGS = ["temperature", "top_k", "top_p", "max_new_tokens", "seed"];
-const state = { ids: [], stream: null };  // every token shown so far (prompt then generated), the running request
+// every token shown so far (prompt then generated), the running request; a chat run's conversation
+const state = { ids: [], stream: null, chat: false, history: [], answer: "" };
 const FEW_POINTS = 20;  // a loss series this short gets a dot per evaluation (as figures.py marks it)
 
 function el(tag, props = {}, text = "") {
@@ -46,6 +47,7 @@ async function loadRun() {
   $("prompt").maxLength = run.limits.prompt_chars;
   $("max_new_tokens").max = run.limits.max_new_tokens;
   for (const name of SETTINGS) $(name).value = c.sample[name] ?? "";
+  if (run.chat) startChat();
   drawLoss((await getJSON("/api/metrics")).points);
 }
 
@@ -84,8 +86,36 @@ function svgEl(tag, attrs, text = "") {
 }
 
 // ---- generation, streamed as NDJSON: one event per line ----
+// ---- a chat run: the page keeps the conversation, the server renders it with the run's template ----
+function startChat() {
+  state.chat = true;
+  $("chat").hidden = false; $("reset").hidden = false;
+  $("generate-title").textContent = "Chat";
+  $("go").textContent = "Send";
+  $("prompt").value = "";
+  $("prompt").placeholder = "Your message (Ctrl+Enter sends)";
+}
+
+function conversation() {
+  const system = $("system").value.trim();
+  return [...(system ? [{ role: "system", content: system }] : []), ...state.history,
+          { role: "user", content: $("prompt").value }];
+}
+
+function say(role, text) {
+  $("transcript").append(el("li", { className: role }, text));
+  state.history.push({ role, content: text });
+}
+
+function resetChat() {
+  state.history = [];
+  $("transcript").replaceChildren();
+  $("tokens").replaceChildren();
+  state.ids = [];
+}
+
 function settings() {
-  const body = { prompt: $("prompt").value };
+  const body = state.chat ? { messages: conversation() } : { prompt: $("prompt").value };
   for (const name of SETTINGS) {
     const v = $(name).value.trim();
     body[name] = v === "" ? null : Number(v);
@@ -99,7 +129,7 @@ async function generate() {
   const stream = state.stream = new AbortController();
   showError("");
   $("tokens").replaceChildren();
-  state.ids = [];
+  state.ids = []; state.answer = "";
   $("go").disabled = true; $("stop").disabled = false; $("status").textContent = "generating…";
   try {
     const res = await fetch("/api/generate", { method: "POST", headers: { "Content-Type": "application/json" },
@@ -133,7 +163,9 @@ function handleEvent(event) {
   if (event.error) showError(event.error);
   if (event.done) {
     const n = state.ids.length - document.querySelectorAll("#tokens .prompt").length;
-    $("status").textContent = `${n} tokens, ${event.done === "eot" ? "the model ended the document" : "max new tokens reached"}`;
+    const ended = state.chat ? "the model ended its turn" : "the model ended the document";
+    $("status").textContent = `${n} tokens, ${event.done === "eot" ? ended : "max new tokens reached"}`;
+    if (state.chat) { say("user", $("prompt").value); say("assistant", state.answer); $("prompt").value = ""; }
   }
 }
 
@@ -144,6 +176,7 @@ function addToken(t, kind) {
   const span = el("span", { className: `tok ${kind}` }, readable(t.text) || t.label);
   span.dataset.index = index;
   if (kind === "gen") {
+    state.answer += t.text;
     span.style.setProperty("--a", (0.08 + 0.62 * t.prob).toFixed(3));
     span.addEventListener("mouseenter", () => showTip(span, t));
     span.addEventListener("mouseleave", () => { $("tip").hidden = true; });
@@ -183,5 +216,6 @@ function caption(text) {
 
 $("go").addEventListener("click", generate);
 $("stop").addEventListener("click", () => state.stream && state.stream.abort());
+$("reset").addEventListener("click", resetChat);
 $("prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) generate(); });
 loadRun().catch((e) => showError(`could not load the run: ${e.message}`));
