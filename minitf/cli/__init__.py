@@ -15,6 +15,7 @@ import sys
 COMMANDS = {
     "train": ("train", "train a model and write a run directory (--config tiny: seconds on a CPU)"),
     "generate": ("generate", "sample text from a trained run, with a KV cache"),
+    "chat": ("chat", "talk to a chat run: a multi-turn prompt whose answers stream"),
     "evaluate": ("evaluate", "loss, perplexity and bits per byte of a run on any text"),
     "explore": ("explore", "a local web page to watch tokens stream and open their attention"),
     "attention": ("attention", "draw or print a run's attention weights on a text"),
@@ -25,7 +26,7 @@ COMMANDS = {
         "write a run as a Hugging Face directory: GPT-2, GPT-NeoX, Llama or Qwen3 (needs the hf extra)",
     ),
     "export-gguf": ("export_gguf", "write a run as one GGUF file for llama.cpp and Ollama (needs the gguf extra)"),
-    "serve": ("serve", "an OpenAI-compatible server for a trained run (/v1/completions)"),
+    "serve": ("serve", "an OpenAI-compatible server for a trained run (/v1/completions, /v1/chat/completions)"),
     "bench": ("bench", "measure training, generation, data and memory speed on this machine"),
     "speedrun": ("speedrun", "compare recipes at equal wall time, in turns"),
 }
