@@ -33,10 +33,10 @@ from . import budget
 from .config import Config
 from .data import TokenData
 from .errors import MinitfError
-from .lm_loss import IGNORE
 from .evaluate import evaluate
 from .export import hf
 from .export.architecture import export_words
+from .lm_loss import IGNORE
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
 from .run_dir import TOKENIZER, is_run_dir, load_run
@@ -216,6 +216,7 @@ def forward_backward(session: Session) -> tuple[torch.Tensor, torch.Tensor]:
     shares = [None] * tc.grad_accum  # each micro-batch's share of the step's loss: 1 / grad_accum
     if session.cfg.data.format == "chat":  # by learned tokens: only the answers count, and not equally
         shares = sft.token_weights([y for _, y in batches], session.procs.world, IGNORE)
+        session.meter.count(sum(x.numel() for x, _ in batches) * session.procs.world)
     for micro, ((x, y), share) in enumerate(zip(batches, shares)):
         sync = session.procs.world == 1 or micro == tc.grad_accum - 1
         with fsdp.micro_batch(model, raw_model, sync), session.autocast:

@@ -114,10 +114,20 @@ class Meter:
     def __init__(self, tokens_per_step: int, flops_per_step: float, peak: float | None, step: int):
         self.tokens_per_step, self.flops_per_step, self.peak = tokens_per_step, flops_per_step, peak
         self.t_last, self.step_last, self.tok_s = time.time(), step, 0.0
+        # a chat run's batches are as long as their longest conversation, not block_size: it counts
+        # the positions it really ran (count), and tokens/s is of those
+        self.counted: int | None = None
+        self.counted_last = 0
+
+    def count(self, positions: int) -> None:
+        self.counted = (self.counted or 0) + positions
 
     def update(self, step: int, loss: float, lr: float) -> dict:
         now = time.time()
-        self.tok_s = self.tokens_per_step * (step - self.step_last) / max(now - self.t_last, 1e-9)
+        tokens = self.tokens_per_step * (step - self.step_last)
+        if self.counted is not None:
+            tokens, self.counted_last = self.counted - self.counted_last, self.counted
+        self.tok_s = tokens / max(now - self.t_last, 1e-9)
         self.t_last, self.step_last = now, step
         post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
         if self.peak:

@@ -127,8 +127,12 @@ def startup_line(session: Session, exports: str) -> str:
         f"{' | compiled' if cfg.train.compile else ''}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if session.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
-        f" sequences of {cfg.model.block_size} = {session.meter.tokens_per_step:,} tokens"
-        f" | {exports}"
+        + (
+            f" conversations of up to {cfg.model.block_size} tokens"  # a batch is as long as its longest
+            if cfg.data.format == "chat"
+            else f" sequences of {cfg.model.block_size} = {session.meter.tokens_per_step:,} tokens"
+        )
+        + f" | {exports}"
     )
 
 
