@@ -13,6 +13,7 @@ import torch.utils.checkpoint
 from .attention import attention, attention_steps
 from .config import ModelConfig
 from .errors import ConfigError
+from .fused_attention import fused_attention
 from .lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
 from .sizes import check_fits_in_memory, ffn_hidden, padded_vocab
@@ -121,10 +122,7 @@ class CausalSelfAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         # is_causal is top-left aligned, right only when S == T; one query (T == 1) sees every key
         is_causal = mask is None and q.size(2) > 1
-        # enable_gqa: each key/value head serves its group of query heads, without copies
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal, enable_gqa=self.groups > 1
-        )  # (B, H, T, D)
+        return fused_attention(q, k, v, mask, p, is_causal)  # (B, H, T, D); grouped heads as the kernel takes them
 
     def project(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, H, T, D) head outputs -> (B, T, C): side by side, through the output projection."""
