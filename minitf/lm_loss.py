@@ -8,6 +8,9 @@ into, the softmax gradient. On a CPU these passes over memory cost as much as th
 themselves. Here the rows go through in chunks small enough to stay in the cache: for each chunk,
 its logits, their log-sum-exp, the loss, then in place the gradient softmax - one_hot(target),
 which meets W and x at once. Backward only scales the two saved gradients by the incoming one.
+On a GPU the cache argument does not hold, and each chunk costs a rewrite of W's whole (V, C)
+gradient and a dozen kernel launches: there the chunks are as large as GPU_CHUNK_BYTES of
+logits allow (all rows at once for a 4,096-token vocabulary), see chunk_rows.
 The loss and gradients are the plain path's up to float rounding (tests/unit/test_model.py checks).
 
 Training uses it (`Transformer.forward(..., logits=False)`); evaluation and sampling, which need
@@ -18,14 +21,24 @@ from __future__ import annotations
 
 import torch
 
-IGNORE = -100  # targets equal to this count neither in the loss nor in the mean
-CHUNK_ROWS = 256  # rows per chunk: 256 x 4,096 float32 logits are 4 MB, about a CPU core's L2
+from .data import IGNORE  # noqa: F401 (targets equal to this count neither in the loss nor in the mean)
+
+CHUNK_ROWS = 256  # rows per chunk on a CPU: 256 x 4,096 float32 logits are 4 MB, about a core's L2
+GPU_CHUNK_BYTES = 512 * 2**20  # float32 logits per chunk on a GPU: a bounded memory, a few chunks at most
+
+
+def chunk_rows(device: torch.device, vocab: int) -> int:
+    """Rows per chunk: CHUNK_ROWS on a CPU (and elsewhere as before); on a CUDA GPU as many as
+    GPU_CHUNK_BYTES of float32 logits hold, e.g. 32,768 rows for 4,096 tokens, 2,668 for GPT-2's 50,304."""
+    if device.type != "cuda":
+        return CHUNK_ROWS
+    return max(CHUNK_ROWS, GPU_CHUNK_BYTES // (4 * vocab))
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        # x (N, C) float32, weight (V, C), targets (N,) ids or IGNORE
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
+        # x (N, C) float32, weight (V, C), targets (N,) ids or IGNORE; rows per chunk
         keep = targets != IGNORE  # (N,)
         count = keep.sum().clamp(min=1)  # the mean's denominator (no target at all: loss 0, not 0/0)
         ids = torch.where(keep, targets, 0)  # (N,) a valid row to gather from for ignored targets
@@ -34,19 +47,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_x = torch.empty_like(x)  # (N, C)
         grad_w = torch.zeros_like(weight)  # (V, C)
         total = x.new_zeros(())
-        for start in range(0, x.size(0), CHUNK_ROWS):
-            rows = slice(start, start + CHUNK_ROWS)
-            xc, idc = x[rows], ids[rows].unsqueeze(1)  # (n, C), (n, 1)
+        for start in range(0, x.size(0), rows):
+            chunk = slice(start, start + rows)
+            xc, idc = x[chunk], ids[chunk].unsqueeze(1)  # (n, C), (n, 1)
             logits = xc @ weight.T  # (n, V)
             lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (n, 1)
             nll = lse - logits.gather(1, idc)  # (n, 1): -log p(target)
             grad = logits.sub_(lse).exp_()  # (n, V) softmax, in the logits' memory
             grad.scatter_add_(1, idc, torch.full_like(nll, -1.0))  # softmax - one_hot(target)
             if not everyone:  # ignored rows add nothing to the loss or the gradients
-                k = keep[rows].unsqueeze(1).to(x.dtype)  # (n, 1)
+                k = keep[chunk].unsqueeze(1).to(x.dtype)  # (n, 1)
                 nll, grad = nll * k, grad.mul_(k)
             total += nll.sum()
-            torch.mm(grad, weight, out=grad_x[rows])  # (n, C)
+            torch.mm(grad, weight, out=grad_x[chunk])  # (n, C)
             grad_w.addmm_(grad.T, xc)  # (V, C)
         count = count.to(x.dtype)
         ctx.save_for_backward(grad_x.div_(count), grad_w.div_(count))
@@ -55,10 +68,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         grad_x, grad_w = ctx.saved_tensors
-        return grad_x * grad_loss, grad_w * grad_loss, None
+        return grad_x * grad_loss, grad_w * grad_loss, None, None
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """mean over targets != -100 of cross_entropy(x @ weight.T, targets): x (N, C), weight (V, C),
     targets (N,). Its backward gives x's and weight's gradients (computed already, in the forward)."""
-    return _LinearCrossEntropy.apply(x, weight, targets)
+    return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows(x.device, weight.size(0)))

@@ -1,0 +1,54 @@
+"""The fused head's chunks: a CPU's as before, a GPU's far larger, and the same loss and gradients
+at any chunk size (tests/unit/test_model.py checks the fused head against the model's plain path)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from minitf import lm_loss
+from minitf.lm_loss import CHUNK_ROWS, IGNORE, chunk_rows, linear_cross_entropy
+
+
+def test_a_cpu_keeps_its_cache_sized_chunks():
+    assert CHUNK_ROWS == 256
+    for vocab in (300, 4096, 50304):
+        assert chunk_rows(torch.device("cpu"), vocab) == 256
+    assert chunk_rows(torch.device("meta"), 4096) == 256
+
+
+def test_a_gpu_takes_chunks_of_half_a_gigabyte_of_logits():
+    """On a GPU each chunk rewrites the whole (V, C) gradient of W: few, large chunks."""
+    gpu = torch.device("cuda", 0)
+    assert chunk_rows(gpu, 4096) == 32768  # the default recipe's batch (8,192 rows) in one chunk
+    assert chunk_rows(gpu, 50304) == 2668  # GPT-2's padded vocabulary: 512 MiB of float32 logits
+    assert chunk_rows(gpu, 10**7) == 256  # never below the CPU's
+
+
+def test_a_gpu_tensor_gets_the_gpu_chunks(monkeypatch):
+    seen = []
+    monkeypatch.setattr(lm_loss._LinearCrossEntropy, "apply", lambda x, w, t, rows: seen.append(rows))
+    with FakeTensorMode(allow_non_fake_inputs=True):  # the shapes and device of a GPU's tensors, no GPU
+        x, w = torch.empty(8, 16, device="cuda"), torch.empty(4096, 16, device="cuda")
+        linear_cross_entropy(x, w, torch.zeros(8, dtype=torch.long, device="cuda"))
+    linear_cross_entropy(torch.zeros(8, 16), torch.zeros(4096, 16), torch.zeros(8, dtype=torch.long))
+    assert seen == [32768, 256]
+
+
+@pytest.mark.parametrize("rows", [7, 256, 10**6], ids=["small", "cpu", "one-chunk"])
+def test_any_chunk_size_gives_the_plain_loss_and_gradients(rows):
+    torch.manual_seed(0)
+    x = torch.randn(600, 16, requires_grad=True)  # (N, C)
+    w = torch.randn(50, 16, requires_grad=True)  # (V, C)
+    t = torch.randint(0, 50, (600,))
+    t[::7] = IGNORE
+    loss = lm_loss._LinearCrossEntropy.apply(x, w, t, rows)
+    (loss * 3).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    plain = F.cross_entropy(x @ w.T, t, ignore_index=IGNORE)
+    (plain * 3).backward()
+    torch.testing.assert_close(loss, plain)
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+    assert plain.item() > 1.0 and gw.abs().sum() > 1.0
