@@ -62,10 +62,12 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
     hf.load_state_dict(hf_state(model, fmt), strict=True)  # strict: a name missed fails now, not as wrong logits
     # generate() and pipeline() stop at <|endoftext|> and pad with it, with no argument needed; and
     # at the model's context (max_length counts the prompt too): pipeline()'s own default,
-    # max_new_tokens=256, is dropped where the model's generation config sets max_length
+    # max_new_tokens=256, is dropped where the model's generation config sets max_length. A chat
+    # model's answer ends at its end-of-turn token (ChatML's <|im_end|>): generate() stops there too
+    ends = _ends(tokenizer)
     hf.generation_config = tf.GenerationConfig(
         bos_token_id=tokenizer.eot_id,
-        eos_token_id=tokenizer.eot_id,
+        eos_token_id=ends if len(ends) > 1 else ends[0],
         pad_token_id=tokenizer.eot_id,
         max_length=cfg.block_size,
     )
@@ -76,25 +78,35 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
     return out_dir, fmt
 
 
+def _ends(tokenizer: Tokenizer) -> list[int]:
+    """The ids generation stops at: a chat model's end-of-turn token first, then <|endoftext|>."""
+    template = getattr(tokenizer, "chat_template", None)
+    turn = template.end_of_turn(tokenizer) if template is not None else tokenizer.eot_id
+    return list(dict.fromkeys([turn, tokenizer.eot_id]))
+
+
 def _save(hf, tokenizer: Tokenizer, block_size: int, out_dir: Path) -> None:
-    """Write the transformers model, tokenizer.json and tokenizer_config.json into out_dir."""
+    """Write the transformers model, tokenizer.json and tokenizer_config.json into out_dir; for a
+    chat model also its template, in tokenizer_config.json and in chat_template.jinja (where
+    transformers' own save_pretrained keeps it), with the end-of-turn token as eos_token, so
+    apply_chat_template renders minitf's prompt and pipelines stop where minitf.chat stops."""
     hf.save_pretrained(out_dir)
     tokenizer.save(out_dir / "tokenizer.json")
+    template = getattr(tokenizer, "chat_template", None)
+    special = template.special if template is not None else {}
     # PreTrainedTokenizerFast reads tokenizer.json as it is: the same pre-tokenizer, merges and decoder
-    (out_dir / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "bos_token": EOT,
-                "eos_token": EOT,
-                "unk_token": EOT,
-                "model_max_length": block_size,
-                "clean_up_tokenization_spaces": False,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": special.get("bos_token", EOT),
+        "eos_token": tokenizer.backend.id_to_token(_ends(tokenizer)[0]),
+        "unk_token": EOT,
+        "model_max_length": block_size,
+        "clean_up_tokenization_spaces": False,
+    }
+    if template is not None:
+        config["chat_template"] = template.source
+        template.save(out_dir)
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def check_export_dir(out_dir, force: bool = False) -> Path:
