@@ -2,8 +2,8 @@
 # The whole GPU measurement in one command, for a machine lent for minutes with nothing to download:
 # the CUDA-only tests, the default recipe trained and resumed (eager and compiled), GPT-2 small's
 # training step (beside nanoGPT's bench.py given a clone), and batch-1 decoding of the 124M model
-# (beside Hugging Face generate). About 7 minutes on one H100. docs/performance.md ("On a GPU") says
-# what to carry to the machine.
+# (eager, compiled, compiled with CUDA graphs, beside Hugging Face generate). About 7 minutes on
+# one H100. docs/performance.md ("On a GPU") says what to carry to the machine.
 #
 #   bash bench/gpu.sh [--out DIR] [--nanogpt CLONE] [--wheels DIR] [--dry-run]
 #
