@@ -5,8 +5,10 @@
 The architecture comes from minitf.export.architecture (gpt2, llama, qwen3 or gptneox); the file holds the
 hyperparameters llama.cpp reads for it, the weights under llama.cpp's tensor names, and the
 tokenizer (byte-level BPE: tokens, types, merges, <|endoftext|> as bos and eos), so nothing else
-has to travel with it. The writer is the `gguf` package (the `gguf` extra: pip install -e
-'.[gguf]'), published by the llama.cpp project; it is imported inside the functions only.
+has to travel with it; a chat run's file also holds its template (tokenizer.chat_template) and
+its end-of-turn token as eos and eot, where llama.cpp's chat ends an answer. The writer is the
+`gguf` package (the `gguf` extra: pip install -e '.[gguf]'), published by the llama.cpp project;
+it is imported inside the functions only.
 
 Layout facts the file depends on (each checked by tests/integration/test_gguf_llamacpp.py against llama.cpp itself):
 - GGUF stores a (rows, cols) array as ne = (cols, rows): nn.Linear's (out, in) weight and the
@@ -103,7 +105,13 @@ def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
     writer.add_token_types(types)
     writer.add_token_merges(_merges(tokenizer))
     writer.add_bos_token_id(tokenizer.eot_id)
-    writer.add_eos_token_id(tokenizer.eot_id)
+    template = getattr(tokenizer, "chat_template", None)
+    if template is None:
+        writer.add_eos_token_id(tokenizer.eot_id)
+    else:  # a chat model: llama.cpp's chat renders the template and ends the answer at the end of its turn
+        writer.add_chat_template(template.source)
+        writer.add_eos_token_id(template.end_of_turn(tokenizer))
+        writer.add_eot_token_id(template.end_of_turn(tokenizer))
     writer.add_add_bos_token(False)  # minitf adds no special token around a prompt
     writer.add_add_eos_token(False)
 
