@@ -13,7 +13,7 @@ import minitf
 from minitf.run_dir import load_run
 from minitf.training import lora
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import QUIET, ROOT, train_with_snapshot
+from tests.helpers import QUIET, ROOT, script, train_with_snapshot
 
 LORA = ("train.lora_rank=4", "train.lora_alpha=8", "train.optimizer=adamw", "train.lora_dropout=0.1")
 
@@ -144,3 +144,20 @@ def test_lora_with_muon_or_unknown_targets_is_refused(tmp_path, chat_run, chats)
     pytest.importorskip("peft", reason="LoRA needs the lora extra (pip install -e '.[lora]')")
     with pytest.raises(minitf.MinitfError, match=r"train.lora_targets='q_proj' names q_proj"):
         minitf.train(sft_config(tmp_path / "b", chat_run, chats, *LORA, "train.lora_targets=q_proj"), **QUIET)
+
+
+@pytest.mark.slow
+def test_the_lora_benchmark_measures_both_methods(tmp_path):
+    """bench/lora.py end to end at a tiny size: a full and a LoRA process, each with its own peak
+    and speed (timings are printed, never asserted), and LoRA with far fewer trainable parameters."""
+    pytest.importorskip("peft", reason="LoRA needs the lora extra (pip install -e '.[lora]')")
+    out = tmp_path / "lora.json"
+    r = script("-m", "bench.lora", "--tiny", "--rounds", "1", "--steps", "1", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    full, lora_run = result["runs"]
+    assert (full["method"], lora_run["method"]) == ("full", "lora")
+    assert lora_run["trainable"] < full["trainable"] / 3
+    moments = 2 * 4 * lora_run["trainable"]  # AdamW's two float32 moments, of the adapters only (and a step count each)
+    assert moments <= lora_run["held_bytes"]["adamw"] < moments + 1024
+    assert all(run["peak_rss"] >= run["rss_before_model"] > 0 and run["tokens_per_s"] > 0 for run in (full, lora_run))
