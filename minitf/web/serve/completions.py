@@ -65,8 +65,10 @@ class Completions:
     # ---- /v1/completions
 
     def parse(self, body: dict) -> Request:
-        """The request, checked (request.py); APIError naming the field that cannot be used."""
-        return self.requests.parse(body)
+        """The request, checked (request.py); APIError naming the field that cannot be used. Its
+        text is tokenized in a slot (engine.slot), as generation runs: a 1 MiB prompt is work too."""
+        with self.engine.slot():
+            return self.requests.parse(body)
 
     def complete(self, req: Request, cancelled: Callable[[], bool] = lambda: False) -> dict:
         """The whole response; cancelled() is asked after every token (a client that went away)."""
@@ -82,8 +84,9 @@ class Completions:
 
     def parse_chat(self, body: dict) -> Request:
         """The chat request, checked (chat_request.py); a run with no chat template answers 404
-        "not a chat model", as OpenAI's API answers for a completions-only model."""
-        return parse_chat(self.requests, body)
+        "not a chat model", as OpenAI's API answers for a completions-only model. In a slot, as parse."""
+        with self.engine.slot():
+            return parse_chat(self.requests, body)
 
     def chat(self, req: Request, cancelled: Callable[[], bool] = lambda: False) -> dict:
         """The whole chat.completion."""
@@ -115,10 +118,13 @@ class Completions:
         if not isinstance(prompt, str):
             raise bad("prompt", f"prompt must be a string, got {type(prompt).__name__}")
         check_utf8(prompt)
-        ids = self.tok.encode(prompt)
+        with self.engine.slot():  # tokenizing is work, admitted as generation is
+            ids = self.tok.encode(prompt)
         return {"tokens": ids, "count": len(ids), "max_model_len": self.block}
 
     def detokenize(self, body: dict) -> dict:
         """{"tokens": ids} -> {"prompt": their text}."""
         check_fields(body, {"tokens", "model"}, self.name, required={"tokens"})
-        return {"prompt": self.tok.decode(self.requests.ids(body["tokens"], "tokens"))}
+        ids = self.requests.ids(body["tokens"], "tokens")
+        with self.engine.slot():
+            return {"prompt": self.tok.decode(ids)}

@@ -26,6 +26,7 @@ than block_size: the window slides as it does in minitf.generate.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import secrets
@@ -106,31 +107,45 @@ class Engine:
     def events(self, req: Request, cid: str, cancelled, usage: dict):
         """Choice events {"text", "index", "logprobs", "finish_reason"}: the prompts one after the
         other, each sampled n times at once (one batch), as minitf.generate(num_samples=n) does."""
+        reason = "cancelled"
+        try:
+            with self.slot():
+                yield from self._events(req, cid, cancelled, usage)
+            reason = "done"
+        finally:
+            if self.on_finish:
+                self.on_finish({"id": cid, "tokens": usage["completion_tokens"], "reason": reason})
+
+    @contextlib.contextmanager
+    def slot(self):
+        """One of the max_generations slots, held for the block: generation, scoring and the
+        tokenizer routes all take one, so no kind of request can crowd out the others. Waits up to
+        `wait` seconds, then refuses the request as busy (503)."""
         if not self.slots.acquire(timeout=self.wait):
             raise APIError(
                 "The server is busy with other completions; retry in a moment", 503, "server_error", code="busy"
             )
-        reason = "cancelled"
         try:
-            for p, (prompt, ids) in enumerate(zip(req.prompts, req.ids)):
-                usage["prompt_tokens"] += len(ids)
-                first, base = p * req.n, len(prompt) if req.echo else 0  # base: where the completion's text begins
-                if req.echo:
-                    scored = None if req.logprobs is None else self._prompt_logprobs(ids, req.logprobs)
-                    for j in range(req.n):
-                        yield event(first + j, prompt, scored)
-                if req.max_tokens == 0:  # the prompt alone, scored
-                    for j in range(req.n):
-                        yield event(first + j, "", None if req.logprobs is None else no_logprobs(), "length")
-                    continue
-                for step in self._sample(req, ids[-self.block :], cid, cancelled, usage, base):
-                    for j, text, logprobs, finish in step:
-                        yield event(first + j, text, logprobs, finish)
-            reason = "done"
+            yield
         finally:
             self.slots.release()
-            if self.on_finish:
-                self.on_finish({"id": cid, "tokens": usage["completion_tokens"], "reason": reason})
+
+    def _events(self, req: Request, cid: str, cancelled, usage: dict):
+        """events' own work, in a slot."""
+        for p, (prompt, ids) in enumerate(zip(req.prompts, req.ids)):
+            usage["prompt_tokens"] += len(ids)
+            first, base = p * req.n, len(prompt) if req.echo else 0  # base: where the completion's text begins
+            if req.echo:
+                scored = None if req.logprobs is None else self._prompt_logprobs(ids, req.logprobs, cid, cancelled)
+                for j in range(req.n):
+                    yield event(first + j, prompt, scored)
+            if req.max_tokens == 0:  # the prompt alone, scored
+                for j in range(req.n):
+                    yield event(first + j, "", None if req.logprobs is None else no_logprobs(), "length")
+                continue
+            for step in self._sample(req, ids[-self.block :], cid, cancelled, usage, base):
+                for j, text, logprobs, finish in step:
+                    yield event(first + j, text, logprobs, finish)
 
     @torch.inference_mode()
     def _sample(self, req: Request, ids: list[int], cid: str, cancelled, usage: dict, base: int = 0):
@@ -186,28 +201,40 @@ class Engine:
         return {"tokens": [text], "token_logprobs": [own], "top_logprobs": [top], "text_offset": [offset]}
 
     @torch.inference_mode()
-    def _prompt_logprobs(self, ids: list[int], top_n: int) -> dict:
+    def _prompt_logprobs(self, ids: list[int], top_n: int, cid: str, cancelled) -> dict:
         """The prompt's own logprobs (echo with logprobs), in the model's own softmax in float32;
         the first token has none (nothing predicts it). The last block_size tokens are scored in
         one forward pass over the block_size ids before the last, as lm-evaluation-harness's hf
         backend scores a left-truncated context; the tokens before them (a prompt longer than
-        block_size) in strided windows, each seeing at least block_size / 2 ids before it."""
-        tokens = [self.tok.decode([i]) for i in ids]
+        block_size) in strided windows, each seeing at least block_size / 2 ids before it.
+        cancelled() is asked before each window: a client that left, or a server that stops,
+        ends the scoring (Cancelled) within one forward pass.
+
+        tokens and text_offset follow the text (see echo_pieces): the tokens join into it and
+        every offset is a character index within it."""
+        pieces = echo_pieces(self.tok, ids)
         lp = {
-            "tokens": tokens, "token_logprobs": [None], "top_logprobs": [None],
-            "text_offset": list(itertools.accumulate((len(t) for t in tokens[:-1]), initial=0)),
+            "tokens": pieces, "token_logprobs": [None], "top_logprobs": [None],
+            "text_offset": list(itertools.accumulate((len(t) for t in pieces[:-1]), initial=0)),
         }  # fmt: skip
         starts, stride = [max(1, len(ids) - self.block)], max(1, self.block // 2)  # the last window's first target
         while starts[0] > 1:  # the windows before it, their targets stride ids each
             starts.insert(0, max(1, starts[0] - stride))
         for start, end in zip(starts, [*starts[1:], len(ids)]):  # targets ids[start:end]
-            for value, top in self._scored(ids[max(0, end - 1 - self.block) : end - 1], ids[start:end], top_n):
+            if start >= end:  # a one-token prompt: nothing to score
+                continue
+            if cancelled():
+                raise Cancelled(cid)
+            window = ids[max(0, end - 1 - self.block) : end - 1]
+            for value, top in self._scored(window, ids[start:end], pieces[start:end], top_n):
                 lp["token_logprobs"].append(value)
                 lp["top_logprobs"].append(top)
         return lp
 
-    def _scored(self, window: list[int], targets: list[int], top_n: int) -> list[tuple[float, dict]]:
-        """(logprob, top_logprobs) of each target, the last len(targets) ids the window predicts."""
+    def _scored(self, window: list[int], targets: list[int], texts: list[str], top_n: int) -> list[tuple[float, dict]]:
+        """(logprob, top_logprobs) of each target, the last len(targets) ids the window predicts;
+        texts: the targets' tokens as echo gives them (the key of each target's own entry, so a
+        client's "is the token the top entry" compares like with like)."""
         device = next(self.model.parameters()).device
         logits = self.model(torch.tensor([window], device=device))[0][0, -len(targets) :]  # (T, V)
         logprobs = logits.float().log_softmax(dim=-1)  # (T, V)
@@ -215,14 +242,31 @@ class Engine:
         # the top values come from the same tensor as the token's own, so "is it the argmax" is an exact comparison
         best = logprobs.topk(min(top_n, logprobs.size(-1)), dim=-1) if top_n else None  # (T, top_n) each
         out = []
-        for k, (target, value) in enumerate(zip(targets, own)):
+        for k, (target, text, value) in enumerate(zip(targets, texts, own)):
             top = {}
             if best is not None:
                 for v, j in zip(best.values[k].tolist(), best.indices[k].tolist()):
-                    top.setdefault(self.tok.decode([j]), v)  # tokens of the same text: the likeliest's
-            top.setdefault(self.tok.decode([target]), value)
+                    top.setdefault(text if j == target else self.tok.decode([j]), v)  # same text: the likeliest's
+            top.setdefault(text, value)
             out.append((value, top))
         return out
+
+
+def echo_pieces(tok: Tokenizer, ids: list[int]) -> list[str]:
+    """Each prompt token's piece of the prompt's text, so that the pieces join into the text
+    (tok.decode(ids)) and each token's text_offset is the character its bytes begin in. A byte-level
+    token can end in the middle of a UTF-8 character: its piece is "" and the token that completes
+    the character carries it whole (as the streamed text hands out whole characters only)."""
+    pieces, pending = [], []
+    for k, i in enumerate(ids):
+        pending.append(i)
+        text = tok.decode(pending)
+        if text.endswith("\ufffd") and len(pending) < 4 and k + 1 < len(ids):  # a character cut in two
+            pieces.append("")
+            continue
+        pieces.append(text)
+        pending = []
+    return pieces
 
 
 def no_logprobs() -> dict:

@@ -15,6 +15,8 @@ random seed, so two requests without a seed differ, as they do on OpenAI's API.
   tokenizes and truncates itself (lm-evaluation-harness), so the model sees their last block_size.
 - max_tokens: 1 to the server's --max-tokens (default 1024); 0 with echo: the prompt alone,
   scored. Extensions: top_k (0 or null: off) and repetition_penalty, minitf's own.
+- echo with logprobs: at most 16 x block_size prompt tokens scored per request (the work one
+  request may ask for; a longer text is split across requests, as the harness's rolling windows do).
 - logprobs: 0..20; stop: up to 32 strings (a task's stop strings plus <|endoftext|>, as the
   harness sends them); n: prompts x n at most 16.
 - Refused with a clear 400: suffix, best_of > 1, frequency or presence penalties, logit_bias.
@@ -37,6 +39,9 @@ MAX_STOPS = 32  # OpenAI's API takes 4; lm-evaluation-harness sends a task's sto
 MAX_LOGPROBS = 20
 MAX_IDS = 1 << 16  # token ids in one prompt or /detokenize list (the 1 MiB body bounds them too)
 MAX_TOKENS = 1024  # default bound on max_tokens; past block_size the window slides, as in minitf.generate
+# echo with logprobs scores a request's prompt tokens in windows of block_size: at most this many
+# contexts' worth per request, so the work one request asks for is bounded (a long text: split it)
+SCORED_CONTEXTS = 16
 
 # OpenAI's completion fields that minitf has no counterpart for: accepted only at their neutral value
 NEUTRAL = {"frequency_penalty": (0, 0.0, None), "presence_penalty": (0, 0.0, None), "best_of": (1, None)}
@@ -96,7 +101,19 @@ class Requests:
         stop, include_usage = stops(body), usage_option(body, stream)
         logprobs = integer(body, "logprobs", 0, MAX_LOGPROBS, default=None)
         max_tokens = settings.max_new_tokens if max_tokens is None else max_tokens
+        if echo and logprobs is not None:
+            self.check_scoring(ids)
         return Request(prompts, ids, max_tokens, settings, n, stop, stream, logprobs, echo, include_usage)
+
+    def check_scoring(self, ids: list[list[int]]) -> None:
+        """echo with logprobs: at most SCORED_CONTEXTS x block_size prompt tokens scored per request."""
+        scored, most = sum(map(len, ids)), SCORED_CONTEXTS * self.block
+        if scored > most:
+            raise bad(
+                "prompt",
+                f"echo with logprobs scores at most {most} prompt tokens per request ({SCORED_CONTEXTS} x the "
+                f"model's {self.block}-token context); this one has {scored}: split the text across requests",
+            )
 
     def check_n(self, n: int) -> None:
         """Each prompt's n rows are sampled at once: the bound minitf.generate's num_samples has."""

@@ -110,12 +110,13 @@ def completions_app(api: Completions, limits: Limits, stopping: threading.Event,
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         """A completion, as OpenAI's API answers it; with "stream": true, server-sent events ending in [DONE]."""
-        return await answer(request, api.parse(await body(request)), api.complete, api.stream)
+        return await answer(request, await run_in_threadpool(api.parse, await body(request)), api.complete, api.stream)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         """A chat run's answer to a conversation (streamed as completions are); a base run: 404, not a chat model."""
-        return await answer(request, api.parse_chat(await body(request)), api.chat, api.chat_stream)
+        req = await run_in_threadpool(api.parse_chat, await body(request))
+        return await answer(request, req, api.chat, api.chat_stream)
 
     @app.get("/tokenizer_info")
     async def tokenizer_info() -> Response:
