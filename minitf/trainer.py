@@ -184,6 +184,7 @@ def train_step(session: Session, lr: float, interrupted: bool) -> tuple[float, f
     """
     set_lr(session.optimizer, lr)
     loss_sum, norm = forward_backward(session)
+    session.prefetch(session.cfg.train.grad_accum)  # on a GPU: the next batches, before the host waits
     loss, norm, elapsed, stop = _agreed(session, loss_sum, norm, interrupted)
     if math.isfinite(loss) and math.isfinite(norm):
         session.scaler.step(session.optimizer)

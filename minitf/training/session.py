@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -22,6 +22,10 @@ from ..optim import lr_at, schedule_progress
 from ..system import runtime
 from . import checkpoint as ckpt
 from . import fsdp, metrics
+
+# where the next step's batches are read while the device computes: a GPU runs ahead of the host,
+# a CPU computes in the same threads that would read them (nothing to overlap)
+PREFETCH_ON = {"cuda"}
 
 
 @dataclass(kw_only=True)
@@ -53,6 +57,8 @@ class Session:
     stop_reason: str = "max_steps"
     logger: metrics.Logger | None = None  # rank 0's metrics (metrics.jsonl, steps.jsonl, TensorBoard)
     t0: float = 0.0
+    prefetched: list = field(default_factory=list)  # the next step's micro-batches, read ahead (prefetch)
+    gen_before_prefetch: torch.Tensor | None = None  # the batch generator's state before them
 
     @classmethod
     def create(
@@ -105,9 +111,29 @@ class Session:
         return self.elapsed_before + time.time() - self.t0
 
     def next_batch(self):
+        """The next micro-batch: one read ahead (`prefetch`) if there is one, else read now."""
+        if self.prefetched:
+            batch = self.prefetched.pop(0)
+            if not self.prefetched:
+                self.gen_before_prefetch = None
+            return batch
         return self.data.get_batch(
             "train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen, self.device
         )
+
+    def prefetch(self, micro_batches: int) -> None:
+        """On a GPU, read the next step's micro-batches and start their copies (pinned, non-blocking)
+        while the device still computes this step, before the host waits for its statistics. A
+        checkpoint keeps the batch generator as it was before them (`batch_state`), so a resume
+        draws them again: the batches, and so the run, are the same with or without this."""
+        if self.device.type not in PREFETCH_ON or self.prefetched:
+            return
+        self.gen_before_prefetch = self.batch_gen.get_state()
+        self.prefetched = [self.next_batch() for _ in range(micro_batches)]
+
+    def batch_state(self) -> torch.Tensor:
+        """The batch generator's state as of the batches trained on (not those read ahead)."""
+        return self.batch_gen.get_state() if self.gen_before_prefetch is None else self.gen_before_prefetch
 
 
 def finished(session: Session) -> bool:
@@ -195,7 +221,7 @@ def _rank_states(session: Session) -> list[torch.Tensor]:
     """Every rank's torch RNG and batch-generator states, so each resumes its own streams, with a
     last byte that says whether its weights are all finite: uint8 tensors, gathered on every rank."""
     finite = all(torch.isfinite(fsdp.local(p)).all() for p in session.raw_model.parameters())  # this rank's shard
-    rng = [torch.get_rng_state(), session.batch_gen.get_state(), torch.tensor([finite], dtype=torch.uint8)]
+    rng = [torch.get_rng_state(), session.batch_state(), torch.tensor([finite], dtype=torch.uint8)]
     mine = torch.cat(rng).to(session.device)
     if session.procs.world == 1:
         return [mine]

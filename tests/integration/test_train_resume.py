@@ -22,6 +22,7 @@ from minitf.errors import MinitfError
 from minitf.optim import lr_at
 from minitf.run_dir import list_snapshots, snapshot_path
 from minitf.training import checkpoint as ckpt
+from minitf.training import session as session_module
 from minitf.training.metrics import METRICS, read_rows
 from tests.helpers import (
     QUIET,
@@ -290,3 +291,17 @@ def test_a_compiled_run_resumes_bit_identically_in_float32(tmp_path, corpus, mon
     assert a.keys() == b.keys()
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_batches_read_ahead_leave_the_run_and_its_resume_bit_identical(tmp_path, corpus, monkeypatch):
+    # on a GPU the next step's batches are read while the device computes (Session.prefetch); here
+    # the CPU reads ahead too, and the run, straight or resumed, is the one that never read ahead
+    over = ("train.grad_accum=2",)
+    plain = load_file(minitf.train(tiny_config(tmp_path / "plain", corpus, *over), **QUIET) / "model.safetensors")
+    monkeypatch.setattr(session_module, "PREFETCH_ON", {"cpu"})
+    snapshot = tmp_path / "at-step-4"
+    straight = train_with_snapshot(tiny_config(tmp_path / "straight", corpus, *over), snapshot, 4, monkeypatch)
+    resumed = minitf.train(tiny_config(snapshot, corpus, *over), resume=True, **QUIET)
+    for run in (straight, resumed):
+        got = load_file(run / "model.safetensors")
+        assert all(torch.equal(got[k], plain[k]) for k in plain), run.name
