@@ -347,8 +347,8 @@ def test_a_run_with_unknown_training_keys_still_reads(tiny_run, tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(run / "config.yaml")
     assert str(e.value) == (
-        f"{run / 'config.yaml'}: unknown config key 'data.dedupe' (valid: max_documents, num_proc, source, "
-        f"streaming, text_field, val_fraction, vocab_size)"
+        f"{run / 'config.yaml'}: unknown config key 'data.dedupe' (valid: format, max_documents, num_proc, "
+        f"skip_invalid, source, streaming, text_field, val_fraction, vocab_size)"
     )
 
 
