@@ -57,7 +57,7 @@ TINY = dict(QWEN3_05B, vocab_size=512, block_size=64, n_layer=2, n_embd=64, n_he
 LORA = dict(lora_rank=16, lora_alpha=32.0)  # a common choice; the adapters are a small share at any rank
 
 
-def _worker(method: str, shape: dict, batch: int, steps: int, checkpoint: bool = False) -> dict:
+def _worker(method: str, shape: dict, batch: int, steps: int, checkpoint: bool = False, dtype: str = "float32") -> dict:
     """One method's step in this process: its peak memory and tokens/s."""
     from minitf.config import Config, ModelConfig, TrainConfig
     from minitf.model import Transformer
@@ -73,13 +73,13 @@ def _worker(method: str, shape: dict, batch: int, steps: int, checkpoint: bool =
     torch.manual_seed(0)
     model = Transformer(ModelConfig(**shape))
     tc = TrainConfig(optimizer="adamw", batch_size=batch, **(LORA if method == "lora" else {}))
-    model = lora.adapt(model, tc, log=lambda *a: None)
+    model = lora.adapt(model, tc, log=lambda *a: None, dtype=getattr(torch, dtype))
     model.checkpoint_blocks = checkpoint  # train.activation_checkpointing: each block recomputed in backward
     cpu = torch.device("cpu")
     optimizer = make_optimizer(model, tc, cpu)
     cfg = Config(model=model.config, train=tc)
     data = RandomTokens({"batch": batch, "model": shape})
-    session = Session.create(cfg, model, optimizer, data, cpu, run_dir=Path("."), dtype=torch.float32)
+    session = Session.create(cfg, model, optimizer, data, cpu, run_dir=Path("."), dtype=getattr(torch, dtype))
     times = []
     for i in range(steps + 1):  # the first builds AdamW's state, untimed
         t = time.perf_counter()
@@ -93,6 +93,7 @@ def _worker(method: str, shape: dict, batch: int, steps: int, checkpoint: bool =
     return {
         "method": method,
         "checkpoint": checkpoint,
+        "dtype": dtype,
         "peak_rss": _vm("VmHWM"),
         "rss_before_model": before,
         "held_bytes": held,
@@ -101,12 +102,14 @@ def _worker(method: str, shape: dict, batch: int, steps: int, checkpoint: bool =
     }
 
 
-def run(shape: dict, batch: int, steps: int, rounds: int, checkpoint: bool = False) -> dict:
+def run(shape: dict, batch: int, steps: int, rounds: int, checkpoint: bool = False, dtype: str = "float32") -> dict:
     """`rounds` of full then LoRA, each in its own process; every measurement and the medians."""
     results = []
     for r in range(rounds):
         for method in ("full", "lora"):
-            args = json.dumps(dict(method=method, shape=shape, batch=batch, steps=steps, checkpoint=checkpoint))
+            args = json.dumps(
+                dict(method=method, shape=shape, batch=batch, steps=steps, checkpoint=checkpoint, dtype=dtype)
+            )
             out = subprocess.run(
                 [sys.executable, "-m", "bench.lora", "--worker", args],
                 capture_output=True,
@@ -150,13 +153,14 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=2, help="timed steps per process, after one untimed")
     p.add_argument("--rounds", type=int, default=3, help="full-then-LoRA rounds, each process fresh")
     p.add_argument("--checkpoint", action="store_true", help="both with activation checkpointing")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="train.dtype of both")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
         print(json.dumps(_worker(**json.loads(a.worker))))
         return
-    result = run(TINY if a.tiny else QWEN3_05B, a.batch, a.steps, a.rounds, a.checkpoint)
+    result = run(TINY if a.tiny else QWEN3_05B, a.batch, a.steps, a.rounds, a.checkpoint, a.dtype)
     m = result["median"]
     print(
         f"median: full {m['full']['peak_rss'] / 2**30:.2f} GiB, {m['full']['tokens_per_s']:.0f} tokens/s; "

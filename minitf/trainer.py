@@ -108,7 +108,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         fit_started = time.time() if budget.applies(cfg, resume, procs.world) else None
         if fit_started is not None:  # the timed steps are paid from the budget
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
-        model = lora.adapt(model, cfg.train, log)  # train.lora_rank: peft's adapters train, the rest is frozen
+        model = lora.adapt(model, cfg.train, log, dtype)  # train.lora_rank: peft's adapters train, the rest is frozen
         model.checkpoint_blocks = cfg.train.activation_checkpointing
         if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
             fsdp.shard(model, device, dtype)

@@ -29,9 +29,13 @@ NO_PEFT = (
 )
 
 
-def adapt(model: Transformer, tc: TrainConfig, log=print) -> Transformer:
+def adapt(model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = torch.float32) -> Transformer:
     """model with LoRA adapters on tc.lora_targets and everything else frozen; unchanged when
-    train.lora_rank is 0. Says the trainable parameter count."""
+    train.lora_rank is 0. Says the trainable parameter count.
+
+    Under a 16-bit autocast (dtype: the training's, resolved) the frozen weights of the adapted
+    linear layers are stored in that dtype: autocast casts them to it at every use anyway, so the
+    steps compute exactly what they would, and those weights take half the memory."""
     if not tc.lora_rank:
         return model
     try:
@@ -48,6 +52,10 @@ def adapt(model: Transformer, tc: TrainConfig, log=print) -> Transformer:
         )
     config = LoraConfig(r=tc.lora_rank, lora_alpha=tc.lora_alpha, lora_dropout=tc.lora_dropout, target_modules=targets)
     model = inject_adapter_in_model(config, model, adapter_name=ADAPTER)  # in place; freezes the rest
+    if dtype in (torch.bfloat16, torch.float16):
+        for name, module in model.named_modules():
+            if name.endswith(".base_layer") and isinstance(module, nn.Linear):  # frozen, read through autocast
+                module.weight.data = module.weight.data.to(dtype)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     total = sum(p.numel() for p in dict.fromkeys(model.parameters()))  # tied weights once
     log(
@@ -76,7 +84,8 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     for key, value in model.state_dict().items():
         if ".lora_" in key:  # lora_A, lora_B (and peft's lora_dropout has no state)
             continue
-        merged[key.replace(".base_layer.", ".")] = value + deltas[key].to(value.dtype) if key in deltas else value
+        # in float32, whatever the frozen weights are stored in (adapt): the readers' weights are float32
+        merged[key.replace(".base_layer.", ".")] = value.float() + deltas[key].float() if key in deltas else value
     return merged
 
 

@@ -1,0 +1,56 @@
+"""LoRA under a 16-bit autocast stores the frozen linear weights in that dtype: the step computes
+exactly what it would with them in float32 (autocast reads them in 16 bits anyway), in half the
+memory, and the merged weights the run's readers get are float32."""
+
+import copy
+
+import pytest
+import torch
+
+from minitf.config import ModelConfig, TrainConfig
+from minitf.model import Transformer
+from minitf.training import lora
+
+pytest.importorskip("peft", reason="LoRA needs the lora extra: pip install -e '.[lora]'")
+
+
+def test_frozen_weights_in_bfloat16_change_nothing_under_autocast():
+    torch.manual_seed(0)
+    cfg = ModelConfig(
+        vocab_size=96,
+        n_layer=2,
+        n_head=4,
+        n_kv_head=2,
+        n_embd=32,
+        block_size=16,
+        positions="rope",
+        norm="rmsnorm",
+        ffn="swiglu",
+        bias=False,
+        qk_norm=True,
+    )
+    tc = TrainConfig(optimizer="adamw", lora_rank=4, lora_alpha=8.0)
+    base = Transformer(cfg)
+    wide = lora.adapt(copy.deepcopy(base), tc, log=str, dtype=torch.float32)
+    narrow = lora.adapt(copy.deepcopy(base), tc, log=str, dtype=torch.bfloat16)
+    with torch.no_grad():  # the same adapters in both, doing something (B starts at zero)
+        for (name, a), (_, b) in zip(wide.named_parameters(), narrow.named_parameters()):
+            if "lora_B" in name:
+                a.normal_(0, 0.1)
+            if "lora_" in name:
+                b.copy_(a)
+    stored = {p.dtype for n, p in narrow.named_parameters() if ".base_layer." in n}
+    assert stored == {torch.bfloat16}
+    x, y = torch.randint(96, (2, 16)), torch.randint(96, (2, 16))
+    losses = []
+    for model in (wide, narrow):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, _ = model(x)
+            _, loss = model(x, y, logits=False)
+        loss.backward()
+        losses.append((logits, loss, [p.grad for n, p in model.named_parameters() if p.requires_grad]))
+    (la, sa, ga), (lb, sb, gb) = losses
+    assert torch.equal(la, lb) and torch.equal(sa, sb)
+    assert all(torch.equal(a, b) for a, b in zip(ga, gb))
+    merged = lora.merged_state_dict(narrow)
+    assert {v.dtype for v in merged.values()} == {torch.float32}
