@@ -82,17 +82,21 @@ class ChatTemplate:
         return ids, learned
 
     def _assistant_spans(self, messages: list[dict], text: str) -> list[tuple[int, int]]:
-        """Where each assistant message's content lies in `text` (character spans). The answer
-        begins after the generation prompt that the conversation so far renders to, when the
-        whole text starts with that prompt (ChatML, Llama 3, Qwen3); otherwise after the last
-        answer found."""
+        """What the model is asked to write for each assistant message (character spans of `text`):
+        everything from the end of the generation prompt the conversation so far renders to, when
+        the whole text starts with that prompt (ChatML, Llama 3, Qwen3), to the end of the
+        message's content; otherwise its content alone, found after the last answer. So whatever a
+        template writes between its generation prompt and the answer is learned too: Qwen3's empty
+        <think></think> block before its last answer, which the model must write itself when it
+        answers from the generation prompt."""
         spans, cursor = [], 0
         for i, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
             prompt = self.render(messages[:i], add_generation_prompt=True)
-            if text.startswith(prompt):
-                cursor = max(cursor, len(prompt))
+            begin = None
+            if text.startswith(prompt) and len(prompt) >= cursor:
+                cursor = begin = len(prompt)
             content = message["content"].strip()  # templates may trim (Llama 3's | trim)
             start = text.find(content, cursor)
             if start < 0:
@@ -100,7 +104,7 @@ class ChatTemplate:
                     f"the chat template does not write assistant message {i + 1}'s content as it is; "
                     f"minitf learns an answer from where its text appears in the rendered conversation"
                 )
-            spans.append((start, start + len(content)))
+            spans.append((start if begin is None else begin, start + len(content)))
             cursor = start + len(content)
         return spans
 
