@@ -48,7 +48,7 @@ def test_walk_through_runs_as_a_notebook(tmp_path, monkeypatch):
         o.get("text", "") for cell in nb.cells if cell.cell_type == "code" for o in cell.get("outputs", [])
     )
     assert "['The', ' cat', ' sat', ' on', ' the', ' mat']" in outputs
-    assert "minitf.generate with the cache == recomputing everything: True; both wrote '" in outputs
+    assert "minitf.generate with the cache == recomputing everything: True; both wrote " in outputs
     assert "20 tokens predicted from the cache and from the whole text: the logits differ by at most " in outputs
     figures = [o for cell in nb.cells for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(figures) == 5  # positions, the loss curve, four heads, mask vs no mask, an induction head forming
