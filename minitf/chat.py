@@ -101,7 +101,7 @@ def checked_prompt(fn: str, messages: list) -> list[dict]:
         raise ConfigError(f"{fn}(): {bad.where}: {bad.why}") from None
 
 
-def exact_match(model, tokenizer, conversations: list[list[dict]], task_of=None, max_new_tokens: int = 16) -> dict:
+def exact_match(model, tokenizer, conversations: list[list[dict]], task_of=None, max_new_tokens: int = 12) -> dict:
     """The share of conversations whose last answer the model gives exactly, greedily, from the
     conversation before it: {"all": share, <task>: share, ...} (tasks named by task_of(question)).
     A conversation too long for the model's context is left out."""
