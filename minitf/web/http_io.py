@@ -70,9 +70,24 @@ def request_host(header: str) -> str | None:
         raise ValueError(f"the Host header {header[:100]!r} is not a host name or address with a port") from None
 
 
+def framing(scope) -> RequestError | None:
+    """A request whose target or framing is not an origin server's to take (h11 lets both through):
+    an absolute-form target (http://host/path, for a proxy), or Content-Length together with
+    Transfer-Encoding, which a proxy framing by Content-Length would split differently (request
+    smuggling; RFC 9112 section 6.1: such a request is answered, then the connection closed)."""
+    target = scope["raw_path"]
+    if not target.startswith(b"/"):
+        return RequestError(f"the request target {target[:100].decode('latin-1')!r} is not a path; send /...", 400)
+    names = {name for name, _ in scope["headers"]}
+    if b"content-length" in names and b"transfer-encoding" in names:
+        return RequestError("a request may not carry both Content-Length and Transfer-Encoding; send one", 400)
+    return None
+
+
 class Guard:
     """ASGI middleware that answers, before any route: a request line and headers over `max_head`
-    bytes (431: h11 bounds only a head still arriving, not one that came whole); a malformed Host
+    bytes (431: h11 bounds only a head still arriving, not one that came whole); a target or framing
+    an origin server must refuse (framing: 400, and the connection closed); a malformed Host
     header (400); on a server bound to a loopback address, a Host naming another site (403: a page
     on some other site made the browser send it, DNS rebinding); without the server's api_key
     (401); and while the server stops (503). `error(RequestError) -> Response` gives each server
@@ -90,9 +105,12 @@ class Guard:
             if head > self.limits.max_head:
                 refused = RequestError(f"the request line and headers exceed {self.limits.max_head} bytes", 431)
             else:
-                refused = self.refusal(Headers(scope=scope))
+                refused = framing(scope) or self.refusal(Headers(scope=scope))
             if refused:
-                return await self.error(refused)(scope, receive, send)
+                answer = self.error(refused)
+                if refused.status == 400:  # the bytes after a malformed request cannot be trusted to start one
+                    answer.headers["Connection"] = "close"
+                return await answer(scope, receive, send)
         await self.app(scope, receive, send)
 
     def refusal(self, headers: Headers) -> RequestError | None:

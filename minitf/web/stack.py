@@ -6,11 +6,10 @@ llama-cpp-python's OpenAI-compatible servers), it parses HTTP/1.1 with h11, whic
 ours to get wrong, and it keeps connections alive between requests. One event loop reads every
 connection, so an idle or slow client costs a socket and a buffer, never a thread.
 
-What uvicorn does not bound, this file does:
-- a request's line and headers must arrive within `timeout` seconds of the connection opening (or of
-  the previous answer on a kept-alive connection); uvicorn's keep-alive timer restarts at every byte,
-  so a client sending its headers a byte at a time (a slowloris) would hold its socket for ever.
-  Past the deadline it is answered 408 and closed. The body has its own deadline (http_io.read_json).
+What uvicorn does not bound, connections.py does: a deadline for a new connection's first byte and
+for each request's head, how many connections one client and the server hold (the oldest idle one
+closed first), and the errors written before any app sees a request, in the server's JSON shape.
+The body has its own deadline (http_io.read_body).
 - stopping: SIGINT (Ctrl-C) and SIGTERM (what `docker stop` and systemd send) both stop gracefully:
   `stopping` is set, so running generations end their answer with an error and the server answers
   no new request; uvicorn stops accepting connections and waits for the open ones; serve_forever
@@ -19,25 +18,28 @@ What uvicorn does not bound, this file does:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import ipaddress
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
+from collections.abc import Callable
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..errors import MinitfError
+from .connections import deadline_protocol
 
 
 @dataclasses.dataclass
 class Limits:
-    connections: int = 256  # open connections at once; past that, 503 at once
+    connections: int = 1024  # open connections at once; past that, the oldest idle one is closed (connections.py)
+    per_client: int = 64  # open connections from one address (an IPv6 /64); the same, within its own
+    silent: float = 5.0  # seconds a new connection has to send its first byte (at most `timeout`)
     timeout: float = 10.0  # seconds to send a request's head, then its body, and to take each piece of an answer
     max_body: int = 1 << 20  # bytes; a larger Content-Length is answered 413 before the body is read
     max_head: int = 32 << 10  # bytes of request line and headers; a longer head is answered 431 (400 while arriving)
@@ -47,22 +49,26 @@ class Server:
     """An ASGI app served on host:port (port 0 picks a free port); `url` is where it listens.
 
     serve_forever() runs it in the calling thread until close() (from another thread), SIGINT or
-    SIGTERM; `stopping` is set as soon as the server starts to stop. `timeout_reply` is the JSON body
-    of the 408 answer to a client too slow to send its request's head (each server has its error shape)."""
+    SIGTERM; `stopping` is set as soon as the server starts to stop. error_body(message, status) is
+    the server's JSON error shape as bytes, for the answers written before any app sees a request
+    (connections.py: a malformed request, a head too slow, a server full)."""
 
-    def __init__(self, app, host, port, limits: Limits, log, timeout_reply: bytes, root="/", stopping=None):
+    def __init__(
+        self, app, host, port, limits: Limits, log, error_body: Callable[[str, int], bytes], root="/", stopping=None
+    ):
         self.limits, self.log, self.root = limits, log, root
         self.sock = listen(host, port)
+        _room_for(limits.connections)
         self.loopback = is_loopback(host)  # then only requests whose Host names this machine are answered
         self.stopping = stopping or threading.Event()
         config = uvicorn.Config(
             app,
-            http=_deadline_protocol(timeout_reply, log),
+            http=deadline_protocol(limits, error_body, log),
             lifespan="off",
             log_config=None,  # minitf's own lines only: uvicorn's go to the "uvicorn" logger, warnings shown
             access_log=False,
             timeout_keep_alive=max(1, round(limits.timeout)),
-            limit_concurrency=limits.connections,
+            limit_concurrency=None,  # connections.py admits connections: uvicorn's would refuse everyone at once
             h11_max_incomplete_event_size=limits.max_head,
             timeout_graceful_shutdown=max(30.0, limits.timeout * 3),  # then open streams are cut
         )
@@ -126,62 +132,15 @@ class _Uvicorn(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def _deadline_protocol(timeout_reply: bytes, log) -> type:
-    """uvicorn's h11 protocol with a deadline for each request's head (see the module docstring)."""
-    phrase = b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
-    reply = phrase + b"Content-Length: %d\r\n\r\n" % len(timeout_reply) + timeout_reply
-
-    class DeadlineProtocol(H11Protocol):
-        _deadline: asyncio.TimerHandle | None = None
-        _heard = False  # bytes of a request arrived since the deadline was set
-
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            # each streamed piece leaves at once: asyncio sets TCP_NODELAY only on sockets whose proto
-            # is IPPROTO_TCP, and a socket.create_server socket (and its connections) says 0
-            with contextlib.suppress(OSError, AttributeError):
-                transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._arm()
-
-        def data_received(self, data: bytes) -> None:
-            cycle, self._heard = self.cycle, True
-            super().data_received(data)
-            if self.cycle is not cycle:  # a request's head is complete: the app bounds its body
-                self._disarm()
-
-        def on_response_complete(self) -> None:
-            cycle = self.cycle
-            super().on_response_complete()
-            if self.cycle is cycle and not self.transport.is_closing():  # no pipelined request began
-                self._arm()
-
-        def connection_lost(self, exc) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._heard = False
-            self._deadline = self.loop.call_later(self.timeout_keep_alive, self._expired)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _expired(self) -> None:
-            if self.transport.is_closing():
-                return
-            if self._heard:  # part of a request came, not all of it
-                log(f"{_peer(self.client)}: no complete request within {self.timeout_keep_alive} s; closed")
-                self.transport.write(reply)
-            self.transport.close()
-
-    return DeadlineProtocol
-
-
-def _peer(client) -> str:
-    return f"{client[0]}:{client[1]}" if client else "a client"
+def _room_for(connections: int) -> None:
+    """Raise this process's open-file limit (its soft one, up to the hard one) so that `connections`
+    sockets fit beside the files a run holds open: many systems start processes at 1024."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = connections + 256
+        if soft != resource.RLIM_INFINITY and soft < want:
+            room = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (room, hard))
 
 
 def listen(host: str, port: int) -> socket.socket:

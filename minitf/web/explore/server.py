@@ -48,7 +48,6 @@ STATIC = {
     "/static/style.css": ("style.css", "text/css; charset=utf-8"),
 }
 MAX_BODY = 256 * 1024
-TIMED_OUT = dumps({"error": "request timed out: send the whole request at once"})
 
 
 class ExploreServer(Server):
@@ -61,7 +60,7 @@ class ExploreServer(Server):
         stopping = threading.Event()
         app = explorer_app(explorer, limits, stopping, log)
         app.add_middleware(Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=explorer_answer)
-        super().__init__(app, host, port, limits, log, TIMED_OUT, stopping=stopping)
+        super().__init__(app, host, port, limits, log, explorer_body, stopping=stopping)
         self.explorer = explorer
 
 
@@ -82,6 +81,11 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
 def explorer_answer(error: MinitfError) -> Response:
     """{"error": "one line"} with the error's status: 503 when busy, 400 for other bad input."""
     return error_answer(error, lambda error, status: {"error": str(error)})
+
+
+def explorer_body(message: str, status: int) -> bytes:
+    """{"error": "one line"}, for an answer written before the app sees the request (stack.py)."""
+    return dumps({"error": message})
 
 
 def explorer_app(ex: Explorer, limits: Limits, stopping: threading.Event, log) -> FastAPI:

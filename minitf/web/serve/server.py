@@ -39,8 +39,6 @@ from .request import APIError
 
 __all__ = ["CompletionServer", "Limits"]
 
-TIMED_OUT = APIError("request timed out: send the whole request at once", 408).body()
-
 
 class CompletionServer(Server):
     """The OpenAI-compatible server over one Completions; `url` is where it listens (port 0 picks a
@@ -57,13 +55,18 @@ class CompletionServer(Server):
         app.add_middleware(
             Guard, limits=limits, loopback=is_loopback(host), stopping=stopping, error=openai_answer, api_key=api_key
         )
-        super().__init__(app, host, port, limits, log, dumps(TIMED_OUT), "/v1", stopping)
+        super().__init__(app, host, port, limits, log, openai_body, "/v1", stopping)
         self.api, self.api_key = api, api_key
 
 
 def openai_answer(error: MinitfError) -> Response:
     """OpenAI's error shape and status: an APIError's own, a RequestError's status, else 400."""
     return error_answer(error, openai_error)
+
+
+def openai_body(message: str, status: int) -> bytes:
+    """OpenAI's error shape for an answer written before the app sees the request (stack.py)."""
+    return dumps(openai_error(RequestError(message, status), status))
 
 
 def openai_error(error: MinitfError, status: int) -> dict:
