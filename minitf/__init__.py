@@ -10,6 +10,9 @@ steps = minitf.inspect(model, tok, "Romeo. O")     # Q, K, V, scores, weights of
 minitf.interpret.head_scores(model, minitf.interpret.repeated_tokens(tok.vocab_size, 50))  # induction heads, ...
 """
 
+# isort: off
+from .cli import start as _start  # noqa: F401  first: Ctrl-C while the minitf command imports the rest is one line
+# isort: on
 from . import attention, interpret
 from .chat import chat, chat_stream
 from .config import Config, DataConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig, load_config

@@ -21,6 +21,10 @@ MAX_PROMPT_BYTES = 1 << 20
 def run_main(main) -> None:
     """Run main(); a MinitfError prints 'error: ...' and exits 2, Ctrl-C exits 130. No tracebacks.
     A warning prints as one line, 'warning: ...', not Python's file:line form with its source line."""
+    from .start import interrupted
+
+    if signal.getsignal(signal.SIGINT) is interrupted:  # start-up's imports are over: Ctrl-C is caught below
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning
