@@ -12,6 +12,7 @@ minitf.interpret.head_scores(model, minitf.interpret.repeated_tokens(tok.vocab_s
 
 # isort: off
 from .cli import start as _start  # noqa: F401  first: Ctrl-C while the minitf command imports the rest is one line
+
 # isort: on
 from . import attention, interpret
 from .chat import chat, chat_stream

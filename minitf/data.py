@@ -24,7 +24,6 @@ from .corpus.token_cache import SPLITS
 from .errors import MinitfError
 from .tokenizer import Tokenizer
 
-
 IGNORE = -100  # a target the loss skips (PyTorch's ignore_index): a chat's context tokens (chat_data.py)
 
 
