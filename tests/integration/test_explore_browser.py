@@ -154,6 +154,7 @@ def percent(text: str) -> float:
 
 # the loss chart's legend and its plot area, as boxes [x, y, width, height] in the SVG's own units
 LEGEND = """const svg = document.getElementById('loss');
+if (!svg.querySelector('path')) return [[], null, []];  // the chart is not drawn yet: the wait goes on
 const box = (e) => { const b = e.getBBox(); return [b.x, b.y, b.width, b.height]; };
 const legend = [...svg.querySelectorAll('text')].filter((t) => t.textContent.endsWith(' loss'));
 return [legend.map((t) => [t.textContent, box(t)]), box(svg.querySelector('path')),
