@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from .corpus.token_cache import SPLITS
-from .data import IGNORE, CacheError
+from .data import IGNORE, CacheError, to_device
 from .errors import MinitfError
 from .tokenizer import Tokenizer
 
@@ -102,10 +102,7 @@ class ChatData:
             raise CacheError(self.path, f"{split}.bin holds id {int(xy.max())}, outside the vocabulary")
         x = torch.from_numpy(xy[:, :-1].copy())  # (B, T)
         y = torch.from_numpy(np.where(learned[:, 1:], xy[:, 1:], IGNORE))  # (B, T): only answers count
-        device = torch.device(device)
-        if device.type == "cuda":  # pinned pages let the copy overlap with compute
-            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-        return x.to(device), y.to(device)
+        return to_device(x, y, device)
 
 
 def _read_meta(path: Path) -> dict:

@@ -82,15 +82,20 @@ class TokenData:
             )
         xy = torch.from_numpy(xy.astype(np.int64))  # (B, T+1)
         x, y = xy[:, :-1].contiguous(), xy[:, 1:].contiguous()  # (B, T) each
-        device = torch.device(device)
-        if device.type == "cuda":  # pinned pages let the copy overlap with compute
-            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-        return x.to(device), y.to(device)
+        return to_device(x, y, device)
 
     def _bin(self, split: str) -> Path:
         if split not in SPLITS:
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
         return self.path / f"{split}.bin"
+
+
+def to_device(x: torch.Tensor, y: torch.Tensor, device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch moved to where the model is; to a GPU from pinned pages, so the copy overlaps with compute."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
 
 
 def bits_per_byte(loss_nats_per_token: float, bytes_per_token: float) -> float:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from ..errors import MinitfError
 from ..tokenizer import Tokenizer
 from .conversations import BadConversation, Skipped, check_messages, jsonl_conversations
 from .sources import Source, cache_dir, load_hf, val_rule
-from .token_cache import SPLITS, give_back_freed_memory, progress, temp_dir, write_error
+from .token_cache import SPLITS, cache_build, give_back_freed_memory, progress
 
 FORMAT = 1  # bump when the layout changes, so old caches rebuild
 FLUSH = 4096  # conversations buffered per split before they are appended to its files
@@ -91,12 +90,8 @@ def _conversations(source: Source, cfg: DataConfig, log) -> Iterator[tuple[str, 
 
 
 def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplate, out: Path, key: dict, log) -> None:
-    try:
-        tmp = temp_dir(out.parent)
-    except OSError as e:
-        raise write_error(out.parent, e) from None
     t0, dtype = time.perf_counter(), token_dtype(tok.vocab_size)
-    try:
+    with cache_build(out) as tmp:
         writers = {s: _SplitWriter(tmp, s, dtype) for s in SPLITS}
         skipped, is_val, origins = Skipped(), val_rule(None, cfg.val_fraction), _Origins()
         with progress(None, "tokenizing conversations") as bar:
@@ -125,16 +120,6 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
         tok.save(tmp / "tokenizer.json")
         template.save(tmp)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process built the same cache first: keep theirs
-            shutil.rmtree(tmp)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(Path(e.filename) if e.filename else out, e) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     give_back_freed_memory()
     if skipped:
         log(f"data: {skipped.summary()}")

@@ -30,10 +30,10 @@ from .sources import Documents, Source, cache_dir
 from .token_cache import (
     TASK_CHARS,
     build_splits,
+    cache_build,
     give_back_freed_memory,
     pieces,
     progress,
-    temp_dir,
     write_error,
 )
 
@@ -178,11 +178,7 @@ def _build(
 ) -> None:
     """Tokenize every document once and write the cache directory atomically (temp dir + rename);
     FILES in it lists the sha256 of each file read, so a refused resume can name what changed."""
-    try:
-        tmp = temp_dir(out.parent)
-    except OSError as e:
-        raise write_error(out.parent, e) from None
-    try:
+    with cache_build(out) as tmp:
         dtype = token_dtype(tok.vocab_size)
         splits = build_splits(docs, tok, tmp, dtype, num_proc, docs.nbytes)
         seconds = splits.pop("seconds")
@@ -198,16 +194,6 @@ def _build(
         tok.save(tmp / "tokenizer.json")
         (tmp / FILES).write_text(json.dumps({str(f): h for f, h in hashes.items()}, indent=0), encoding="utf-8")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        try:
-            os.replace(tmp, out)
-        except OSError:  # another process built the same cache first: keep theirs
-            shutil.rmtree(tmp)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise write_error(Path(e.filename) if e.filename else out, e) from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     give_back_freed_memory()
     tr, va = splits["train"], splits["val"]
     log(

@@ -194,6 +194,29 @@ def give_back_freed_memory() -> None:
         malloc_trim(0)
 
 
+@contextlib.contextmanager
+def cache_build(out: Path) -> Iterator[Path]:
+    """A fresh build directory beside `out` to write a cache into; when the block ends, renamed to
+    `out` in one step (or dropped if another process built the same cache first: theirs is kept).
+    On any error it is removed, and an OSError is said as write_error (a full disk, no permission)."""
+    try:
+        tmp = temp_dir(out.parent)
+    except OSError as e:
+        raise write_error(out.parent, e) from None
+    try:
+        yield tmp
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process built the same cache first: keep theirs
+            shutil.rmtree(tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(Path(e.filename) if e.filename else out, e) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_error(path: Path, e: OSError) -> MinitfError:
     return MinitfError(
         f"could not write {path}: {e.strerror or e}; free some disk space or make it "
