@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from minitf.chat import chat_stream
-from minitf.cli.common import device_option, newest_run, stdin_prompts
+from minitf.cli.common import add_device_argument, newest_run, stdin_prompts
 from minitf.errors import ConfigError, MinitfError
 from minitf.generate import sample_settings
 from minitf.generate_args import SETTINGS, check_prompt_text
@@ -54,12 +54,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     for name, (kind, _) in SETTINGS.items():  # the settings minitf generate takes, under the same names
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"default: the run's sample.{name} (config.yaml)")
     p.add_argument("--stop", action="append", help="end an answer when it contains this (repeatable)")
-    p.add_argument(
-        "--device",
-        default="auto",
-        type=device_option,
-        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
-    )
+    add_device_argument(p)
     return p
 
 

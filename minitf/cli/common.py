@@ -73,6 +73,16 @@ def device_option(name: str) -> str:
     return name
 
 
+def add_device_argument(parser) -> None:
+    """--device, as every command that loads a run takes it: auto by default, checked as it is parsed."""
+    parser.add_argument(
+        "--device",
+        default="auto",
+        type=device_option,
+        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
+    )
+
+
 def newest_run(root: str | Path = "runs") -> Path:
     """The run directory under `root` whose weights were written last."""
     runs = sorted(Path(root).glob("*/model.safetensors"), key=lambda p: p.stat().st_mtime)

@@ -13,7 +13,7 @@ block_size tokens before it at most.
 import argparse
 import dataclasses
 
-from minitf.cli.common import device_option, newest_run
+from minitf.cli.common import add_device_argument, newest_run
 from minitf.evaluate import check_batch_size, evaluate_text
 from minitf.run_dir import load_run
 
@@ -29,12 +29,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         help="with the run's own data: also score its train split (most of the time: it is the bigger part)",
     )
     p.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default: 8)")
-    p.add_argument(
-        "--device",
-        default="auto",
-        type=device_option,
-        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
-    )
+    add_device_argument(p)
     args = p.parse_args(argv)
     check_batch_size(args.batch_size, "--batch-size")  # before loading anything, so the error is the only line
     run = args.run or newest_run()

@@ -9,7 +9,7 @@ and one head's steps from q·k to the weighted sum. Serves until Ctrl-C or SIGTE
 
 import argparse
 
-from minitf.cli.common import device_option, newest_run
+from minitf.cli.common import add_device_argument, newest_run
 from minitf.errors import ConfigError
 from minitf.web.explore import serve
 
@@ -20,12 +20,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free one)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
-    p.add_argument(
-        "--device",
-        default="auto",
-        type=device_option,
-        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
-    )
+    add_device_argument(p)
     a = p.parse_args(argv)
     if not 0 <= a.port <= 65535:  # checked before loading the run, so the error is the only line
         raise ConfigError(f"--port {a.port} is out of range; use 1..65535, or 0 for any free port")

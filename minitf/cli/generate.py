@@ -11,7 +11,7 @@ import argparse
 import sys
 import time
 
-from minitf.cli.common import device_option, newest_run, read_prompt, stdin_prompts
+from minitf.cli.common import add_device_argument, newest_run, read_prompt, stdin_prompts
 from minitf.errors import ConfigError
 from minitf.generate import check_num_samples, generate, sample_settings, stream
 from minitf.generate_args import SETTINGS, check_prompt_text
@@ -54,12 +54,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=1, help="samples from one prompt (default: 1)")
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--interactive", action="store_true", help="read prompts, one per line, until end of input")
-    p.add_argument(
-        "--device",
-        default="auto",
-        type=device_option,
-        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
-    )
+    add_device_argument(p)
     p.add_argument(
         "--compile",
         action="store_true",

@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 
-from minitf.cli.common import device_option, newest_run
+from minitf.cli.common import add_device_argument, newest_run
 from minitf.errors import ConfigError
 from minitf.run_dir import which_weights
 from minitf.web.serve.completions import MAX_TOKENS, Completions
@@ -39,12 +39,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--best", action="store_true", help="use best.safetensors (lowest val loss)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
-    p.add_argument(
-        "--device",
-        default="auto",
-        type=device_option,
-        help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
-    )
+    add_device_argument(p)
     p.add_argument(
         "--api-key",
         default=os.environ.get("MINITF_API_KEY"),
