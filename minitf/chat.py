@@ -17,7 +17,7 @@ from collections import Counter
 
 from .chat_template import ChatTemplate
 from .config import SampleConfig
-from .corpus.conversations import BadConversation, check_messages
+from .corpus.conversations import BadConversation, check_question
 from .errors import ConfigError, MinitfError
 from .generate import _text_steps
 from .generate_args import check_arguments, sample_settings
@@ -91,12 +91,9 @@ def _as_list(messages):
 
 
 def checked_prompt(fn: str, messages: list) -> list[dict]:
-    """A conversation to answer: the rules of a training conversation, except that it ends with
-    the user's turn (the one to answer); a ConfigError naming `fn` otherwise."""
-    if not messages or not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
-        raise ConfigError(f"{fn}(): the conversation must end with a user message, the one to answer")
-    try:  # the same rules, checked on the conversation with a stand-in answer
-        return check_messages([*messages, {"role": "assistant", "content": "."}], "the conversation")[:-1]
+    """A conversation to answer (conversations.check_question); a ConfigError naming `fn` otherwise."""
+    try:
+        return check_question(messages, "the conversation")
     except BadConversation as bad:
         raise ConfigError(f"{fn}(): {bad.where}: {bad.why}") from None
 

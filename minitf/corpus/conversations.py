@@ -71,6 +71,21 @@ def check_messages(messages, where: str) -> list[dict]:
     return out
 
 
+def check_question(messages, where: str) -> list[dict]:
+    """A conversation to answer (what chat and the server take): a training conversation's rules,
+    except that it ends with the user's message, the one to answer; BadConversation otherwise."""
+    if not isinstance(messages, list) or not messages:
+        raise BadConversation(where, 'it must be a non-empty list of {"role", "content"} objects')
+    if not isinstance(messages[-1], dict) or messages[-1].get("role") != "user":
+        raise BadConversation(
+            where,
+            f"the last message (message {len(messages)}) must be the user's: a conversation to answer "
+            "must end with a user message",
+        )
+    # the same rules, checked on the conversation with a stand-in answer after the question
+    return check_messages([*messages, {"role": "assistant", "content": "."}], where)[:-1]
+
+
 def _next_roles(so_far: list[dict]) -> tuple[str, ...]:
     if not so_far:
         return ("system", "user")

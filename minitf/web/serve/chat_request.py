@@ -17,7 +17,7 @@ answers for a completions-only model.
 
 from __future__ import annotations
 
-from ...corpus.conversations import BadConversation, check_messages
+from ...corpus.conversations import BadConversation, check_question
 from ..fields import flag
 from .request import (
     KNOWN,
@@ -93,13 +93,8 @@ def _max_tokens(requests: Requests, body: dict) -> int | None:
 
 
 def checked_messages(messages) -> list[dict]:
-    """The conversation to answer: a training conversation's rules, ending with the user's message."""
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages", 'messages must be a non-empty list of {"role", "content"} objects')
-    last = messages[-1]
-    if not isinstance(last, dict) or last.get("role") != "user":
-        raise bad("messages", f"the last message (message {len(messages)}) must be the user's, the one to answer")
-    try:  # the rules of a training conversation, checked with a stand-in answer after the question
-        return check_messages([*messages, {"role": "assistant", "content": "."}], "messages")[:-1]
+    """The conversation to answer (conversations.check_question), or a 400 naming messages."""
+    try:
+        return check_question(messages, "messages")
     except BadConversation as e:
         raise bad("messages", f"messages: {e.why}") from None
