@@ -94,105 +94,114 @@ class Registry:
 
 
 def deadline_protocol(limits, error_body: Callable[[str, int], bytes], log) -> type:
-    """uvicorn's h11 protocol with the deadlines, the admission and the JSON errors above.
-    error_body(message, status) is the server's error shape as bytes; log(line) its console."""
-    registry = Registry(limits)
+    """uvicorn's h11 protocol with the deadlines, the admission and the JSON errors above, for one
+    server: error_body(message, status) is its error shape as bytes, log(line) its console."""
     slow = f"request timed out: send the whole request within {limits.timeout:g} s"
-    timed_out = raw_answer(408, error_body(slow, 408))
+    bound = {
+        "_limits": limits,
+        "_registry": Registry(limits),  # every connection of this server
+        "_error_body": staticmethod(error_body),
+        "_log": staticmethod(log),
+        "_timed_out": raw_answer(408, error_body(slow, 408)),
+    }
+    return type("DeadlineProtocol", (DeadlineProtocol,), bound)
 
-    class DeadlineProtocol(H11Protocol):
-        _deadline: asyncio.TimerHandle | None = None
-        _heard = False  # bytes of a request arrived since the deadline was set
-        _admitted = False
-        _silent = False  # the deadline set is the short one for a connection's first byte
-        _since = 0.0  # when the connection opened
 
-        def connection_made(self, transport) -> None:
-            super().connection_made(transport)
-            # each streamed piece leaves at once: asyncio sets TCP_NODELAY only on sockets whose proto
-            # is IPPROTO_TCP, and a socket.create_server socket (and its connections) says 0
-            with contextlib.suppress(OSError, AttributeError):
-                transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            refused = registry.admit(self, client_key(self.client))
-            if refused:
-                log(f"{_peer(self.client)}: {refused}; refused")
-                self._answer(503, refused)
-                return
-            self._admitted, self._since = True, self.loop.time()
-            self._arm(min(limits.silent, self.timeout_keep_alive), silent=True)
+class DeadlineProtocol(H11Protocol):
+    """The protocol's hooks; deadline_protocol binds a server's limits, registry, error shape and log."""
 
-        def idle(self) -> bool:
-            """Nothing of a request has come since it opened or since its last answer."""
-            return self._deadline is not None and not self._heard and not self.transport.is_closing()
+    _limits, _registry, _error_body, _log, _timed_out = None, None, None, None, b""
+    _deadline: asyncio.TimerHandle | None = None
+    _heard = False  # bytes of a request arrived since the deadline was set
+    _admitted = False
+    _silent = False  # the deadline set is the short one for a connection's first byte
+    _since = 0.0  # when the connection opened
 
-        def data_received(self, data: bytes) -> None:
-            if not self._admitted:
-                return
-            if self._silent:  # its first byte: the rest of the head's own deadline from the opening
-                self._arm(self._since + self.timeout_keep_alive - self.loop.time())
-            cycle, self._heard = self.cycle, True
-            super().data_received(data)
-            if self.cycle is not cycle:  # a request's head is complete: the app bounds its body
-                self._disarm()
-            self._check_chunk()
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        # each streamed piece leaves at once: asyncio sets TCP_NODELAY only on sockets whose proto
+        # is IPPROTO_TCP, and a socket.create_server socket (and its connections) says 0
+        with contextlib.suppress(OSError, AttributeError):
+            transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        refused = self._registry.admit(self, client_key(self.client))
+        if refused:
+            self._log(f"{_peer(self.client)}: {refused}; refused")
+            self._answer(503, refused)
+            return
+        self._admitted, self._since = True, self.loop.time()
+        self._arm(min(self._limits.silent, self.timeout_keep_alive), silent=True)
 
-        def _check_chunk(self) -> None:
-            """A chunk announced larger than the whole body may be: 400 now, not 408 at the deadline."""
-            reader = getattr(self.conn, "_reader", None)
-            size = getattr(reader, "_bytes_in_chunk", 0) if isinstance(reader, ChunkedReader) else 0
-            if size > limits.max_body and not self.transport.is_closing():
-                self._answer(400, f"a chunk is larger than the body's bound of {limits.max_body} bytes; send less")
+    def idle(self) -> bool:
+        """Nothing of a request has come since it opened or since its last answer."""
+        return self._deadline is not None and not self._heard and not self.transport.is_closing()
 
-        def send_400_response(self, msg: str) -> None:
-            """h11 refused the request (uvicorn calls this in its except block): 400 with its reason,
-            in the server's shape (a head over the bound too: it is refused while still arriving)."""
-            why = str(sys.exc_info()[1] or msg)[:200]  # h11 quotes the bytes it refused: a bounded excerpt
-            self._answer(400, f"malformed HTTP request ({why})")
-
-        def _answer(self, status: int, message: str) -> None:
-            """The error, then close: written raw, as no app has this request (or the app's reading
-            of it ends here: it hears a disconnect and writes nothing)."""
-            if self.cycle is not None and not self.cycle.response_complete:
-                self.cycle.disconnected = True
-                self.cycle.message_event.set()
-                if self.cycle.response_started:  # the app answered already: just close
-                    self.transport.close()
-                    return
-            self.transport.write(raw_answer(status, error_body(message, status)))
-            self.transport.close()
-
-        def on_response_complete(self) -> None:
-            cycle = self.cycle
-            super().on_response_complete()
-            if self.cycle is cycle and not self.transport.is_closing():  # no pipelined request began
-                self._arm(self.timeout_keep_alive)
-
-        def connection_lost(self, exc) -> None:
+    def data_received(self, data: bytes) -> None:
+        if not self._admitted:
+            return
+        if self._silent:  # its first byte: the rest of the head's own deadline from the opening
+            self._arm(self._since + self.timeout_keep_alive - self.loop.time())
+        cycle, self._heard = self.cycle, True
+        super().data_received(data)
+        if self.cycle is not cycle:  # a request's head is complete: the app bounds its body
             self._disarm()
-            registry.forget(self)
-            super().connection_lost(exc)
+        self._check_chunk()
 
-        def _arm(self, seconds: float, silent: bool = False) -> None:
-            self._disarm()
-            self._heard, self._silent = False, silent
-            self._deadline = self.loop.call_later(max(0.0, seconds), self._expired)
+    def _check_chunk(self) -> None:
+        """A chunk announced larger than the whole body may be: 400 now, not 408 at the deadline."""
+        reader = getattr(self.conn, "_reader", None)
+        size = getattr(reader, "_bytes_in_chunk", 0) if isinstance(reader, ChunkedReader) else 0
+        bound = self._limits.max_body
+        if size > bound and not self.transport.is_closing():
+            self._answer(400, f"a chunk is larger than the body's bound of {bound} bytes; send less")
 
-        def _disarm(self) -> None:
-            self._silent = False
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+    def send_400_response(self, msg: str) -> None:
+        """h11 refused the request (uvicorn calls this in its except block): 400 with its reason,
+        in the server's shape (a head over the bound too: it is refused while still arriving)."""
+        why = str(sys.exc_info()[1] or msg)[:200]  # h11 quotes the bytes it refused: a bounded excerpt
+        self._answer(400, f"malformed HTTP request ({why})")
 
-        def _expired(self) -> None:
+    def _answer(self, status: int, message: str) -> None:
+        """The error, then close: written raw, as no app has this request (or the app's reading
+        of it ends here: it hears a disconnect and writes nothing)."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+            if self.cycle.response_started:  # the app answered already: just close
+                self.transport.close()
+                return
+        self.transport.write(raw_answer(status, self._error_body(message, status)))
+        self.transport.close()
+
+    def on_response_complete(self) -> None:
+        cycle = self.cycle
+        super().on_response_complete()
+        if self.cycle is cycle and not self.transport.is_closing():  # no pipelined request began
+            self._arm(self.timeout_keep_alive)
+
+    def connection_lost(self, exc) -> None:
+        self._disarm()
+        self._registry.forget(self)
+        super().connection_lost(exc)
+
+    def _arm(self, seconds: float, silent: bool = False) -> None:
+        self._disarm()
+        self._heard, self._silent = False, silent
+        self._deadline = self.loop.call_later(max(0.0, seconds), self._expired)
+
+    def _disarm(self) -> None:
+        self._silent = False
+        if self._deadline is not None:
+            self._deadline.cancel()
             self._deadline = None
-            if self.transport.is_closing():
-                return
-            if self._heard:  # part of a request came, not all of it
-                log(f"{_peer(self.client)}: no complete request within {self.timeout_keep_alive} s; closed")
-                self.transport.write(timed_out)
-            self.transport.close()
 
-    return DeadlineProtocol
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        if self._heard:  # part of a request came, not all of it
+            self._log(f"{_peer(self.client)}: no complete request within {self.timeout_keep_alive} s; closed")
+            self.transport.write(self._timed_out)
+        self.transport.close()
 
 
 def _peer(client) -> str:
