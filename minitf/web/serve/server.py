@@ -82,14 +82,7 @@ def completions_app(api: Completions, limits: Limits, stopping: threading.Event,
     app = FastAPI(title="minitf serve", description=__doc__.split("\n\n")[0], redoc_url=None)
 
     async def body(request: Request) -> dict:
-        try:
-            value = loads(await read_body(request, limits))
-        except ValueError as e:  # one line: not JSON, 1e400, NaN, a lone surrogate, nesting too deep
-            why = "it is not valid JSON" if str(e) == "the request body is not valid JSON" else str(e)
-            raise APIError(f"We could not parse the JSON body of your request: {why}", 400) from None
-        if not isinstance(value, dict):
-            raise APIError("the request body must be a JSON object", 400)
-        return value
+        return await _json_object(request, limits)
 
     @app.get("/v1/models")
     async def models() -> Response:
@@ -138,6 +131,18 @@ def completions_app(api: Completions, limits: Limits, stopping: threading.Event,
 
     _errors(app, log)
     return app
+
+
+async def _json_object(request: Request, limits: Limits) -> dict:
+    """The request's body, a JSON object within the limits, or a 400 in OpenAI's words."""
+    try:
+        value = loads(await read_body(request, limits))
+    except ValueError as e:  # one line: not JSON, 1e400, NaN, a lone surrogate, nesting too deep
+        why = "it is not valid JSON" if str(e) == "the request body is not valid JSON" else str(e)
+        raise APIError(f"We could not parse the JSON body of your request: {why}", 400) from None
+    if not isinstance(value, dict):
+        raise APIError("the request body must be a JSON object", 400)
+    return value
 
 
 def _cancelled(stopping: threading.Event, gone: threading.Event):
