@@ -287,7 +287,7 @@ def nanogpt_numbers(output: str, tokens_per_iter: int, args: list[str]) -> dict:
 def decode(out: Path, corpus: Path, device: torch.device, sizes: dict) -> dict:
     """Tokens/s of batch-1 decoding from a one-token prompt, the 124M shape with random weights in
     bfloat16: minitf eager, compiled without and with CUDA graphs (cudagraph_skips: the graphs
-    torch.compile declined, 0 when they ran; on a CPU there are none to run), then Hugging Face
+    torch.compile declined: 0 when they ran, more on a CPU, where they cannot), then Hugging Face
     generate on the exported directory."""
     from torch._dynamo.utils import counters
 
@@ -353,7 +353,7 @@ def _timed(run, n: int, rounds: int, device: torch.device) -> dict:
     from bench.core import peak_memory_mb
 
     return {
-        "first_call_s": round(first, 2),
+        "first_call_s": float(f"{first:.3g}"),  # 3 digits: an eager first call can take 2 ms
         "tokens_per_s": round(statistics.median(rates), 1),
         "rates": [round(x, 1) for x in rates],
         "peak_memory_mb": round(peak_memory_mb(device), 1),
