@@ -44,6 +44,7 @@ def test_the_gpu_script_dry_run_writes_every_section(tmp_path):
     for name in ("eager", "compiled", "compiled_cuda_graphs", *hf):
         assert decode[name]["tokens_per_s"] > 0 and decode[name]["first_call_s"] > 0, name
     assert decode["compiled"]["cudagraph_skips"] == 0  # none asked for
-    assert decode["compiled_cuda_graphs"]["cudagraph_skips"] >= 0  # on a GPU the run must show 0
+    # asked for on a CPU, the graphs are declined and counted (so the count is read): a GPU run must show 0
+    assert decode["compiled_cuda_graphs"]["cudagraph_skips"] > 0
     if not hf:
         assert "transformers is not installed" in decode["hf"]["skipped"]
