@@ -291,7 +291,7 @@ def decode(out: Path, corpus: Path, device: torch.device, sizes: dict) -> dict:
     generate on the exported directory."""
     from torch._dynamo.utils import counters
 
-    from minitf.decoding import compile_decode
+    from minitf.fast.decoding import compile_decode
     from minitf.run_dir import load_run
 
     run = write_decode_run(out / "runs" / "decode", corpus, sizes)

@@ -15,8 +15,8 @@ from .cli import start as _start  # noqa: F401  first: Ctrl-C while the minitf c
 
 # isort: on
 from . import attention, interpret
-from .chat import chat, chat_stream
 from .config import Config, DataConfig, ModelConfig, RunConfig, SampleConfig, TrainConfig, load_config
+from .conversations.answer import chat, chat_stream
 from .errors import ConfigError, MinitfError
 from .generate import generate, sample_next_token, stream, stream_tokens
 from .inspection import inspect

@@ -3,7 +3,7 @@
 `attention()` spells out every step (scores, scale, mask, softmax, weighted sum) and returns the
 weights, so it can be read, inspected and tested against worked examples. The model's multi-head
 module (model.CausalSelfAttention) calls it, or by default `F.scaled_dot_product_attention`
-(through fused_attention.py), which computes the same thing in one fused kernel (flash attention
+(through fast/fused_attention.py), which computes the same thing in one fused kernel (flash attention
 on a GPU) without materialising the T x T weights.
 """
 

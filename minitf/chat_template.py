@@ -1,4 +1,4 @@
-"""What makes a chat model: a template and a loss mask.
+"""What makes a chat model: a template that renders turns, and the loss mask over answers.
 
 A chat model is a language model trained on conversations written out as one text in a fixed
 shape, the template, with special tokens marking who speaks. minitf's own models use ChatML, the

@@ -1,4 +1,4 @@
-"""Typed configuration: one dataclass per YAML section, loaded from a recipe plus dotted overrides.
+"""Typed configuration: one dataclass per YAML section, recipes by name, dotted overrides.
 
 The dataclass defaults ARE the default recipe (Shakespeare on a laptop CPU, about 4 minutes on 2
 cores), so `load_config()` gives the model `python scripts/train.py` trains. Every key carries

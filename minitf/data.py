@@ -1,4 +1,6 @@
-"""Batches for the training loop: `TokenData.get_batch` takes batch_size random windows of
+"""The training loop's batches: random windows of token ids, and the same ids shifted by one.
+
+Batches for the training loop: `TokenData.get_batch` takes batch_size random windows of
 block_size + 1 token ids from a split and returns x (B, T) and y, the same ids shifted left by one:
 at every position, the next token is the target.
 
@@ -20,11 +22,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .corpus.token_cache import SPLITS
 from .errors import MinitfError
 from .tokenizer import Tokenizer
 
-IGNORE = -100  # a target the loss skips (PyTorch's ignore_index): a chat's context tokens (chat_data.py)
+SPLITS = ("train", "val")  # a token cache's two splits: the tokens trained on, and the held-out ones
+IGNORE = -100  # a target the loss skips (PyTorch's ignore_index): a chat's context tokens (conversations/data.py)
 
 
 class TokenData:

@@ -1,6 +1,7 @@
-"""The two exceptions minitf raises for things a user can fix (the scripts print them as one line),
-first_line(), which makes another library's error fit in that line, and shown(), which makes a
-user's value fit in it."""
+"""The two exceptions: for things a user can fix, which the commands print as one line.
+
+Beside them, first_line(), which makes another library's error fit in that line, and shown(),
+which makes a user's value fit in it."""
 
 import reprlib
 

@@ -1,4 +1,6 @@
-"""Held-out loss: how well a model predicts text it was not trained on, during training (a few
+"""Held-out loss, during training and on a whole corpus, and the metrics a recipe adds.
+
+Held-out loss: how well a model predicts text it was not trained on, during training (a few
 fixed batches) and after it, on a whole corpus (`evaluate_text`, scripts/evaluate.py)."""
 
 from __future__ import annotations
@@ -9,13 +11,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .chat import exact_match
 from .config import Config, DataConfig
+from .conversations.answer import exact_match
 from .corpus import chat_corpus
 from .corpus.prepare import prepare_data
 from .data import TokenData, bits_per_byte
 from .errors import ConfigError
-from .lm_loss import IGNORE
+from .fast.lm_loss import IGNORE
 from .system.progress import progress_bar
 from .system.runtime import eval_mode
 

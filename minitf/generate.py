@@ -1,4 +1,6 @@
-"""Sampling text from a trained model: `generate_tokens` (ids, with a KV cache), `generate` (returns
+"""Generation: the prompt once, then one token at a time through the KV cache.
+
+Sampling text from a trained model: `generate_tokens` (ids, with a KV cache), `generate` (returns
 the text), `stream` (yields it piece by piece) and `stream_tokens` (each token with its
 probability). The rules that pick a token are in sampling.py.
 
@@ -16,14 +18,14 @@ from dataclasses import dataclass
 import torch
 
 from .config import SampleConfig
-from .decoding import compiled_decode_step, decode_step
-from .generate_args import chat_prompt_ids, check_arguments, prompt_ids, sample_settings
+from .fast.decoding import compiled_decode_step, decode_step
+from .generation.args import chat_prompt_ids, check_arguments, prompt_ids, sample_settings
+from .generation.stop_strings import TextAssembler
 from .kv_cache import KVCache
 from .model import Transformer
 from .sampling import draw_next_token, sample_next_token, token_probs, window_start  # noqa: F401 (re-exported)
-from .sizes import check_num_samples
-from .stop_strings import TextAssembler
 from .system.runtime import eval_mode
+from .system.sizes import check_num_samples
 from .tokenizer import check_vocab
 
 

@@ -1,4 +1,4 @@
-"""Look inside a model: every textbook step of attention, for every layer and head, on real text.
+"""Every step of attention on your own model, as tensors, and the logit lens.
 
 `inspect(model, tokenizer, text)` runs the model's own modules one step at a time and keeps what
 each step made: per layer, the queries, keys and values of every head, the raw scores q·k, the

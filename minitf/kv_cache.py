@@ -77,7 +77,7 @@ class KVCache:
 
     def mark_static(self) -> None:
         """On a GPU, tell torch.compile a static cache's tensors keep their addresses: the decode
-        step's CUDA graph (decoding.py) then reads and writes them in place, not copying every
+        step's CUDA graph (fast/decoding.py) then reads and writes them in place, not copying every
         layer's cache in and out per token. Unguarded: a new cache records the graph again, with
         no recompilation. (A CPU has no graphs; its compiled step stays as it is.)"""
         if self.static and self.pos.device.type == "cuda":

@@ -1,4 +1,6 @@
-"""The decoder-only transformer, read top-down: norm -> feed-forward -> multi-head attention -> block ->
+"""The Transformer: embeddings, attention and feed-forward blocks, the language-model head.
+
+The decoder-only transformer, read top-down: norm -> feed-forward -> multi-head attention -> block ->
 language model. The attention formula itself is attention.py's; positions are positions.py's."""
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ import torch.utils.checkpoint
 from .attention import attention, attention_steps
 from .config import ModelConfig
 from .errors import ConfigError
-from .fused_attention import fused_attention
-from .lm_loss import IGNORE, linear_cross_entropy
+from .fast.fused_attention import fused_attention
+from .fast.lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
-from .sizes import check_fits_in_memory, ffn_hidden, padded_vocab
+from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
 from .tokenizer import check_ids
 
 
@@ -28,7 +30,7 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
 
 class FeedForward(nn.Module):
     """Position-wise MLP: d -> hidden -> activation -> d (hidden: 4d unless model.ffn_hidden says;
-    swiglu's about 8/3 d, see sizes.py)."""
+    swiglu's about 8/3 d, see system/sizes.py)."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

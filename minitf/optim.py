@@ -1,6 +1,6 @@
 """The optimizer and the learning-rate schedule.
 
-make_optimizer gives AdamW (weight decay on the linear layers' matrices only), or Muon (muon.py:
+make_optimizer gives AdamW (weight decay on the linear layers' matrices only), or Muon (fast/muon.py:
 orthogonalised momentum, the blocks' matrices) beside AdamW for the rest. The schedule is a linear
 warmup, then a cosine from lr to min_lr over the run's progress (steps, or its time budget)."""
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from .config import TrainConfig
-from .muon import Muon, Optimizers
+from .fast.muon import Muon, Optimizers
 from .system import runtime
 
 

@@ -1,4 +1,6 @@
-"""Position information: learned or sinusoidal vectors added to the embeddings, or rotary (RoPE)
+"""Where a token stands: learned, sinusoidal and rotary positions.
+
+Position information: learned or sinusoidal vectors added to the embeddings, or rotary (RoPE)
 rotations applied to queries and keys. Each takes an `offset`, the absolute position of the first
 token, which KV-cache decoding needs (the new token is not at position 0).
 """

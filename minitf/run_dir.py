@@ -1,4 +1,4 @@
-"""A run directory, read: what training writes there, and `load_run`, which reads it back.
+"""A run directory, read: load_run, its weights, metrics and snapshots.
 
     runs/<name>/config.yaml  tokenizer.json  model.safetensors  best.safetensors
                 state.pt  metrics.jsonl  steps.jsonl  loss.png  (tensorboard/)  (snapshots/)

@@ -1,4 +1,6 @@
-"""Choosing the next token from the logits: temperature, top-k, top-p (and a repetition penalty),
+"""From logits to the next token: temperature, top-k, top-p, repetition penalty.
+
+Choosing the next token from the logits: temperature, top-k, top-p (and a repetition penalty),
 then one random draw. `sample_next_token` draws; `token_probs` and `sampler_distribution` say
 what it draws from, through the same rules. Pure functions over logits (B, V); their settings
 travel as one SampleConfig (generate_args.sample_settings). Also here: the context window past

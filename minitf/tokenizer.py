@@ -1,4 +1,4 @@
-"""Byte-level BPE over HF `tokenizers`: text -> token ids -> text, losslessly for any string.
+"""Text to ids and back: byte-level BPE, and the checks that ids fit a model.
 
 Every string is first turned into UTF-8 bytes and each byte into one of 256 base tokens, so any
 input encodes (no unknown token) and decode(encode(s)) == s. BPE merges are learned on top of

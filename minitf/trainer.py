@@ -31,19 +31,20 @@ import torch.nn as nn
 
 from . import budget
 from .config import Config
+from .conversations import sft
 from .data import TokenData
 from .errors import MinitfError
 from .evaluate import evaluate
 from .export import hf
 from .export.architecture import export_words
-from .lm_loss import IGNORE
+from .fast.lm_loss import IGNORE
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
 from .run_dir import TOKENIZER, is_run_dir, load_run
 from .system import runtime
 from .tokenizer import Tokenizer
 from .training import checkpoint as ckpt
-from .training import fsdp, lora, setup, sft, snapshots
+from .training import fsdp, lora, setup, snapshots
 from .training.naming import name_and_prompt
 from .training.report import StepReport, say_how_it_ended
 from .training.session import Session, finished, keep_best, last_good, save_checkpoint
@@ -97,7 +98,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
             pretrained, tokenizer = _load_pretrained(cfg.run.init_from)
             setup.take_pretrained_config(cfg, pretrained, tokenizer, log)  # model.* and a fine-tune's rates
-        if cfg.data.format == "chat":  # the chat template, its tokens in the vocabulary (training/sft.py)
+        if cfg.data.format == "chat":  # the chat template, its tokens in the vocabulary (conversations/sft.py)
             pretrained, tokenizer = sft.chat_model(cfg, pretrained, tokenizer, run_dir if resume else None, log)
         data = setup.token_data(cfg, procs, tokenizer, log)  # tokenized once into the token cache
         cfg.model.vocab_size = data.tokenizer.vocab_size

@@ -1,8 +1,12 @@
-"""The `minitf` command: `minitf train | generate | evaluate | ...`, one front door to every tool.
+"""The `minitf` command, one module per sub-command.
 
 Each sub-command is a module here with `main(argv, prog)`; scripts/<name>.py and `python -m minitf`
 are thin fronts to the same functions. A command's module is imported only when it runs, so
 `minitf --help` and a mistyped command answer at once.
+
+The commands: `train`, `generate`, `chat`, `evaluate`, `explore`, `attention`, `plot`, `heads`,
+`export`, `export_gguf`, `serve`, `bench` and `speedrun`; beside them `common` (what the commands
+share: a run to load, --device, the one-line errors) and `start` (Ctrl-C while the command starts).
 """
 
 from __future__ import annotations

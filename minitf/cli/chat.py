@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minitf.chat import chat_stream
 from minitf.cli.common import add_device_argument, newest_run, stdin_prompts
+from minitf.conversations.answer import chat_stream
 from minitf.errors import ConfigError, MinitfError
 from minitf.generate import sample_settings
-from minitf.generate_args import SETTINGS, check_prompt_text
+from minitf.generation.args import SETTINGS, check_prompt_text
 from minitf.run_dir import load_run, which_weights
 
 COMMANDS = "/reset: a new conversation (the system prompt kept); /help: this line; /quit or Ctrl-D: end"
@@ -74,7 +74,7 @@ def _converse(model, tok, settings, start: list[dict], stop) -> None:
             print({"/reset": "[a new conversation]", "/help": COMMANDS}.get(command, ""), file=sys.stderr)
             continue
         answer = _answer(model, tok, [*messages, {"role": "user", "content": line}], settings, stop)
-        if answer is not None and not answer.strip():  # a conversation's turns have text (corpus/conversations.py)
+        if answer is not None and not answer.strip():  # a conversation's turns have text (conversations/rules.py)
             print("[an empty answer: that turn is left out of the conversation]", file=sys.stderr)
         elif answer is not None:
             messages += [{"role": "user", "content": line}, {"role": "assistant", "content": answer}]

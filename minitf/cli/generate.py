@@ -14,7 +14,7 @@ import time
 from minitf.cli.common import add_device_argument, newest_run, read_prompt, stdin_prompts
 from minitf.errors import ConfigError
 from minitf.generate import check_num_samples, generate, sample_settings, stream
-from minitf.generate_args import SETTINGS, check_prompt_text
+from minitf.generation.args import SETTINGS, check_prompt_text
 from minitf.run_dir import load_run, which_weights
 
 

@@ -31,7 +31,6 @@ import glob
 import hashlib
 import io
 import json
-import math
 import os
 import re
 import time
@@ -44,6 +43,7 @@ from pathlib import Path
 from ..config import DataConfig
 from ..errors import ConfigError, MinitfError, first_line
 from . import chat_corpus, repeats, shakespeare
+from .split import val_rule
 
 BLOCK_CHARS = 1 << 20  # text is read and handed on in blocks of at most this many characters
 READ_BYTES = 1 << 20  # and read from the file this many bytes at a time
@@ -175,13 +175,6 @@ class Source:
             f"{'the last' if len(files) * f <= 0.5 else f'one in {1 / f:.3g}'} goes to val"
         )
         return Documents(lambda: (read(p) for p in files), val_rule(len(files), f), nbytes)
-
-
-def val_rule(n: int | None, f: float) -> Callable[[int], bool]:
-    """Whether document i of n (None: unknown, streamed) is held out for val_fraction f."""
-    if n is not None and n * f <= 0.5:  # too few documents to hold out one in 1/f: the last
-        return lambda i: i == n - 1
-    return lambda i: math.ceil((i + 1) * f - 0.5) > math.ceil(i * f - 0.5)
 
 
 def read_blocks(path: Path, size: int | None = None, sha: str | None = None) -> Iterator[str]:

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..data import SPLITS
 from ..errors import MinitfError
 from ..system.progress import progress_bar
 from ..system.runtime import libc
 from ..tokenizer import Tokenizer
 
-SPLITS = ("train", "val")
 PIECE_CHARS = 1 << 16  # a long document is cut into pieces of about this many characters
 TASK_CHARS = 1 << 20  # pieces are encoded this many characters at a time
 # Cut 'x\nY' after the newline, and 'x Y' before the space (x, Y not whitespace): the GPT-2

@@ -17,8 +17,8 @@ import re
 
 from ..config import ModelConfig
 from ..errors import ConfigError, MinitfError, shown
-from ..sizes import ffn_hidden, model_floats, swiglu_hidden
 from ..system.memory import physical_memory, size_words
+from ..system.sizes import ffn_hidden, model_floats, swiglu_hidden
 from .architecture import FORMAT_NAMES
 from .weights import TABLES
 

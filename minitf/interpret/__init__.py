@@ -1,4 +1,4 @@
-"""Interpretability on minitf's own models: what learners ask TransformerLens for.
+"""Interpretability on your own model: head scores, ablation, attribution, patching.
 
 - scores.py: previous-token, duplicate-token and induction scores of every head (TransformerLens's
   head_detector), and the in-context-learning score (Olsson et al. 2022).

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from ..lm_loss import IGNORE
+from ..fast.lm_loss import IGNORE
 from ..model import Transformer
 from ..system.runtime import eval_mode
 from .checks import as_batch, described, head_pairs, refuse

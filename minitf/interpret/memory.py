@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..model import Transformer
-from ..sizes import ffn_hidden, padded_vocab
+from ..system.sizes import ffn_hidden, padded_vocab
 from .checks import at_least, refuse
 
 BUDGET = 2**30  # bytes a tool's pass may hold at once, unless the call passes budget=

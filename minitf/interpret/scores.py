@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..lm_loss import IGNORE
+from ..fast.lm_loss import IGNORE
 from ..model import Transformer
 from ..system.runtime import eval_mode
 from .checks import as_batch, as_int, at_least, index, refuse

@@ -18,7 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..config import Config, TrainConfig
-from ..corpus.chat_cache import prepare_chat_data
+from ..conversations.cache import prepare_chat_data
 from ..corpus.prepare import prepare_data
 from ..data import TokenData
 from ..errors import ConfigError
@@ -75,7 +75,7 @@ def token_data(cfg: Config, procs: runtime.Dist, tokenizer: Tokenizer | None, lo
     A split too small for one batch is said now, not at the first evaluation."""
 
     def prepare():
-        if cfg.data.format == "chat":  # conversations, with their loss mask (corpus/chat_cache.py)
+        if cfg.data.format == "chat":  # conversations, with their loss mask (conversations/cache.py)
             return prepare_chat_data(cfg.data, tokenizer, tokenizer.chat_template, log=log)
         return prepare_data(cfg.data, tokenizer, log=log)
 

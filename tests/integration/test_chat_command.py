@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from minitf.chat import chat
 from minitf.cli import chat as chat_command
+from minitf.conversations.answer import chat
 from minitf.run_dir import load_run
 from minitf.web.serve import Completions
 from tests.helpers import ROOT

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from minitf.chat import chat
+from minitf.conversations.answer import chat
 from minitf.generate import generate_tokens, sample_settings
 from minitf.run_dir import load_run
 from tests.helpers import raw, serving

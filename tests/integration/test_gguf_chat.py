@@ -5,8 +5,8 @@ gives minitf.chat's greedy answer, and ends it where minitf ends the turn."""
 import pytest
 
 import minitf
-from minitf.chat import chat
 from minitf.chat_template import IM_END, TEMPLATE_FILE
+from minitf.conversations.answer import chat
 from tests.integration import test_gguf_llamacpp as gguf_tests
 from tests.integration import test_hf_chat as hf_chat
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import minitf
-from minitf.chat import chat
 from minitf.chat_template import IM_END, TEMPLATE_FILE
+from minitf.conversations.answer import chat
 
 CONVERSATIONS = [
     [{"role": "user", "content": "What is 2 plus 3?"}],

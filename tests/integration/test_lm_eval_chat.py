@@ -8,7 +8,7 @@ import json
 import pytest
 
 import minitf
-from minitf.chat import chat
+from minitf.conversations.answer import chat
 from minitf.export.hf import to_hf
 from tests.helpers import serving
 

@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_flatten
 
 from minitf.config import DataConfig, ModelConfig, SampleConfig, TrainConfig
 from minitf.corpus.prepare import prepare_data
-from minitf.decoding import decode_step
+from minitf.fast.decoding import decode_step
 from minitf.generate import generate_tokens
 from minitf.kv_cache import KVCache
 from minitf.model import Transformer

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import tree
 from tests.helpers import PAGES, ROOT, shell_commands
 from tests.unit.test_layers import LAYERS
 
@@ -81,7 +82,7 @@ def test_design_lists_the_layers_that_test_layers_enforces():
     section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\|\s*(\d+)\s*\|([^|]*)\|", section, re.M)
     assert [int(n) for n, _ in rows] == list(range(len(rows)))
-    assert [set(re.findall(r"`(\w+)`", cell)) for _, cell in rows] == LAYERS
+    assert [set(re.findall(r"`([\w.]+)`", cell)) for _, cell in rows] == LAYERS
 
 
 # The pages speak to users: what minitf does and how fast, never how the work on it was organised.
@@ -193,3 +194,33 @@ def test_the_reading_path_says_each_files_length():
     assert (int(total[1].replace(",", "")), int(total[2])) == (sum(lengths.values()), len(listed))
     # the textbook holds the batches the loop starts from, and stays an afternoon's read
     assert "minitf/data.py" in lengths and sum(lengths.values()) <= 2000
+
+
+@pytest.mark.parametrize("page", tree.PAGES, ids=lambda p: p.name)
+def test_the_pages_tree_is_the_packages(page):
+    """The README's and docs/design.md's tree of minitf/ is generated from the code (tests/tree.py)."""
+    assert tree.written(page) == tree.block(), f"{page.name}'s tree has drifted: run python -m tests.tree --write"
+
+
+def test_the_top_of_the_package_is_the_textbook_and_few_more():
+    """At most 20 modules at the top of minitf/: the reading path and what every layer needs."""
+    top = tree.top_modules()
+    assert set(tree.READING_PATH) <= set(top) and len(top) <= 20, top
+
+
+@pytest.mark.parametrize("package", tree.packages())
+def test_each_package_docstring_names_what_it_holds(package):
+    """A sub-package's docstring names each of its modules (as `name` or name.py)."""
+    doc = (tree.PKG / package / "__init__.py").read_text(encoding="utf-8")
+    doc = doc.split('"""')[1]
+    held = {p.stem for p in (tree.PKG / package).glob("*.py") if not p.stem.startswith("__")}
+    held |= {p.parent.name for p in (tree.PKG / package).glob("*/__init__.py")}
+    named = set(re.findall(r"`(\w+)`", doc)) | set(re.findall(r"\b(\w+)\.py\b", doc))
+    assert held <= named, f"minitf/{package}/__init__.py does not name {sorted(held - named)}"
+
+
+def test_the_tree_is_written_between_its_markers(tmp_path):
+    page = tmp_path / "p.md"
+    page.write_text(f"before\n{tree.OPEN}\nold\n{tree.CLOSE}\nafter\n")
+    assert tree.written(page) == f"{tree.OPEN}\nold\n{tree.CLOSE}"
+    assert tree.summary(tree.PKG / "model.py").startswith("The Transformer")

@@ -15,31 +15,29 @@ PKG = ROOT / "minitf"
 # bottom to top; a module may import from its own layer or a lower one, never from a higher one.
 # A sub-package (corpus/, training/, export/, web/, cli/, system/) stands in one layer as a whole.
 LAYERS = [
-    # the two exceptions, typed configs; device, files, progress; the time budget's arithmetic
+    # the two exceptions, typed configs; device, files, progress, sizes; the time budget's arithmetic
     {"errors", "config", "system", "budget"},
-    # text -> ids -> token cache -> batches; conversations -> chat template -> ids and loss mask -> batches
-    {"tokenizer", "corpus", "data", "chat_template", "chat_data"},
-    {
-        "positions",
-        "attention",
-        "fused_attention",
-        "lm_loss",
-        "kv_cache",
-        "sampling",
-        "sizes",
-        "stop_strings",
-        "decoding",
-    },  # the parts of a model and of sampling
+    {"tokenizer"},  # text -> ids
+    # the token cache's format as batches (data.py owns it; corpus/ writes it); a conversation's rules,
+    # its template and loss mask, and its batches
+    {"data", "chat_template", "conversations.rules", "conversations.data"},
+    {"corpus"},  # where text comes from, tokenized once into data.py's token cache: nothing above it
+    {"conversations.cache"},  # conversations tokenized once, read through corpus/'s sources
+    {"positions", "attention", "fast", "kv_cache", "sampling"},  # the parts of a model and of sampling
     {"model"},  # Transformer = embeddings + positions + blocks + head
-    {"run_dir"},  # a run directory read: its file names, load_run, its metrics and snapshots
-    {"optim", "muon"},  # optimizers and the schedule: nothing of a run's machinery
-    {"training"},  # a run's set-up steps, session, checkpoints, FSDP, logs, snapshots
+    {"generation", "run_dir"},  # generation's arguments and stop strings; a run directory read
+    {"optim"},  # optimizers and the schedule: nothing of a run's machinery
+    {"training", "conversations.sft"},  # a run's set-up steps, session, checkpoints, FSDP, logs; a chat fine-tune's
     # what is done with a model and a run
-    {"trainer", "evaluate", "generate", "generate_args", "chat", "inspection", "interpret", "export"},
+    {"trainer", "evaluate", "generate", "conversations.answer", "inspection", "interpret", "export"},
     {"plots"},  # figures: loss curves, attention heatmaps, interpretability grids (matplotlib, files only)
     {"web"},  # the web apps: the explorer, the OpenAI-compatible server, and their HTTP layer
     {"cli", "__main__"},  # the command line: minitf <command>
 ]
+
+# minitf/conversations/ spans layers, from a conversation's rules to answering one: each of its
+# modules has its own layer, and it is never named as a whole
+SPANNING = ("conversations",)
 
 
 LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
@@ -47,8 +45,19 @@ LEVEL = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 
 def minitf_imports(path, package: tuple[str, ...] = ()) -> set[str]:
     """Names of the minitf modules and sub-packages a file imports (relative or absolute); package
-    is the file's sub-package under minitf (("explore",) for minitf/web/explore/api.py), () for minitf/x.py."""
+    is the file's sub-package under minitf (("explore",) for minitf/web/explore/api.py), () for minitf/x.py.
+    A spanning package's module is named with it ("conversations.cache")."""
     out = set()
+    for parts, names in _imported(path, package):
+        if parts and parts[0] in SPANNING:
+            out |= {".".join(parts[:2])} if len(parts) > 1 else {f"{parts[0]}.{n}" for n in names}
+        else:
+            out |= {parts[0]} if parts else set(names)
+    return out
+
+
+def _imported(path, package: tuple[str, ...]):
+    """(module path under minitf as parts, the names imported from it) for each import of minitf."""
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             mod = node.module or ""
@@ -60,18 +69,25 @@ def minitf_imports(path, package: tuple[str, ...] = ()) -> set[str]:
                 parts = []
             else:
                 continue
-            out |= {parts[0]} if parts else {a.name for a in node.names}
+            yield parts, [a.name for a in node.names]
         elif isinstance(node, ast.Import):
-            out |= {a.name.split(".")[1] for a in node.names if a.name.startswith("minitf.")}
-    return out
+            for a in node.names:
+                if a.name.startswith("minitf."):
+                    yield a.name.split(".")[1:], []
 
 
 def layer_name(path) -> str:
-    """minitf/model.py -> "model"; a sub-package's module, minitf/web/explore/api.py -> "explore"."""
-    return path.relative_to(PKG).parts[0].removesuffix(".py")
+    """minitf/model.py -> "model"; a sub-package's module, minitf/web/explore/api.py -> "web";
+    a module of a spanning package, minitf/conversations/cache.py -> "conversations.cache"."""
+    parts = path.relative_to(PKG).parts
+    if parts[0] in SPANNING:
+        return f"{parts[0]}.{parts[1].removesuffix('.py')}"
+    return parts[0].removesuffix(".py")
 
 
-MODULES = sorted(p for p in PKG.rglob("*.py") if p != PKG / "__init__.py")
+MODULES = sorted(
+    p for p in PKG.rglob("*.py") if p != PKG / "__init__.py" and p not in [PKG / n / "__init__.py" for n in SPANNING]
+)
 
 
 # the modules that read a run and never write one: what they read is run_dir.py's, so none needs training/
@@ -147,3 +163,66 @@ def test_helpers_below_the_trainer_are_never_handed_a_function_to_call_back():
 
     params = {p for _, fn in inspect.getmembers(setup, inspect.isfunction) for p in inspect.signature(fn).parameters}
     assert not params & {"step", "load_pretrained", "export_words"}
+
+
+def _module_of(parts: list[str], name: str | None) -> str | None:
+    """The file an import reaches, as a dotted name under minitf: parts is the module imported from,
+    name one name imported (a sub-module of a package is its own file)."""
+    base = PKG.joinpath(*parts)
+    if base.with_suffix(".py").is_file():
+        return ".".join(parts)
+    if name and (base / f"{name}.py").is_file():
+        return ".".join([*parts, name])
+    return ".".join([*parts, "__init__"]) if (base / "__init__.py").is_file() else None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module (dotted, under minitf) -> the modules it imports, at the top or inside a function."""
+    graph = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG)
+        name = ".".join(rel.with_suffix("").parts)
+        targets = set()
+        for parts, names in _imported(path, rel.parent.parts):
+            targets |= {_module_of(parts, n) for n in names or [None]}
+        graph[name] = targets - {None, name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of graph, each as a path that returns to its start (depth-first search)."""
+    found, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt) :] + [nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return found
+
+
+def test_no_file_imports_itself_through_others():
+    """No circle of imports between files (a function-level import counts: it hides the circle, not
+    breaks it). The package's own __init__ is left out: it gathers the public names from below."""
+    graph = {m: t - {"__init__"} for m, t in import_graph().items() if m != "__init__"}
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_corpus_imports_nothing_above_it():
+    """corpus/ writes the token cache whose format data.py owns: it imports the layers below it, and
+    never a conversation's, a run's or a model's modules."""
+    for path in (PKG / "corpus").glob("*.py"):
+        up = {m for m in minitf_imports(path, ("corpus",)) if LEVEL.get(m, -1) > LEVEL["corpus"]}
+        assert not up, f"corpus/{path.name} imports from above corpus/: {sorted(up)}"

@@ -8,7 +8,7 @@ import torch
 
 import minitf
 import minitf.system.files
-from minitf.sizes import padded_vocab, swiglu_hidden
+from minitf.system.sizes import padded_vocab, swiglu_hidden
 from tests.helpers import GQA_IDS as IDS
 from tests.helpers import gqa_model as model
 

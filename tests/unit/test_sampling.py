@@ -13,7 +13,7 @@ import minitf.system.files
 from minitf.config import SampleConfig
 from minitf.errors import ConfigError
 from minitf.generate import generate_tokens, sample_next_token, sample_settings, token_probs
-from minitf.generate_args import SETTINGS
+from minitf.generation.args import SETTINGS
 from minitf.sampling import sampler_distribution
 from tests.helpers import spread_model
 

@@ -22,11 +22,11 @@ from pathlib import Path
 import torch
 
 from ...budget import budget_steps
-from ...chat import checked_prompt
 from ...config import SEED_RANGE, TrainConfig
+from ...conversations.answer import checked_prompt
 from ...errors import ConfigError, MinitfError
 from ...generate import prompt_ids, sample_settings, stream_tokens
-from ...generate_args import SETTINGS
+from ...generation.args import SETTINGS
 from ...inspection import Inspection, inspect, logit_lens, token_label
 from ...positions import rotary_angles
 from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step

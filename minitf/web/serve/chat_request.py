@@ -3,7 +3,7 @@ the same Request a completion is (request.py), so that the same engine samples i
 
 The conversation is rendered with the run's chat template and its generation prompt (the ids
 minitf.chat starts from), and the choice ends at the template's end-of-turn token. The messages
-follow a training conversation's rules (corpus/conversations.py: known roles, non-empty text,
+follow a training conversation's rules (conversations/rules.py: known roles, non-empty text,
 system first if at all, user and assistant taking turns) and end with the user's message, the
 one to answer; a conversation that leaves no room for an answer in block_size is refused
 (context_length_exceeded). A run with no template answers 404 "not a chat model", as OpenAI's API
@@ -17,7 +17,7 @@ answers for a completions-only model.
 
 from __future__ import annotations
 
-from ...corpus.conversations import BadConversation, check_question
+from ...conversations.rules import BadConversation, check_question
 from ..fields import flag
 from .request import (
     KNOWN,

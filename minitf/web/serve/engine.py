@@ -37,8 +37,8 @@ from collections.abc import Callable
 import torch
 
 from ...generate import generate_tokens, token_probs
+from ...generation.stop_strings import TextAssembler
 from ...model import Transformer
-from ...stop_strings import TextAssembler
 from ...tokenizer import Tokenizer
 from .request import APIError, Request
 

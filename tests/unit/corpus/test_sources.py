@@ -18,7 +18,8 @@ import minitf.corpus.token_cache
 import minitf.data
 from minitf.config import DataConfig
 from minitf.corpus.prepare import prepare_data
-from minitf.corpus.sources import Source, _text_files, cache_dir, val_rule
+from minitf.corpus.sources import Source, _text_files, cache_dir
+from minitf.corpus.split import val_rule
 from minitf.errors import MinitfError
 from tests.helpers import Log, make_play, same_size_edit, write_docs
 

@@ -14,7 +14,7 @@ def test_n_beyond_memory_is_a_400_naming_n(tiny_run, monkeypatch):
     import importlib
 
     api = Completions(tiny_run)
-    module = importlib.import_module("minitf.sizes")
+    module = importlib.import_module("minitf.system.sizes")
     monkeypatch.setattr(module, "physical_memory", lambda: module.sample_row_bytes(api.model) * 3)
     assert api.parse({"model": api.name, "prompt": "O", "n": 3}).n == 3
     with pytest.raises(APIError) as e:

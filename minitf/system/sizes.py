@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 
-from .config import ModelConfig
-from .errors import ConfigError
-from .system.memory import physical_memory, size_words
+from ..config import ModelConfig
+from ..errors import ConfigError
+from .memory import physical_memory, size_words
 
 VOCAB_MULTIPLE = 64  # embedding rows are padded to this for faster matmuls
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from minitf.attention import attention, causal_mask
-from minitf.fused_attention import flash_gpu, fused_attention, repeat_heads
+from minitf.fast.fused_attention import flash_gpu, fused_attention, repeat_heads
 
 
 class SDPACalls:

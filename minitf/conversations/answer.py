@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .chat_template import ChatTemplate
-from .config import SampleConfig
-from .corpus.conversations import BadConversation, check_question
-from .errors import ConfigError, MinitfError
-from .generate import _text_steps
-from .generate_args import check_arguments, sample_settings
+from ..chat_template import ChatTemplate
+from ..config import SampleConfig
+from ..errors import ConfigError, MinitfError
+from ..generate import _text_steps
+from ..generation.args import check_arguments, sample_settings
+from .rules import BadConversation, check_question
 
 
 def chat(

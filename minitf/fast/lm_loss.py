@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .data import IGNORE  # noqa: F401 (targets equal to this count neither in the loss nor in the mean)
+from ..data import IGNORE  # noqa: F401 (targets equal to this count neither in the loss nor in the mean)
 
 CHUNK_ROWS = 256  # rows per chunk on a CPU: 256 x 4,096 float32 logits are 4 MB, about a core's L2
 GPU_CHUNK_BYTES = 512 * 2**20  # float32 logits per chunk on a GPU: a bounded memory, a few chunks at most

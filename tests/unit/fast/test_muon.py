@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import minitf
-from minitf import muon, optim
+from minitf import optim
+from minitf.fast import muon
 from minitf.config import TrainConfig
 from tests.helpers import CFG, MUON
 

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 
 from minitf.chat_template import IM_END, add_chat_tokens, chatml
 from minitf.config import DataConfig, ModelConfig
-from minitf.corpus.chat_cache import prepare_chat_data
+from minitf.conversations.cache import prepare_chat_data
+from minitf.conversations.sft import grow_vocab, token_weights
 from minitf.data import IGNORE
 from minitf.model import Transformer
 from minitf.tokenizer import Tokenizer
-from minitf.training.sft import grow_vocab, token_weights
 
 CONVERSATION = [
     {"role": "system", "content": "Be terse."},

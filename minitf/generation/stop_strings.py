@@ -8,7 +8,7 @@ it is. generate, stream and the OpenAI-compatible server all assemble their text
 
 from __future__ import annotations
 
-from .tokenizer import Tokenizer
+from ..tokenizer import Tokenizer
 
 
 class TextAssembler:

@@ -11,7 +11,7 @@ once; each split is stored as three flat files beside meta.json:
 
 Conversations are streamed a batch at a time, so memory stays bounded whatever the corpus size;
 the directory is built under a temporary name and renamed when complete, as text caches are.
-Conversation i is held out for val by the same even spread as documents (sources.val_rule).
+Conversation i is held out for val by the same even spread as documents (corpus/split.py).
 """
 
 from __future__ import annotations
@@ -25,15 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from ..chat_data import INDEX, ChatData
 from ..chat_template import ChatTemplate
 from ..config import DataConfig
-from ..data import CacheError, token_dtype
+from ..corpus.sources import Source, cache_dir, load_hf
+from ..corpus.split import val_rule
+from ..corpus.token_cache import cache_build, give_back_freed_memory, progress
+from ..data import SPLITS, CacheError, token_dtype
 from ..errors import MinitfError
 from ..tokenizer import Tokenizer
-from .conversations import BadConversation, Skipped, check_messages, jsonl_conversations
-from .sources import Source, cache_dir, load_hf, val_rule
-from .token_cache import SPLITS, cache_build, give_back_freed_memory, progress
+from .data import INDEX, ChatData
+from .rules import BadConversation, Skipped, check_messages, jsonl_conversations
 
 FORMAT = 1  # bump when the layout changes, so old caches rebuild
 FLUSH = 4096  # conversations buffered per split before they are appended to its files

@@ -7,9 +7,9 @@ import pytest
 
 from minitf.chat_template import add_chat_tokens, chatml
 from minitf.config import DataConfig
+from minitf.conversations.cache import prepare_chat_data
+from minitf.conversations.rules import BadConversation
 from minitf.corpus import chat_corpus
-from minitf.corpus.chat_cache import prepare_chat_data
-from minitf.corpus.conversations import BadConversation
 from minitf.tokenizer import Tokenizer
 
 GOOD = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}

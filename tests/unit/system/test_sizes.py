@@ -1,4 +1,4 @@
-"""minitf.sizes: the size counted from the config is the model's, and what would not fit in memory
+"""minitf.system.sizes: the size counted from the config is the model's, and what would not fit in memory
 is refused before allocating."""
 
 import importlib
@@ -9,8 +9,8 @@ import minitf
 from minitf.cli.common import run_main
 from minitf.cli.generate import main as generate_main
 from minitf.errors import ConfigError
-from minitf.sizes import model_floats, sample_row_bytes
 from minitf.system.memory import physical_memory
+from minitf.system.sizes import model_floats, sample_row_bytes
 from tests.helpers import spread_model
 
 # Sampling settings at their extremes: every value either samples from finite probabilities or is
@@ -29,7 +29,7 @@ def test_num_samples_beyond_memory_is_refused_before_allocating(model, monkeypat
     assert sample_row_bytes(model) == 2 * 2 * 2 * 16 * 16 * 4 + 6 * 4 * 128
     run_model, tok, _ = minitf.load_run(tiny_run)
     row = sample_row_bytes(run_model)
-    module = importlib.import_module("minitf.sizes")
+    module = importlib.import_module("minitf.system.sizes")
     monkeypatch.setattr(module, "physical_memory", lambda: 1000 * row)  # a machine that holds 1000
     with pytest.raises(ConfigError) as e:
         minitf.generate(run_model, tok, "O", max_new_tokens=2, num_samples=5000)

@@ -1,4 +1,4 @@
-"""minitf.generate_args: what generation is given, checked; a wrong type is one line naming the argument."""
+"""minitf.generation.args: what generation is given, checked; a wrong type is one line naming the argument."""
 
 import pytest
 

@@ -10,7 +10,7 @@ so no answer's loss reads another conversation, and attention keeps its one fast
 Packing several conversations into a row would waste less compute on padding but needs a
 block-diagonal mask, which the flash kernels do not take.
 
-The ids come from the chat token cache that corpus/chat_cache.py builds once (<split>.bin, .mask,
+The ids come from the chat token cache that conversations/cache.py builds once (<split>.bin, .mask,
 .idx and meta.json), checked on opening as text caches are.
 """
 
@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .corpus.token_cache import SPLITS
-from .data import IGNORE, CacheError, to_device
-from .errors import MinitfError
-from .tokenizer import Tokenizer
+from ..data import IGNORE, SPLITS, CacheError, to_device
+from ..errors import MinitfError
+from ..tokenizer import Tokenizer
 
 # per conversation in <split>.idx: first token, tokens, the longest stretch without an answer or
 # of one answer (what must fit in block_size), and where it came from (meta.json's files, line)

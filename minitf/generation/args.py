@@ -11,10 +11,10 @@ import dataclasses
 import typing
 import warnings
 
-from .config import SampleConfig
-from .errors import ConfigError, shown
-from .model import Transformer
-from .tokenizer import Tokenizer, check_text
+from ..config import SampleConfig
+from ..errors import ConfigError, shown
+from ..model import Transformer
+from ..tokenizer import Tokenizer, check_text
 
 
 def prompt_ids(tokenizer: Tokenizer, prompt: str, block_size: int) -> list[int]:

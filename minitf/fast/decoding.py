@@ -13,7 +13,7 @@ import weakref
 
 import torch
 
-from .kv_cache import KVCache
+from ..kv_cache import KVCache
 
 
 def decode_step(model: torch.nn.Module, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:

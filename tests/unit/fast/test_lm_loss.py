@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from minitf import lm_loss
-from minitf.lm_loss import CHUNK_ROWS, IGNORE, chunk_rows, linear_cross_entropy
+from minitf.fast import lm_loss
+from minitf.fast.lm_loss import CHUNK_ROWS, IGNORE, chunk_rows, linear_cross_entropy
 
 
 def test_a_cpu_keeps_its_cache_sized_chunks():

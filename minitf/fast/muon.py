@@ -41,7 +41,7 @@ class Muon(torch.optim.Optimizer):
     """Muon: Nesterov momentum whose update of each 2-D matrix is orthogonalised (all directions move alike).
 
     The update is scaled by sqrt(max(1, rows / cols)), with decoupled weight decay: the rule of
-    torch.optim.Muon (tests/unit/test_muon.py checks that the steps are equal). Two differences make it
+    torch.optim.Muon (tests/unit/fast/test_muon.py checks that the steps are equal). Two differences make it
     faster on a CPU. The Newton-Schulz matmuls run in ns_dtype: torch's always uses bfloat16, which
     a CPU without native bfloat16 multiplies several times slower than float32. And matrices of one
     shape (the same weight in every block) are orthogonalised together, one batched matmul per

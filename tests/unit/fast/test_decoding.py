@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from minitf import decoding
 from minitf.config import ModelConfig
+from minitf.fast import decoding
 from minitf.model import Transformer
 
 CPU_OPTIONS = {"size_asserts": False, "alignment_asserts": False}
