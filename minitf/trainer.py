@@ -228,7 +228,7 @@ def forward_backward(session: Session) -> tuple[torch.Tensor, torch.Tensor]:
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
     session.scaler.unscale_(session.optimizer)
     norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
-    return loss_sum, fsdp.plain(norm)
+    return loss_sum, fsdp.full_tensor(norm)
 
 
 def _agreed(

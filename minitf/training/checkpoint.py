@@ -47,7 +47,7 @@ from . import lora
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
     """Weights as safetensors, with the step and the hash of the tokenizer they were trained with."""
     meta = {"step": str(step), **({"tokenizer": tokenizer_hash} if tokenizer_hash else {})}
-    model = lora.plain(model)  # a LoRA run's readers get the merged weights under the plain names
+    model = lora.merged_model(model)  # a LoRA run's readers get the merged weights under the plain names
     # save_model drops the tied lm_head copy that safetensors cannot store twice
     atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
 

@@ -81,7 +81,7 @@ def is_sharded(model: nn.Module) -> bool:
     return isinstance(model, FSDPModule)
 
 
-def plain(t: torch.Tensor) -> torch.Tensor:
+def full_tensor(t: torch.Tensor) -> torch.Tensor:
     """A DTensor (a grad norm over all shards, say) as an ordinary tensor; others as they are."""
     return t.full_tensor() if isinstance(t, DTensor) else t
 

@@ -10,7 +10,7 @@ moments are kept for the adapters alone, which is where LoRA saves memory.
 What is saved: state.pt holds the adapted model's own state (the frozen weights under peft's
 `base_layer` names beside the adapters), so a resume continues bit for bit. Every safetensors file
 (model.safetensors, best.safetensors, snapshots) holds the merged weights W + (alpha / r) B A
-under the plain model's names (`plain`), so generate, serve, export and every other reader of
+under the plain model's names (`merged_model`), so generate, serve, export and every other reader of
 the run load an ordinary model and never meet peft.
 """
 
@@ -89,7 +89,7 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return merged
 
 
-def plain(model: nn.Module) -> nn.Module:
+def merged_model(model: nn.Module) -> nn.Module:
     """model itself, or for an adapted one a plain Transformer holding the merged weights: the
     model every reader of the run expects. The tensors no adapter changes are shared, not copied."""
     if not is_adapted(model):

@@ -114,7 +114,7 @@ def test_lora_merged_weights_give_the_adapted_models_logits(chat_run):
         if ".lora_" in name:
             p.data.normal_(0, 0.05)
     idx = torch.randint(0, model.config.vocab_size, (2, 32))
-    merged = lora.plain(model).eval()
+    merged = lora.merged_model(model).eval()
     assert not lora.is_adapted(merged) and lora.is_adapted(model)
     with torch.no_grad():
         adapted_logits, plain_logits = model.eval()(idx)[0], merged(idx)[0]

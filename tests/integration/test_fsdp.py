@@ -49,7 +49,7 @@ def _model(shard: bool, checkpoint_blocks: bool = False):
 
 
 def _full(tensors: dict) -> dict:
-    return {n: fsdp.plain(t).detach().clone() for n, t in tensors.items()}
+    return {n: fsdp.full_tensor(t).detach().clone() for n, t in tensors.items()}
 
 
 def _exp_avg(model, optimizer) -> dict:

@@ -54,3 +54,26 @@ def test_frozen_weights_in_bfloat16_change_nothing_under_autocast():
     assert all(torch.equal(a, b) for a, b in zip(ga, gb))
     merged = lora.merged_state_dict(narrow)
     assert {v.dtype for v in merged.values()} == {torch.float32}
+
+
+def test_merged_model_is_a_transformer_holding_w_plus_alpha_over_r_b_a():
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=64, n_layer=2, n_head=2, n_embd=32, block_size=16, positions="learned")
+    base = Transformer(cfg)
+    tc = TrainConfig(optimizer="adamw", lora_rank=4, lora_alpha=8.0)
+    adapted = lora.adapt(copy.deepcopy(base), tc, log=str, dtype=torch.float32)
+    assert lora.merged_model(base) is base  # nothing to merge: the model itself
+    with torch.no_grad():  # B starts at zero, which would merge to W itself: random adapters
+        for name, p in adapted.named_parameters():
+            if ".lora_" in name:
+                p.normal_(0, 0.1)
+    merged = lora.merged_model(adapted)
+    assert type(merged) is Transformer and not lora.is_adapted(merged)
+    layer = adapted.blocks[1].attn.c_attn
+    a, b = layer.lora_A["default"].weight, layer.lora_B["default"].weight  # (4, 32), (96, 4)
+    expected = base.blocks[1].attn.c_attn.weight + (8.0 / 4) * b @ a
+    assert torch.allclose(merged.blocks[1].attn.c_attn.weight, expected, atol=1e-6)
+    assert merged.lm_head.weight is merged.wte.weight  # tied again, as a Transformer of this config is
+    idx = torch.randint(0, 64, (2, 16))
+    with torch.no_grad():
+        assert torch.allclose(merged.eval()(idx)[0], adapted.eval()(idx)[0], atol=1e-5)
