@@ -97,6 +97,11 @@ def merged_model(model: nn.Module) -> nn.Module:
     with torch.device("meta"):  # no memory, no init: every tensor comes from the merged weights
         whole = Transformer(model.config)
     whole.load_state_dict(merged_state_dict(model), assign=True)
+    tables = dict(model.named_buffers())  # rope's and sinusoidal's tables: in no state dict, still on meta
+    for name, buffer in list(whole.named_buffers()):
+        if buffer.is_meta:
+            owner, _, leaf = name.rpartition(".")
+            whole.get_submodule(owner).register_buffer(leaf, tables[name], persistent=False)
     if model.config.tie_embeddings:  # assign gave the head its own tensor; tied, it is the embedding
         whole.lm_head.weight = whole.wte.weight
     return whole

@@ -77,3 +77,17 @@ def test_merged_model_is_a_transformer_holding_w_plus_alpha_over_r_b_a():
     idx = torch.randint(0, 64, (2, 16))
     with torch.no_grad():
         assert torch.allclose(merged.eval()(idx)[0], adapted.eval()(idx)[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["rope", "sinusoidal"])
+def test_merged_model_runs_with_position_tables(positions):
+    """rope's and sinusoidal's tables are buffers no state dict holds: the merged model has them too."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=32, block_size=16, positions=positions)
+    tc = TrainConfig(optimizer="adamw", lora_rank=4, lora_alpha=8.0)
+    adapted = lora.adapt(Transformer(cfg), tc, log=str, dtype=torch.float32)
+    merged = lora.merged_model(adapted)
+    assert not any(b.is_meta for b in merged.buffers())
+    idx = torch.randint(0, 64, (2, 16))
+    with torch.no_grad():
+        assert torch.allclose(merged.eval()(idx)[0], adapted.eval()(idx)[0], atol=1e-5)
