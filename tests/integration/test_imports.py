@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, default_sigint, two_at_a_time
 
 # The `minitf` command: one front door over the same code as scripts/*.py, with their one-line errors.
 
@@ -50,3 +50,26 @@ def cache(tmp_path, monkeypatch):
 def test_importing_minitf_data_does_not_import_datasets():
     code = "import sys, minitf.data, minitf.tokenizer; assert 'datasets' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_program_that_imports_minitf_keeps_its_sigint_handler(tmp_path):
+    """Only the minitf command sets its Ctrl-C handler at import (minitf/cli/start.py): a program, -c
+    code or another module run with -m keeps Python's. Each process says its handler as it exits
+    (a sitecustomize, imported before anything: the one way to watch `python -m minitf.errors`)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import atexit, signal\n"
+        "atexit.register(lambda: print('SIGINT', 'kept' if signal.getsignal(signal.SIGINT) is "
+        "signal.default_int_handler else signal.getsignal(signal.SIGINT)))\n"
+    )
+    (tmp_path / "prog.py").write_text("import minitf\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    runs = [[str(tmp_path / "prog.py")], ["-c", "import minitf"], ["-m", "minitf.errors"]]
+    done = two_at_a_time(
+        lambda args: subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, env=env, timeout=300, preexec_fn=default_sigint
+        ),
+        runs,
+    )
+    for args, r in zip(runs, done):
+        assert r.returncode == 0, (args, r.stderr[-2000:])
+        assert r.stdout.splitlines()[-1:] == ["SIGINT kept"], (args, r.stdout[-500:])
