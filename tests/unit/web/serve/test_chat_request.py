@@ -2,10 +2,12 @@
 (one-line 400s naming messages), and the engine's logprobs become OpenAI's chat entries."""
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 
-from minitf.web.serve.chat_request import checked_messages
+from minitf.web.serve.chat_request import checked_messages, not_a_chat_model
 from minitf.web.serve.chat_shape import content_logprobs
 from minitf.web.serve.request import APIError
 
@@ -51,3 +53,15 @@ def test_logprobs_become_chat_entries_likeliest_first():
     assert second["bytes"] == [0xC3, 0xA9] and [t["token"] for t in second["top_logprobs"]] == ["a"]
     assert [t["token"] for t in content_logprobs(engine, 2)[1]["top_logprobs"]] == ["a", "é"]
     assert content_logprobs(None, 3) == []
+
+
+def test_the_readme_refuses_chat_completions_for_a_base_run_only():
+    """The README's sentence on /v1/chat/completions says what the server does: a chat run answers,
+    a base run (no template: trained without data.format=chat) gets the 404 quoted."""
+    paragraphs = (Path(__file__).resolve().parents[4] / "README.md").read_text(encoding="utf-8").split("\n\n")
+    sentences = [s for p in paragraphs for s in re.split(r"(?<=\.) ", " ".join(p.split()))]
+    said = [s for s in sentences if "/v1/chat/completions" in s and '"not a chat model"' in s]
+    assert len(said) == 1, said
+    assert "a chat run" in said[0] and "`data.format=chat`" in said[0] and "for a base run" in said[0], said[0]
+    refusal = not_a_chat_model()
+    assert refusal.status == 404 and str(refusal).startswith("This is not a chat model and thus not supported")
