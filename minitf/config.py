@@ -334,6 +334,11 @@ class TrainConfig(_Section):
     grad_clip: float = key(1.0, "clip the gradient's global norm to this (0: off; the norm is still logged)")
     eval_every: int = key(250, "steps between evaluations (val loss, bits per byte, a sample)")
     eval_batches: int = key(10, "batches per evaluation")
+    eval_metric: Literal["exact_answers"] | None = key(
+        None,
+        "a metric each evaluation adds to the loss: exact_answers, the generated chat corpus's held-out "
+        "questions answered exactly (data.source=chat; the chat recipe sets it)",
+    )
     ckpt_every: int = key(250, "steps between checkpoints (and at the end, and on Ctrl-C or SIGTERM)")
     log_every: int = key(10, "steps between steps.jsonl rows (loss, LR) and progress-bar updates")
     snapshot_every: int = key(
@@ -698,6 +703,7 @@ RESUMABLE = (
     "train.max_seconds",
     "train.eval_every",
     "train.eval_batches",
+    "train.eval_metric",
     "train.ckpt_every",
     "train.log_every",
     "train.snapshot_every",

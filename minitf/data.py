@@ -50,6 +50,10 @@ class TokenData:
     def bytes_per_token(self, split: str) -> float:
         return self.meta["splits"][split]["bytes"] / self.meta["splits"][split]["tokens"]
 
+    def batch_words(self, rows: int, block_size: int) -> str:
+        """A step's batch in words, for the start-up line: every row is block_size tokens."""
+        return f"{rows} sequences of {block_size} = {rows * block_size:,} tokens"
+
     def check_fits(self, block_size: int) -> None:
         """Each split holds one window of block_size + 1 tokens at least, what a batch needs: checked
         before training starts, not at its first evaluation (a tiny data.val_fraction)."""

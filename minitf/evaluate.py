@@ -1,7 +1,8 @@
-"""Held-out loss, during training and on a whole corpus, and the metrics a recipe adds.
+"""Held-out loss, during training and on a whole corpus.
 
-Held-out loss: how well a model predicts text it was not trained on, during training (a few
-fixed batches) and after it, on a whole corpus (`evaluate_text`, scripts/evaluate.py)."""
+How well a model predicts text it was not trained on: during training on a few fixed batches
+(`evaluate`, with the metric a recipe adds), and after it on a whole corpus (`evaluate_text`,
+scripts/evaluate.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import torch
 import torch.nn.functional as F
 
 from .config import Config, DataConfig
-from .conversations.answer import exact_match
-from .corpus import chat_corpus
 from .corpus.prepare import prepare_data
 from .data import TokenData, bits_per_byte
 from .errors import ConfigError
@@ -21,16 +20,14 @@ from .fast.lm_loss import IGNORE
 from .system.progress import progress_bar
 from .system.runtime import eval_mode
 
-EXACT_QUESTIONS = 100  # held-out questions of the generated chat corpus asked at each evaluation
-
 
 @torch.no_grad()
-def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
+def evaluate(model, data, cfg: Config, device, autocast, metric=None) -> dict:
     """Mean loss over eval_batches fixed batches per split (the same batches at every eval), in
-    eval mode; the caller's mode comes back after. A chat corpus's loss is over the answers'
-    tokens (each batch weighed by how many it has), and the generated one's adds "val_exact":
-    the share of held-out questions answered exactly, and per task "val_exact_<task>"."""
-    out, chat = {}, cfg.data.format == "chat"
+    eval mode; the caller's mode comes back after. The loss is over the learned targets (those
+    not IGNORE: every token of text, the answers of conversations), each batch weighed by how
+    many it holds. metric, a recipe's (train.eval_metric), adds its numbers under "metric"."""
+    out = {}
     with eval_mode(model):
         for split in ("train", "val"):
             g = torch.Generator().manual_seed(cfg.run.seed + 999)
@@ -39,15 +36,12 @@ def evaluate(model, data: TokenData, cfg: Config, device, autocast) -> dict:
                 x, y = data.get_batch(split, cfg.train.batch_size, cfg.model.block_size, g, device)
                 with autocast:
                     losses.append(model(x, y)[1].item())
-                counts.append(int((y != IGNORE).sum()) if chat else 1)
+                counts.append(int((y != IGNORE).sum()))
             out[split] = sum(loss * n for loss, n in zip(losses, counts)) / max(sum(counts), 1)
+        if metric is not None:
+            with autocast:
+                out["metric"] = metric.compute(model, data.tokenizer, cfg)
     out["val_bpb"] = bits_per_byte(out["val"], data.bytes_per_token("val"))
-    if cfg.data.source == "chat":
-        with autocast:
-            shares = exact_match(
-                model, data.tokenizer, chat_corpus.held_out(EXACT_QUESTIONS, cfg.data.val_fraction), chat_corpus.task_of
-            )
-        out.update({"val_exact" if k == "all" else f"val_exact_{k}": v for k, v in shares.items()})
     return out
 
 

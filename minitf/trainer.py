@@ -31,7 +31,7 @@ import torch.nn as nn
 
 from . import budget
 from .config import Config
-from .conversations import sft
+from .conversations.metrics import Metric, eval_metric
 from .data import TokenData
 from .errors import MinitfError
 from .evaluate import evaluate
@@ -98,8 +98,8 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
             pretrained, tokenizer = _load_pretrained(cfg.run.init_from)
             setup.take_pretrained_config(cfg, pretrained, tokenizer, log)  # model.* and a fine-tune's rates
-        if cfg.data.format == "chat":  # the chat template, its tokens in the vocabulary (conversations/sft.py)
-            pretrained, tokenizer = sft.chat_model(cfg, pretrained, tokenizer, run_dir if resume else None, log)
+        # what the data's format asks of them: conversations, a chat template and its tokens (data_format.py)
+        pretrained, tokenizer = setup.fit_to_format(cfg, pretrained, tokenizer, run_dir if resume else None, log)
         data = setup.token_data(cfg, procs, tokenizer, log)  # tokenized once into the token cache
         cfg.model.vocab_size = data.tokenizer.vocab_size
 
@@ -127,7 +127,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         session.meter.step_last, session.t0 = session.step, fit_started or time.time()
 
         if not finished(session):
-            _loop(session, on_eval)
+            _loop(session, on_eval, eval_metric(cfg, log))
     say_how_it_ended(session)
     if session.procs.world > 1:
         dist.barrier()
@@ -135,7 +135,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
     return session.run_dir
 
 
-def _loop(session: Session, on_eval) -> None:
+def _loop(session: Session, on_eval, metric: Metric | None) -> None:
     """Steps until max_steps, the time budget or a stop signal; evaluations and checkpoints between."""
     tc = session.cfg.train
     expected = budget.budget_steps(tc)  # what the time budget buys on a typical machine: the warmup's share
@@ -157,7 +157,7 @@ def _loop(session: Session, on_eval) -> None:
             if due and (session.procs.main or session.sharded):
                 if end:
                     report.write(f"final evaluation ({tc.eval_batches} batches of train and val)...")
-                record_eval(session, lr, norm, elapsed, report.write, on_eval)
+                record_eval(session, lr, norm, elapsed, report.write, on_eval, metric)
                 evaluated = session.step
             if session.step % tc.ckpt_every == 0 or end:
                 if end:
@@ -215,20 +215,33 @@ def forward_backward(session: Session) -> tuple[torch.Tensor, torch.Tensor]:
     tc, model, raw_model = session.cfg.train, session.model, session.raw_model
     loss_sum = None
     batches = [session.next_batch() for _ in range(tc.grad_accum)]  # (B, T) ids, and the next token of each
-    shares = [None] * tc.grad_accum  # each micro-batch's share of the step's loss: 1 / grad_accum
-    if session.cfg.data.format == "chat":  # by learned tokens: only the answers count, and not equally
-        shares = sft.token_weights([y for _, y in batches], session.procs.world, IGNORE)
-        session.meter.count(sum(x.numel() for x, _ in batches) * session.procs.world)
+    shares = token_weights([y for _, y in batches], session.procs.world)  # each micro-batch's share of the loss
+    session.meter.count(sum(x.numel() for x, _ in batches) * session.procs.world)  # the positions this step ran
     for micro, ((x, y), share) in enumerate(zip(batches, shares)):
         sync = session.procs.world == 1 or micro == tc.grad_accum - 1
         with fsdp.micro_batch(model, raw_model, sync), session.autocast:
             _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
-            loss = loss / tc.grad_accum if share is None else loss * share
+            loss = loss * share
         session.scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
     session.scaler.unscale_(session.optimizer)
     norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
     return loss_sum, fsdp.full_tensor(norm)
+
+
+@torch.no_grad()
+def token_weights(ys: list[torch.Tensor], world: int) -> list[torch.Tensor]:
+    """Each micro-batch's share of the step's loss: its learned targets (not IGNORE) over all the
+    step's, across ranks. A micro-batch's loss is the mean over its own learned targets, so the
+    shares make the step's loss the mean over all of them: a micro-batch of conversations with 5
+    answer tokens counts 5/200 of one with 200, and text, where every target is learned, gets
+    1 / grad_accum each. DDP averages gradients over ranks, so the shares are scaled by their
+    number. Tensors, so that nothing here waits for a GPU."""
+    counts = [(y != IGNORE).sum() for y in ys]  # learned targets per micro-batch
+    total = torch.stack(counts).sum()
+    if world > 1:
+        dist.all_reduce(total)
+    return [c * world / total.clamp(min=1) for c in counts]
 
 
 def _agreed(
@@ -249,13 +262,13 @@ def _agreed(
     return loss, norm, elapsed, stop_flag > 0
 
 
-def record_eval(session: Session, lr: float, norm: float, elapsed: float, write, on_eval) -> None:
+def record_eval(session: Session, lr: float, norm: float, elapsed: float, write, on_eval, metric=None) -> None:
     """Evaluate, append the numbers to metrics.jsonl, and keep the best weights in best.safetensors.
 
     Rank 0 alone evaluates, or under fsdp every rank (each holds a shard of the weights: all
     evaluate the same batches, rank 0 writes).
     """
-    result = evaluate(session.raw_model, session.data, session.cfg, session.device, session.autocast)
+    result = evaluate(session.raw_model, session.data, session.cfg, session.device, session.autocast, metric)
     if session.procs.main:
         session.logger.log_eval(
             {
@@ -263,20 +276,19 @@ def record_eval(session: Session, lr: float, norm: float, elapsed: float, write,
                 "train_loss": result["train"],
                 "val_loss": result["val"],
                 "val_bpb": result["val_bpb"],
-                **{k: v for k, v in result.items() if k.startswith("val_exact")},  # the generated chat corpus's
+                **result.get("metric", {}),  # the recipe's own (train.eval_metric)
                 "lr": lr,
                 "grad_norm": norm,
                 "tokens_per_s": round(session.meter.tok_s),
                 "elapsed_s": round(elapsed, 2),
-                "tokens": session.step * session.meter.tokens_per_step,
+                "tokens": session.meter.total,  # the positions the batches held
             }
         )
         if on_eval is not None:
             on_eval(session.run_dir)
         write(
             f"step {session.step}: train {result['train']:.4f} | val {result['val']:.4f} | "
-            f"val bpb {result['val_bpb']:.3f}"
-            + (f" | answers exactly right {result['val_exact']:.0%}" if "val_exact" in result else "")
+            f"val bpb {result['val_bpb']:.3f}" + (f" | {metric.words(result['metric'])}" if "metric" in result else "")
         )
     keep_best(session, result["val"])  # best.safetensors, when this val loss is the lowest yet
 

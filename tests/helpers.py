@@ -205,7 +205,7 @@ def step_session(model, micro_batches, optimizer, tc, distributed: bool = False,
         scaler=torch.amp.GradScaler("cpu", enabled=False),
         autocast=contextlib.nullcontext(),
         batch_gen=torch.Generator(),
-        meter=Meter(1, 1.0, None, 0),
+        meter=Meter(1.0, None, 0),
     )
 
 

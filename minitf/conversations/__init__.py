@@ -3,6 +3,7 @@
 The template itself, and the loss mask it draws, are minitf/chat_template.py, on the reading path.
 Here: a conversation's rules and the JSONL reader (`rules`), conversations tokenized once into the
 chat token cache (`cache`) and read back as batches whose targets hold IGNORE outside the answers
-(`data`), a fine-tune's set-up, the template's tokens in the vocabulary (`sft`), and talking to a
-chat model (`answer`: minitf.chat, minitf.chat_stream, and the exact-answer metric).
+(`data`), a fine-tune's set-up, the template's tokens in the vocabulary (`sft`), talking to a
+chat model (`answer`: minitf.chat, minitf.chat_stream, exact_match), and the metric the chat
+recipe adds to each evaluation (`metrics`: held-out questions answered exactly).
 """

@@ -47,6 +47,10 @@ class ChatData:
         counts = self.meta["splits"][split]
         return counts["bytes"] / max(counts["learned"], 1)
 
+    def batch_words(self, rows: int, block_size: int) -> str:
+        """A step's batch in words: a batch is as long as its longest conversation, not block_size."""
+        return f"{rows} conversations of up to {block_size} tokens"
+
     def check_fits(self, block_size: int) -> None:
         """Every turn fits in block_size (else it is an error naming its file and line); the
         conversations longer than block_size + 1 are counted and said: their tail is not learned."""

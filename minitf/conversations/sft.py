@@ -78,16 +78,3 @@ def grow_vocab(model: Transformer, vocab_size: int) -> Transformer:
 def _end_word(tokenizer: Tokenizer) -> str:
     eot = tokenizer.chat_template.end_of_turn(tokenizer)
     return f"{tokenizer.decode([eot])!r} (id {eot})"
-
-
-@torch.no_grad()
-def token_weights(ys: list[torch.Tensor], world: int, ignore: int) -> list[torch.Tensor]:
-    """Each micro-batch's share of the step's loss: its learned tokens over all the step's learned
-    tokens (across ranks), so that a micro-batch with 5 answer tokens counts 5/200 of one with 200,
-    not as much. Under DDP, which averages gradients over ranks, the shares are scaled by the
-    number of ranks. Tensors, so that nothing here waits for a GPU."""
-    counts = [(y != ignore).sum() for y in ys]  # learned tokens per micro-batch
-    total = torch.stack(counts).sum()
-    if world > 1:
-        torch.distributed.all_reduce(total)
-    return [c * world / total.clamp(min=1) for c in counts]

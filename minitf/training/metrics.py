@@ -109,24 +109,23 @@ class Logger:
 
 
 class Meter:
-    """Tokens per second (and MFU on a known GPU) between two log points, for the progress bar."""
+    """Tokens per second (and MFU on a known GPU) between two log points, for the progress bar.
 
-    def __init__(self, tokens_per_step: int, flops_per_step: float, peak: float | None, step: int):
-        self.tokens_per_step, self.flops_per_step, self.peak = tokens_per_step, flops_per_step, peak
+    It counts the positions each step's batches held (count): a text batch is block_size long, a
+    batch of conversations as long as its longest, so tokens/s is of what really ran. total is every
+    position since step 0 (a checkpoint keeps it): metrics.jsonl's tokens."""
+
+    def __init__(self, flops_per_token: float, peak: float | None, step: int, total: int = 0):
+        self.flops_per_token, self.peak = flops_per_token, peak
         self.t_last, self.step_last, self.tok_s = time.time(), step, 0.0
-        # a chat run's batches are as long as their longest conversation, not block_size: it counts
-        # the positions it really ran (count), and tokens/s is of those
-        self.counted: int | None = None
-        self.counted_last = 0
+        self.total = self.total_last = total
 
     def count(self, positions: int) -> None:
-        self.counted = (self.counted or 0) + positions
+        self.total += positions
 
     def update(self, step: int, loss: float, lr: float) -> dict:
         now = time.time()
-        tokens = self.tokens_per_step * (step - self.step_last)
-        if self.counted is not None:
-            tokens, self.counted_last = self.counted - self.counted_last, self.counted
+        tokens, self.total_last = self.total - self.total_last, self.total
         self.tok_s = tokens / max(now - self.t_last, 1e-9)
         self.t_last, self.step_last = now, step
         post = {"step": step, "loss": f"{loss:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{self.tok_s:,.0f}"}
@@ -137,4 +136,4 @@ class Meter:
     @property
     def mfu(self) -> float:
         """Model FLOPs utilisation between the last two log points: a fraction of the peak."""
-        return self.flops_per_step * self.tok_s / self.tokens_per_step / self.peak if self.peak else 0.0
+        return self.flops_per_token * self.tok_s / self.peak if self.peak else 0.0

@@ -26,7 +26,7 @@ def name_and_prompt(cfg: Config, data: TokenData, log: Callable) -> None:
     if (
         cfg.sample.prompt != shakespeare
         or cfg.data.source == _default(DataConfig, "source")
-        or cfg.data.format == "chat"
+        or data.tokenizer.chat_template is not None  # a chat model is asked questions, not given a prompt
     ):
         return
     prompt = fitting_prompt(data)

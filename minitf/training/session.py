@@ -79,7 +79,6 @@ class Session:
         resolved), this rank's batch generator and the speed meter."""
         procs = procs or runtime.Dist()
         dtype = dtype or runtime.resolve_dtype(cfg.train.dtype, device)
-        tokens_per_step = cfg.train.batch_size * cfg.model.block_size * cfg.train.grad_accum * procs.world
         return cls(
             cfg=cfg,
             run_dir=run_dir,
@@ -93,12 +92,7 @@ class Session:
             scaler=torch.amp.GradScaler(device.type, enabled=dtype == torch.float16),
             autocast=runtime.autocast_for(dtype, device),
             batch_gen=torch.Generator().manual_seed(cfg.run.seed + procs.rank),
-            meter=metrics.Meter(
-                tokens_per_step,
-                model.flops_per_token() * tokens_per_step,
-                (runtime.peak_flops(device) or 0) * procs.world,
-                0,
-            ),
+            meter=metrics.Meter(model.flops_per_token(), (runtime.peak_flops(device) or 0) * procs.world, 0),
             log=log,
         )
 
@@ -186,6 +180,7 @@ def save_checkpoint(session: Session) -> None:
         "elapsed": session.elapsed(),
         "best_val": session.best_val,
         "best_step": session.best_step,
+        "tokens": session.meter.total,  # the positions trained on: a batch of conversations is not block_size long
         "tokenizer": session.data.tokenizer.hash,
         "data": session.data.meta["fingerprint"],  # what the corpus was, for the resume check (check_run_dir)
     }
@@ -254,6 +249,9 @@ def restore_checkpoint(session: Session, log) -> None:
         ) from None
     session.step, session.elapsed_before, session.best_val = state["step"], state["elapsed"], state["best_val"]
     session.best_step = state.get("best_step")  # absent from a checkpoint written before it was kept
+    tc, world = session.cfg.train, session.procs.world  # an older checkpoint's tokens: its text batches' size
+    total = state.get("tokens", session.step * tc.batch_size * session.cfg.model.block_size * tc.grad_accum * world)
+    session.meter.total = session.meter.total_last = total
     session.saved_step = session.step
     runtime.set_host_rng_state(state["rng"], session.device, log)
     if len(state["rank_rng"]) == session.procs.world:

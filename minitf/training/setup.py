@@ -18,14 +18,13 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ..config import Config, TrainConfig
-from ..conversations.cache import prepare_chat_data
-from ..corpus.prepare import prepare_data
 from ..data import TokenData
 from ..errors import ConfigError
 from ..model import Transformer
 from ..system import runtime
 from ..tokenizer import Tokenizer
 from . import checkpoint as ckpt
+from .data_format import data_format
 from .metrics import Logger, check_log_dir
 from .session import Session, charge_resumed_time, explain_changes, restore_checkpoint
 
@@ -70,14 +69,20 @@ def take_pretrained_config(cfg: Config, pretrained: Transformer, tokenizer: Toke
     log(finetune_rates(cfg.train, cfg.given))  # trained weights want lower rates than a new model
 
 
+def fit_to_format(
+    cfg: Config, pretrained: Transformer | None, tokenizer: Tokenizer | None, run_dir: Path | None, log: Callable
+) -> tuple[Transformer | None, Tokenizer | None]:
+    """(pretrained, tokenizer) as data.format asks (data_format.py): conversations bring a chat
+    template and its tokens; run_dir is a resume's, whose template is its own."""
+    return data_format(cfg).fit(cfg, pretrained, tokenizer, run_dir, log)
+
+
 def token_data(cfg: Config, procs: runtime.Dist, tokenizer: Tokenizer | None, log: Callable) -> TokenData:
     """The token data, on every rank: rank 0 builds the token cache, the others then find it ready.
     A split too small for one batch is said now, not at the first evaluation."""
 
     def prepare():
-        if cfg.data.format == "chat":  # conversations, with their loss mask (conversations/cache.py)
-            return prepare_chat_data(cfg.data, tokenizer, tokenizer.chat_template, log=log)
-        return prepare_data(cfg.data, tokenizer, log=log)
+        return data_format(cfg).prepare(cfg.data, tokenizer, log)
 
     if procs.main:
         data = prepare()
@@ -126,13 +131,8 @@ def startup_line(session: Session, exports: str) -> str:
         f"{_dtype_words(cfg.train.dtype, session.dtype, session.device)}"
         f"{' | compiled' if cfg.train.compile else ''}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if session.sharded else ''}"
-        f" | global batch {batch} x {accum} accum x {procs.world} procs = {batch * accum * procs.world}"
-        + (
-            f" conversations of up to {cfg.model.block_size} tokens"  # a batch is as long as its longest
-            if cfg.data.format == "chat"
-            else f" sequences of {cfg.model.block_size} = {session.meter.tokens_per_step:,} tokens"
-        )
-        + f" | {exports}"
+        f" | global batch {batch} x {accum} accum x {procs.world} procs = "
+        f"{session.data.batch_words(batch * accum * procs.world, cfg.model.block_size)} | {exports}"
     )
 
 

@@ -7,7 +7,7 @@ import ast
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 PKG = ROOT / "minitf"
 
@@ -29,7 +29,16 @@ LAYERS = [
     {"optim"},  # optimizers and the schedule: nothing of a run's machinery
     {"training", "conversations.sft"},  # a run's set-up steps, session, checkpoints, FSDP, logs; a chat fine-tune's
     # what is done with a model and a run
-    {"trainer", "evaluate", "generate", "conversations.answer", "inspection", "interpret", "export"},
+    {
+        "trainer",
+        "evaluate",
+        "generate",
+        "conversations.answer",
+        "conversations.metrics",
+        "inspection",
+        "interpret",
+        "export",
+    },
     {"plots"},  # figures: loss curves, attention heatmaps, interpretability grids (matplotlib, files only)
     {"web"},  # the web apps: the explorer, the OpenAI-compatible server, and their HTTP layer
     {"cli", "__main__"},  # the command line: minitf <command>

@@ -6,12 +6,11 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from minitf.chat_template import IM_END, add_chat_tokens, chatml
 from minitf.config import DataConfig, ModelConfig
 from minitf.conversations.cache import prepare_chat_data
-from minitf.conversations.sft import grow_vocab, token_weights
+from minitf.conversations.sft import grow_vocab
 from minitf.data import IGNORE
 from minitf.model import Transformer
 from minitf.tokenizer import Tokenizer
@@ -75,24 +74,6 @@ def test_a_batch_row_is_one_conversation_with_only_answers_as_targets(tmp_path, 
         assert tok.decode(kept) == ("5" + IM_END + "assistant" + IM_END if ids is full else "5" + IM_END)
     x, y = data.get_batch("train", 6, 8, torch.Generator().manual_seed(0))
     assert x.shape == (6, 8)  # cut at block_size
-
-
-@torch.no_grad()
-def test_micro_batches_count_by_their_learned_tokens():
-    torch.manual_seed(0)
-    model = Transformer(ModelConfig(vocab_size=50, n_layer=1, n_head=2, n_embd=16, block_size=16, dropout=0.0))
-    x = torch.randint(50, (4, 16))
-    y = torch.randint(50, (4, 16))
-    y[:2, 3:] = IGNORE  # micro-batch a: 6 learned tokens
-    y[2:, :] = torch.where(torch.rand(2, 16) < 0.9, y[2:], IGNORE)  # micro-batch b: about 29
-    shares = token_weights([y[:2], y[2:]], world=1, ignore=IGNORE)
-    assert [float(s) for s in shares] == pytest.approx([6 / int((y != IGNORE).sum()), 1 - 6 / int((y != IGNORE).sum())])
-    accumulated = sum(model(x[s], y[s])[1] * share for s, share in zip((slice(0, 2), slice(2, 4)), shares))
-    logits, _ = model(x)
-    whole = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)  # every learned token once
-    assert float(accumulated) == pytest.approx(float(whole), rel=1e-6)
-    plain_mean = (model(x[:2], y[:2])[1] + model(x[2:], y[2:])[1]) / 2
-    assert abs(float(plain_mean) - float(whole)) > 1e-3  # what averaging per micro-batch would have said
 
 
 def test_grown_rows_start_at_the_mean_and_old_logits_keep_their_order():
