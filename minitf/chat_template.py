@@ -42,7 +42,6 @@ CHATML = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 TEMPLATE_FILE = "chat_template.jinja"  # in a run directory (and in transformers' own saves)
-ROLES = ("system", "user", "assistant")
 
 
 class ChatTemplate:
