@@ -15,7 +15,7 @@ import torch.utils.checkpoint
 from .attention import attention, attention_steps
 from .config import ModelConfig
 from .errors import ConfigError
-from .fast.fused_attention import fused_attention
+from .fast.fused_attention import fused_attention, repeat_heads
 from .fast.lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
 from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
@@ -86,7 +86,6 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
-        self.groups = cfg.n_head // cfg.kv_heads  # query heads per key/value head
         # q (n_head heads), then k and v (n_kv_head heads each): 3 * n_embd columns without grouping
         self.c_attn = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
@@ -147,14 +146,9 @@ class CausalSelfAttention(nn.Module):
         q, k = qk.split((self.n_head, self.n_kv_head), dim=2)  # (B, T, H, D), (B, T, KV, D)
         return q, k, v
 
-    def expand(self, kv: torch.Tensor) -> torch.Tensor:
-        """Keys or values (B, KV, S, D) -> (B, H, S, D): each key/value head repeated for its group
-        of query heads (a no-op without grouping)."""
-        return kv if self.groups == 1 else kv.repeat_interleave(self.groups, dim=1)
-
     def written_out(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None) -> torch.Tensor:
         """attend() through attention.py's formula, one step at a time, (B, H, T, D)."""
-        k, v = self.expand(k), self.expand(v)  # (B, H, S, D)
+        k, v = repeat_heads(k, self.n_head), repeat_heads(v, self.n_head)  # (B, H, S, D)
         y, weights = attention(q, k, v, causal=mask is None, mask=mask)  # (B, H, T, D), (B, H, T, S)
         if self.training and self.dropout > 0:
             y = F.dropout(weights, self.dropout) @ v
@@ -181,7 +175,7 @@ class CausalSelfAttention(nn.Module):
         (B, T, C). With grouped heads, a query head's k and v are its group's key/value head.
         """
         q, k, v = self.qkv(x, rope)
-        k, v = self.expand(k), self.expand(v)  # (B, H, T, D)
+        k, v = repeat_heads(k, self.n_head), repeat_heads(v, self.n_head)  # (B, H, T, D)
         s = attention_steps(q, k, v, causal=True)  # scores, scaled, masked, weights (B, H, T, T); out
         heads = s.pop("out")  # (B, H, T, D)
         return dict(q=q, k=k, v=v, **s, heads=heads, out=self.project(heads))

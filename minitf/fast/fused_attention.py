@@ -29,8 +29,9 @@ def fused_attention(q, k, v, mask=None, dropout_p: float = 0.0, is_causal: bool 
 
 
 def repeat_heads(kv: torch.Tensor, H: int) -> torch.Tensor:
-    """Keys or values (B, KV, S, D) -> (B, H, S, D): each head repeated for its group of query heads."""
-    return kv.repeat_interleave(H // kv.size(1), dim=1)
+    """Keys or values (B, KV, S, D) -> (B, H, S, D): each key/value head repeated for its group of
+    H / KV query heads (kv itself without grouping, KV = H)."""
+    return kv if kv.size(1) == H else kv.repeat_interleave(H // kv.size(1), dim=1)
 
 
 def flash_inputs(q: torch.Tensor, mask) -> bool:
