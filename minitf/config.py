@@ -693,36 +693,3 @@ def describe_keys(cfg: Config | None = None) -> str:
             rows.append((f"    {sec.name}.{f.name} = {getattr(section, f.name)!r}", doc))
     width = max(len(left) for left, _ in rows)
     return "\n".join(f"{left:<{width}}  {doc}".rstrip() for left, doc in rows)
-
-
-# The keys a resume may change (--resume with overrides): the budget, the cadence of evaluations,
-# checkpoints, logs and snapshots, how and where it runs, and sampling; the rest would make the
-# checkpoint another run's.
-RESUMABLE = (
-    "train.max_steps",
-    "train.max_seconds",
-    "train.eval_every",
-    "train.eval_batches",
-    "train.eval_metric",
-    "train.ckpt_every",
-    "train.log_every",
-    "train.snapshot_every",
-    "train.logger",
-    "train.typical_steps",
-    "train.fit_budget",
-    "train.compile",
-    "train.activation_checkpointing",
-    "train.max_bad_steps",
-    "run.device",
-    "run.out_dir",
-    "run.name",
-    "run.init_from",
-    "data.num_proc",
-    "sample.",
-)
-
-
-def resumable_words() -> str:
-    """RESUMABLE as a sentence for --help: "train.max_steps, ..., and sample.*"."""
-    keys = [k + "*" if k.endswith(".") else k for k in RESUMABLE]
-    return ", ".join(keys[:-1]) + ", and " + keys[-1]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,19 +68,8 @@ def train(
     thread) is refused rather than making both irreproducible. Train one after the other, or in
     separate processes.
     """
-    if not _ONE_RUN.acquire(blocking=False):
-        raise MinitfError(
-            "minitf.train is already running in this process (another thread); a run draws its weights and "
-            "dropout from torch's process-wide random generator, so two at once would make neither reproducible: "
-            "train one after the other, or in separate processes"
-        )
-    try:
+    with setup.the_only_run_in_this_process():
         return _train(_own_config(cfg, resume, overrides), resume, log, on_eval)
-    finally:
-        _ONE_RUN.release()
-
-
-_ONE_RUN = threading.Lock()  # held while a train() runs in this process
 
 
 def _train(cfg: Config, resume: bool, log, on_eval) -> Path:

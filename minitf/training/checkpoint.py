@@ -22,7 +22,7 @@ import torch.nn as nn
 from safetensors.torch import save_model
 
 from ..chat_template import TEMPLATE_FILE
-from ..config import RESUMABLE, Config, load_config, read_config_file, save_config
+from ..config import Config, load_config, read_config_file, save_config
 from ..errors import ConfigError, MinitfError
 from ..run_dir import (
     BEST,
@@ -42,6 +42,38 @@ from ..run_dir import (
 from ..system.files import atomic_write, open_nofollow, read_yaml, refuse_symlink
 from ..tokenizer import Tokenizer
 from . import lora
+
+# The keys a resume may change (--resume with overrides): the budget, the cadence of evaluations,
+# checkpoints, logs and snapshots, how and where it runs, and sampling; the rest would make the
+# checkpoint another run's.
+RESUMABLE = (
+    "train.max_steps",
+    "train.max_seconds",
+    "train.eval_every",
+    "train.eval_batches",
+    "train.eval_metric",
+    "train.ckpt_every",
+    "train.log_every",
+    "train.snapshot_every",
+    "train.logger",
+    "train.typical_steps",
+    "train.fit_budget",
+    "train.compile",
+    "train.activation_checkpointing",
+    "train.max_bad_steps",
+    "run.device",
+    "run.out_dir",
+    "run.name",
+    "run.init_from",
+    "data.num_proc",
+    "sample.",
+)
+
+
+def resumable_words() -> str:
+    """RESUMABLE as a sentence for --help: "train.max_steps, ..., and sample.*"."""
+    keys = [k + "*" if k.endswith(".") else k for k in RESUMABLE]
+    return ", ".join(keys[:-1]) + ", and " + keys[-1]
 
 
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:

@@ -1,15 +1,16 @@
 """A training run's set-up, the steps before its first that the trainer calls in order (trainer._train).
 
-Processes and device; the run directory (locked, checked); a pretrained model's config and a
-fine-tune's rates; the token data on every rank; a new run's files or a resume's checkpoint; the
-compiled blocks and DDP; the start-up line. Each is called by the trainer and returns to it: none
-calls back into the trainer or the layers above.
+One run at a time in a process; processes and device; the run directory (locked, checked); a
+pretrained model's config and a fine-tune's rates; the token data on every rank; a new run's files
+or a resume's checkpoint; the compiled blocks and DDP; the start-up line. Each is called by the
+trainer and returns to it: none calls back into the trainer or the layers above.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import torch.nn as nn
 
 from ..config import Config, TrainConfig
 from ..data import TokenData
-from ..errors import ConfigError
+from ..errors import ConfigError, MinitfError
 from ..model import Transformer
 from ..system import runtime
 from ..tokenizer import Tokenizer
@@ -27,6 +28,25 @@ from . import checkpoint as ckpt
 from .data_format import data_format
 from .metrics import Logger, check_log_dir
 from .session import Session, charge_resumed_time, explain_changes, restore_checkpoint
+
+_ONE_RUN = threading.Lock()  # held while a train() runs in this process
+
+
+@contextlib.contextmanager
+def the_only_run_in_this_process():
+    """Held while a run trains. A run seeds torch's process-wide random generator and draws its
+    weights and dropout from it, so a second train() from another thread is refused rather than
+    making both irreproducible."""
+    if not _ONE_RUN.acquire(blocking=False):
+        raise MinitfError(
+            "minitf.train is already running in this process (another thread); a run draws its weights and "
+            "dropout from torch's process-wide random generator, so two at once would make neither reproducible: "
+            "train one after the other, or in separate processes"
+        )
+    try:
+        yield
+    finally:
+        _ONE_RUN.release()
 
 
 def silent(*args, **kwargs) -> None:

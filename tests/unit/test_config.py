@@ -10,11 +10,9 @@ import minitf
 import minitf.system.files
 from minitf.config import ModelConfig, TrainConfig, load_config, load_run_config
 from minitf.errors import ConfigError, shown
-from tests.helpers import (
-    ROOT,
-    _run_copy,
-)
-from tests.helpers import writes_one_line as one_line
+from tests.support import ROOT
+from tests.support.errors import writes_one_line as one_line
+from tests.support.runs import run_copy
 
 
 def test_load_yaml_and_overrides(tmp_path):
@@ -154,7 +152,7 @@ def test_every_key_has_a_meaning_and_choices_are_literals():
 def test_train_help_names_every_key_a_resume_may_change(capsys):
     """--resume's help is written from RESUMABLE, so a key added there is named there too."""
     from minitf.cli.train import main as train_main
-    from minitf.config import RESUMABLE
+    from minitf.training.checkpoint import RESUMABLE
 
     with pytest.raises(SystemExit):
         train_main(["--help"])
@@ -335,7 +333,7 @@ def test_a_run_directory_longer_than_the_path_limit(tmp_path):
 
 
 def test_a_run_with_unknown_training_keys_still_reads(tiny_run, tmp_path):
-    run = _run_copy(tiny_run, tmp_path, train={"newer_schedule": "wsd"}, data={"dedupe": True}, future={"x": 1})
+    run = run_copy(tiny_run, tmp_path, train={"newer_schedule": "wsd"}, data={"dedupe": True}, future={"x": 1})
     with pytest.warns(UserWarning) as w:
         cfg = load_run_config(run / "config.yaml")
     assert str(w[0].message) == (
@@ -353,7 +351,7 @@ def test_a_run_with_unknown_training_keys_still_reads(tiny_run, tmp_path):
 
 
 def test_a_run_with_an_unknown_model_key_is_refused(tiny_run, tmp_path):
-    run = _run_copy(tiny_run, tmp_path, model={"moe_experts": 8})
+    run = run_copy(tiny_run, tmp_path, model={"moe_experts": 8})
     with pytest.raises(ConfigError) as e:
         load_run_config(run / "config.yaml")
     assert str(e.value).startswith(f"{run / 'config.yaml'}: unknown config key 'model.moe_experts' (valid: ")
