@@ -91,7 +91,7 @@ def _tokens(
         yield (nxt, logits) if with_logits else nxt
 
 
-def _text_steps(
+def text_steps(
     model,
     tokenizer,
     prompt: str,
@@ -103,9 +103,14 @@ def _text_steps(
     info: dict | None = None,
     ends: tuple[int, ...] = (),
 ):
-    """Yield, per step, the new text of every sample (until all samples are done); info, when
-    given, gets "tokens": how many tokens each sample drew (re-encoding its text can differ).
-    `prompt` is text, or token ids already (a chat's); a sample also ends at a token of `ends`."""
+    """Yield, per step, the new text of every sample (until all samples are done): the loop under
+    generate and stream (a text prompt) and conversations.answer's chat and chat_stream (a chat's
+    prompt ids and its end-of-turn tokens). The caller has checked its arguments (check_arguments)
+    and made `settings` (sample_settings).
+
+    `prompt` is text, or token ids already (a chat's); a sample also ends at a token of `ends`, at
+    <|endoftext|> or a stop string. info, when given, gets "tokens": how many tokens each sample
+    drew (re-encoding its text can differ)."""
     check_num_samples(model, num_samples)  # before the num_samples text assemblers below
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     block = model.config.block_size
@@ -149,7 +154,7 @@ def generate(
     check_arguments("generate", model, tokenizer, prompt, stop, num_samples)
     settings = sample_settings(settings, **overrides)
     out = [""] * num_samples
-    for step in _text_steps(model, tokenizer, prompt, settings, stop, num_samples, use_cache, compile, info):
+    for step in text_steps(model, tokenizer, prompt, settings, stop, num_samples, use_cache, compile, info):
         out = [o + p for o, p in zip(out, step)]
     return out[0] if num_samples == 1 else out
 
@@ -169,7 +174,7 @@ def stream(
     """Like generate, but yields text pieces as they are decoded, never half a character."""
     check_arguments("stream", model, tokenizer, prompt, stop)
     settings = sample_settings(settings, **overrides)
-    for step in _text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile, info):
+    for step in text_steps(model, tokenizer, prompt, settings, stop, 1, use_cache, compile, info):
         if step[0]:
             yield step[0]
 

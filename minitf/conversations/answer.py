@@ -18,7 +18,7 @@ from collections import Counter
 from ..chat_template import ChatTemplate
 from ..config import SampleConfig
 from ..errors import ConfigError, MinitfError
-from ..generate import _text_steps
+from ..generate import text_steps
 from ..generation.args import check_arguments, sample_settings
 from .rules import BadConversation, check_question
 
@@ -42,7 +42,7 @@ def chat(
     seed); the answer ends at the template's end-of-turn token, max_new_tokens or a stop string."""
     ids, ends, settings = _prepare("chat", model, tokenizer, messages, template, stop, num_samples, settings, overrides)
     out = [""] * num_samples
-    for step in _text_steps(model, tokenizer, ids, settings, stop, num_samples, use_cache, compile, info, ends):
+    for step in text_steps(model, tokenizer, ids, settings, stop, num_samples, use_cache, compile, info, ends):
         out = [o + p for o, p in zip(out, step)]
     return out[0] if num_samples == 1 else out
 
@@ -62,7 +62,7 @@ def chat_stream(
 ):
     """Like chat, but yields the answer in pieces as they are decoded, never half a character."""
     ids, ends, settings = _prepare("chat_stream", model, tokenizer, messages, template, stop, 1, settings, overrides)
-    for step in _text_steps(model, tokenizer, ids, settings, stop, 1, use_cache, compile, info, ends):
+    for step in text_steps(model, tokenizer, ids, settings, stop, 1, use_cache, compile, info, ends):
         if step[0]:
             yield step[0]
 
