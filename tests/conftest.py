@@ -9,8 +9,9 @@ import pytest
 
 import minitf
 from minitf.run_dir import WEIGHTS
-
-from .helpers import ROOT, _poison, make_play, tiny_config
+from tests.support import ROOT
+from tests.support.corpus import make_play
+from tests.support.runs import poison, tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -76,7 +77,7 @@ def nan_run(tmp_path, tiny_run):
     """A copy of the trained tiny run whose model.safetensors holds one NaN (best.safetensors is intact)."""
     run = tmp_path / "nan"
     shutil.copytree(tiny_run, run)
-    _poison(run / WEIGHTS)
+    poison(run / WEIGHTS)
     return run
 
 

@@ -9,7 +9,7 @@ import ast
 import re
 import sys
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 PKG = ROOT / "minitf"
 # the textbook, in the order the README reads it; then what every layer needs

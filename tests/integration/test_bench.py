@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 # The benchmark harness runs end to end at tiny sizes (timings are printed, never asserted).
 

@@ -12,7 +12,7 @@ from minitf.cli import chat as chat_command
 from minitf.conversations.answer import chat
 from minitf.run_dir import load_run
 from minitf.web.serve import Completions
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 Q1, Q2 = "What is 2 plus 3?", "And 4 plus 4?"
 

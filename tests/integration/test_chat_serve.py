@@ -10,7 +10,7 @@ import torch
 from minitf.conversations.answer import chat
 from minitf.generate import generate_tokens, sample_settings
 from minitf.run_dir import load_run
-from tests.helpers import raw, serving
+from tests.support.serving import raw, serving
 
 openai = pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
 

@@ -13,7 +13,9 @@ import minitf
 from minitf.run_dir import load_run
 from minitf.training import lora
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import QUIET, ROOT, script, train_with_snapshot
+from tests.support import ROOT
+from tests.support.processes import script
+from tests.support.runs import QUIET, train_with_snapshot
 
 LORA = ("train.lora_rank=4", "train.lora_alpha=8", "train.optimizer=adamw", "train.lora_dropout=0.1")
 

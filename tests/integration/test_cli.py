@@ -10,7 +10,8 @@ import torch
 
 from minitf.errors import ConfigError
 from minitf.system.runtime import resolve_device
-from tests.helpers import ROOT, one_line, script, two_at_a_time
+from tests.support import ROOT
+from tests.support.processes import one_line, script, two_at_a_time
 
 # README claims and options that had no test, each checked against a value the code does not
 # compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.

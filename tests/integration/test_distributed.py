@@ -15,14 +15,10 @@ from minitf.config import TrainConfig
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import (
-    MUON,
-    ROOT,
-    join_gloo,
-    leave_gloo,
-    step_session,
-    tiny_train_args,
-)
+from tests.support import ROOT
+from tests.support.models import MUON, step_session
+from tests.support.processes import join_gloo, leave_gloo
+from tests.support.runs import tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 

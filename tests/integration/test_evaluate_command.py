@@ -5,7 +5,7 @@ import pytest
 import minitf
 from minitf.errors import ConfigError
 from minitf.evaluate import evaluate_text
-from tests.helpers import one_line, script
+from tests.support.processes import one_line, script
 
 # README claims and options that had no test, each checked against a value the code does not
 # compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.

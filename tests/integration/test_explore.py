@@ -29,7 +29,8 @@ from minitf.run_dir import METRICS, read_rows
 from minitf.sampling import sampler_distribution
 from minitf.web.explore import STATIC
 from minitf.web.explore.api import MAX_GENERATIONS, VIEWS, BadRequest, Explorer
-from tests.helpers import ROOT, default_sigint
+from tests.support import ROOT
+from tests.support.processes import default_sigint
 
 
 @pytest.fixture

@@ -14,8 +14,10 @@ from minitf.cli import export
 from minitf.errors import MinitfError
 from minitf.system.files import current_umask
 from minitf.training import checkpoint as ckpt
-from tests.helpers import _refusal, script, two_at_a_time, victim
-from tests.helpers import writes_one_line as one_line
+from tests.support.errors import victim
+from tests.support.errors import writes_one_line as one_line
+from tests.support.processes import script, two_at_a_time
+from tests.support.runs import refusal
 
 # README claims and options that had no test, each checked against a value the code does not
 # compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.
@@ -68,7 +70,7 @@ def test_export_gguf_says_which_weights_it_exported(tiny_run, tmp_path):
 def test_evaluate_and_both_exports_refuse_before_writing(nan_run, tmp_path):
     from minitf.cli import evaluate, export, export_gguf
 
-    with pytest.raises(MinitfError, match=_refusal(nan_run).replace("(", r"\(")):
+    with pytest.raises(MinitfError, match=refusal(nan_run).replace("(", r"\(")):
         evaluate.main(["--run", str(nan_run), "--batch-size", "2"])
     pytest.importorskip("transformers", reason="pip install -e '.[hf]'")
     with pytest.raises(MinitfError, match=r"model.safetensors: tensor blocks.0.attn.c_attn.weight holds NaN"):

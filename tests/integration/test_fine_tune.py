@@ -17,7 +17,9 @@ import minitf
 from minitf.errors import MinitfError
 from minitf.export import hf as minitf_hf
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import QUIET, ROOT, tiny_config, tiny_gpt2_config, tiny_train_args
+from tests.support import ROOT
+from tests.support.models import tiny_gpt2_config
+from tests.support.runs import QUIET, tiny_config, tiny_train_args
 
 # Nothing broken that minitf reads is used silently: weights holding NaN or infinity are refused
 # wherever a run is loaded (generate, evaluate, both exports, the explorer, resume, the sharded

@@ -22,7 +22,10 @@ from minitf.trainer import forward_backward
 from minitf.training import checkpoint as ckpt
 from minitf.training import fsdp
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import ROOT, join_gloo, leave_gloo, step_session, tiny_config, tiny_train_args
+from tests.support import ROOT
+from tests.support.models import step_session
+from tests.support.processes import join_gloo, leave_gloo
+from tests.support.runs import tiny_config, tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
 

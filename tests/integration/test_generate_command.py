@@ -15,15 +15,9 @@ from minitf.generate import stream_tokens
 from minitf.run_dir import which_weights
 from minitf.training import checkpoint as ckpt
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import (
-    QUIET,
-    ROOT,
-    _refusal,
-    _run_copy,
-    script,
-    tiny_config,
-    two_at_a_time,
-)
+from tests.support import ROOT
+from tests.support.processes import script, two_at_a_time
+from tests.support.runs import QUIET, refusal, run_copy, tiny_config
 
 
 def gen(*args, cwd=ROOT, stdin=None):
@@ -367,7 +361,7 @@ def test_the_generate_script_says_it_in_one_line(nan_run):
         timeout=120,
     )
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.startswith("error: " + _refusal(nan_run)) and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("error: " + refusal(nan_run)) and len(r.stderr.strip().splitlines()) == 1
 
 
 # Mistakes a user makes that used to end in a traceback or an unclear error: each is now one line
@@ -375,7 +369,7 @@ def test_the_generate_script_says_it_in_one_line(nan_run):
 
 
 def test_generate_reads_a_run_with_unknown_training_keys(tiny_run, tmp_path):
-    run = _run_copy(tiny_run, tmp_path, train={"newer_schedule": "wsd"})
+    run = run_copy(tiny_run, tmp_path, train={"newer_schedule": "wsd"})
     r = subprocess.run(
         [sys.executable, "scripts/generate.py", "--run", str(run), "--max-new-tokens", "5", "--seed", "0"],
         cwd=ROOT,

@@ -20,7 +20,8 @@ from minitf.config import Config, ModelConfig, SampleConfig
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
 from minitf.training.checkpoint import WEIGHTS, save_weights, write_run_files
-from tests.helpers import ROOT, make_play
+from tests.support import ROOT
+from tests.support.corpus import make_play
 
 INSTALL = "pip install -e '.[gguf,llamacpp]'"
 

@@ -14,7 +14,7 @@ import minitf
 from minitf.config import SampleConfig
 from minitf.export.hf import from_hf, load_pretrained, to_hf
 from minitf.generate import generate_tokens
-from tests.helpers import LLAMA
+from tests.support.models import LLAMA
 
 STRINGS = [
     "ROMEO: O love, sweet night!",
@@ -330,7 +330,7 @@ def test_import_refuses_pickles_and_qk_norm_weights(tf, tok, tmp_path):
 
 
 def test_fine_tune_from_a_local_llama(tf, tok, tmp_path, corpus):
-    from tests.helpers import tiny_config
+    from tests.support.runs import tiny_config
 
     hf, path = saved_by_transformers(tf, tok, tmp_path, "llama")
     lines = []

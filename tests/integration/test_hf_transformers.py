@@ -15,7 +15,7 @@ import minitf
 from minitf.config import SampleConfig
 from minitf.export.hf import from_hf_gpt2, to_hf_gpt2
 from minitf.generate import generate_tokens
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 TEXTS = ["ROMEO: O love, sweet night!", "JULIET:\n\tgentle <|endoftext|> fair", "héllo wörld ✓  two  spaces"]
 

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, default_sigint, two_at_a_time
+from tests.support import ROOT
+from tests.support.processes import default_sigint, two_at_a_time
 
 # The `minitf` command: one front door over the same code as scripts/*.py, with their one-line errors.
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 WALK_THROUGH = ROOT / "docs" / "learn" / "attention.py"
 

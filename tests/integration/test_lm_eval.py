@@ -12,7 +12,7 @@ import pytest
 import minitf
 import minitf.export.hf
 from minitf.run_dir import load_run
-from tests.helpers import serving
+from tests.support.serving import serving
 
 pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed: pip install -e '.[eval]'")
 
@@ -130,7 +130,7 @@ def test_the_docs_local_task_runs_as_written(tiny_run, tmp_path):
 
     import torch
 
-    from tests.helpers import ROOT
+    from tests.support import ROOT
 
     page = (ROOT / "docs" / "elsewhere.md").read_text(encoding="utf-8")
     (block,) = [b for b in re.findall(r"^```bash\n(.*?)^```", page, re.M | re.S) if "--include_path" in b]

@@ -10,7 +10,7 @@ import pytest
 import minitf
 from minitf.conversations.answer import chat
 from minitf.export.hf import to_hf
-from tests.helpers import serving
+from tests.support.serving import serving
 
 pytest.importorskip("lm_eval", reason="lm-evaluation-harness is not installed: pip install -e '.[eval]'")
 pytest.importorskip("transformers", reason="the hf backend needs transformers: pip install -e '.[eval]'")

@@ -11,7 +11,7 @@ import pytest
 import minitf
 from minitf.inspection import token_label
 from minitf.plots.figures import plot_runs
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 
 def script(name, *args, cwd=ROOT):

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import minitf
-from tests.helpers import PAGES, ROOT, shell_commands
+from tests.support import ROOT
+from tests.support.docs import PAGES, shell_commands
 
 # The README and docs/ stay true to the tree: every relative link and picture points at a file in
 # the repository (and a #anchor at a heading of it), docs/design.md lists the layers

@@ -19,7 +19,9 @@ from minitf.generate import generate_tokens, sample_settings
 from minitf.run_dir import load_run
 from minitf.web.serve import Limits
 from minitf.web.serve.request import MAX_STOPS
-from tests.helpers import ROOT, default_sigint, raw, serving
+from tests.support import ROOT
+from tests.support.processes import default_sigint
+from tests.support.serving import raw, serving
 
 openai = pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
 

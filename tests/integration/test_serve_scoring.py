@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minitf.run_dir import load_run
-from tests.helpers import raw, serving
+from tests.support.serving import raw, serving
 
 pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
 

@@ -12,7 +12,7 @@ import pytest
 
 from minitf.web.serve.engine import Cancelled
 from minitf.web.serve.request import SCORED_CONTEXTS
-from tests.helpers import raw, serving
+from tests.support.serving import raw, serving
 
 pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
 

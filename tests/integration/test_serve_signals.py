@@ -14,7 +14,9 @@ import time
 import pytest
 
 import minitf
-from tests.helpers import ROOT, default_sigint, tiny_config
+from tests.support import ROOT
+from tests.support.processes import default_sigint
+from tests.support.runs import tiny_config
 
 
 def command(*args) -> subprocess.Popen:

@@ -19,8 +19,8 @@ from minitf.interpret.history import heads_over_training
 from minitf.plots import training_figures
 from minitf.plots.training_figures import format_heads_table
 from minitf.run_dir import list_snapshots, weights_step
-from tests.helpers import QUIET, tiny_config
-from tests.helpers import snapshot_weights as weights
+from tests.support.runs import QUIET, tiny_config
+from tests.support.runs import snapshot_weights as weights
 
 
 @pytest.fixture(scope="module")

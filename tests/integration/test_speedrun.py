@@ -4,7 +4,7 @@ import json
 import subprocess
 import sys
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 # minitf speedrun (scripts/speedrun.py): recipes in turns at equal wall time, the time-to-reference rule, its JSON.
 

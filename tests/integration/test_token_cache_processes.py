@@ -17,8 +17,9 @@ import minitf.corpus.token_cache
 from minitf.config import DataConfig
 from minitf.corpus.prepare import prepare_data
 from minitf.errors import MinitfError
-from tests.helpers import HARD, ROOT, Log, bins, sdist, split_docs, write_docs
-from tests.helpers import doc_text as text
+from tests.support import ROOT
+from tests.support.corpus import HARD, Log, bins, sdist, split_docs, write_docs
+from tests.support.corpus import doc_text as text
 
 # Corpus sources, the train/val split, the token cache, batches and bad input, on tiny local corpora.
 

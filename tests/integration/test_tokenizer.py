@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from minitf.tokenizer import Tokenizer
-from tests.helpers import HARD_STRINGS as HARD
-from tests.helpers import ROOT
-from tests.helpers import tokenizer_corpus as corpus
+from tests.support import ROOT
+from tests.support.corpus import HARD_STRINGS as HARD
+from tests.support.corpus import tokenizer_corpus as corpus
 
 # Byte-level BPE: lossless round trips, determinism, the tokenizer.json format, bad input.
 
@@ -25,7 +25,8 @@ def test_training_is_deterministic_byte_for_byte(tok, tmp_path):
     assert again.to_json() == tok.to_json() and again.hash == tok.hash
     # in a fresh process too, where the Rust HashMaps get other random seeds
     code = (
-        f"import random, sys; sys.path.insert(0, {str(ROOT)!r}); from tests.helpers import tokenizer_corpus as corpus; "
+        f"import random, sys; sys.path.insert(0, {str(ROOT)!r}); "
+        "from tests.support.corpus import tokenizer_corpus as corpus; "
         "from minitf.tokenizer import Tokenizer; "
         "Tokenizer.train(corpus(), vocab_size=400).save(sys.argv[1])"
     )

@@ -12,10 +12,7 @@ from minitf.budget import budget_steps
 from minitf.config import TrainConfig, load_config
 from minitf.run_dir import load_run
 from minitf.training.metrics import METRICS, STEPS, read_rows
-from tests.helpers import (
-    slow_clock,
-    tiny_config,
-)
+from tests.support.runs import slow_clock, tiny_config
 
 # A short time budget trains the default model with 2 layers at 1.5x the learning rates
 # (minitf/budget.py): the rule, when it applies, and a run that took it.

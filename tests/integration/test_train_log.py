@@ -14,7 +14,7 @@ import torch
 import minitf
 from minitf import trainer
 from minitf.training.metrics import METRICS, STEPS, read_rows
-from tests.helpers import fake_monotonic, slow_clock, tiny_config
+from tests.support.runs import fake_monotonic, slow_clock, tiny_config
 
 
 def test_steps_are_logged_every_log_every_and_resume_drops_the_future(tmp_path, corpus):

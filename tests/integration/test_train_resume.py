@@ -24,18 +24,11 @@ from minitf.run_dir import list_snapshots, snapshot_path
 from minitf.training import checkpoint as ckpt
 from minitf.training import session as session_module
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import (
-    QUIET,
-    ROOT,
-    TENSOR,
-    make_play,
-    same_size_edit,
-    script,
-    tiny_args,
-    tiny_config,
-    train_with_snapshot,
-)
-from tests.helpers import snapshot_weights as weights
+from tests.support import ROOT
+from tests.support.corpus import make_play, same_size_edit
+from tests.support.processes import script
+from tests.support.runs import QUIET, TENSOR, tiny_args, tiny_config, train_with_snapshot
+from tests.support.runs import snapshot_weights as weights
 
 # README claims and options that had no test, each checked against a value the code does not
 # compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.

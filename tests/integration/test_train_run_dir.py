@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 import minitf
 from minitf.errors import MinitfError
 from minitf.training.metrics import METRICS, append_row, read_rows
-from tests.helpers import tiny_config
-from tests.helpers import writes_one_line as one_line
+from tests.support.errors import writes_one_line as one_line
+from tests.support.runs import tiny_config
 
 
 def test_a_refused_fresh_run_leaves_no_lock_among_the_users_files(tmp_path, corpus):

@@ -17,17 +17,9 @@ import minitf.system.files
 from minitf.errors import MinitfError
 from minitf.training import checkpoint as ckpt
 from minitf.training.metrics import METRICS, read_rows
-from tests.helpers import (
-    QUIET,
-    ROOT,
-    _script,
-    default_sigint,
-    script,
-    tiny_args,
-    tiny_config,
-    tiny_train_args,
-    two_at_a_time,
-)
+from tests.support import ROOT
+from tests.support.processes import default_sigint, script, two_at_a_time
+from tests.support.runs import QUIET, tiny_args, tiny_config, tiny_train_args
 
 # What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
 # settings, corrupt files and library misuse. Each gives the right behaviour or one clear line.
@@ -107,7 +99,7 @@ def test_a_second_signal_aborts(tmp_path, corpus):
 KILL_AFTER_WRITES = """
 import os, sys
 import minitf, minitf.training.checkpoint, minitf.plots.figures
-from tests.helpers import tiny_config
+from tests.support.runs import tiny_config
 
 limit, count = int(sys.argv[3]), 0
 real = minitf.system.files.atomic_write
@@ -181,7 +173,7 @@ def test_sigkill_then_resume(tmp_path, corpus):
     killed_at = torch.load(run / "state.pt", weights_only=True)["step"]
     assert killed_at >= 10 and killed_at % 5 == 0
     minitf.load_run(run)  # the last complete checkpoint reads
-    r = _script(
+    r = script(
         *args[:-4],
         f"train.max_steps={killed_at + 5}",
         "train.ckpt_every=5",

@@ -17,7 +17,8 @@ import pytest
 
 from minitf.web.explore import Explorer, ExploreServer
 from minitf.web.serve import Completions, CompletionServer
-from tests.helpers import ROOT, default_sigint
+from tests.support import ROOT
+from tests.support.processes import default_sigint
 
 H = b"Host: 127.0.0.1\r\n"
 

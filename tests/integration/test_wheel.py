@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 
 def _run(cmd, **kw):

@@ -7,7 +7,7 @@ import torch
 from minitf.attention import attention, causal_mask
 from minitf.config import ModelConfig
 from minitf.model import CausalSelfAttention
-from tests.helpers import gqa_model as model
+from tests.support.models import gqa_model as model
 
 
 def test_example1_i_love_ai_unscaled():

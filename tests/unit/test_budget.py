@@ -12,7 +12,7 @@ from minitf.config import TrainConfig, load_config
 from minitf.corpus.prepare import prepare_data
 from minitf.optim import make_optimizer
 from minitf.training.session import Session
-from tests.helpers import tiny_config
+from tests.support.runs import tiny_config
 
 
 def timed_steps(step, tc: TrainConfig, clock=time.perf_counter) -> tuple[float, bool]:

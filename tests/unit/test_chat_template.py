@@ -15,7 +15,8 @@ import pytest
 import minitf
 from minitf.chat_template import ChatTemplate
 from minitf.errors import MinitfError
-from tests.helpers import ROOT, make_play
+from tests.support import ROOT
+from tests.support.corpus import make_play
 
 TEMPLATES = json.loads((ROOT / "tests" / "data" / "chat_templates.json").read_text(encoding="utf-8"))
 

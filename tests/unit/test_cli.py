@@ -6,26 +6,27 @@ import re
 import pytest
 
 from minitf.cli import COMMANDS
-from tests.helpers import ROOT, _exit_code
+from tests.support import ROOT
+from tests.support.errors import exit_code
 
 
 def test_help_lists_every_command(capsys):
-    assert _exit_code(["--help"]) == 0
+    assert exit_code(["--help"]) == 0
     out = capsys.readouterr().out
     for name, (_, line) in COMMANDS.items():
         assert f"  {name} " in out and line in out
-    assert _exit_code([]) == 2 and "usage: minitf <command>" in capsys.readouterr().err
+    assert exit_code([]) == 2 and "usage: minitf <command>" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_every_command_has_help(name, capsys):
-    assert _exit_code([name, "--help"]) == 0
+    assert exit_code([name, "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"usage: minitf {name} ") and "--" in out
 
 
 def test_unknown_command_is_one_line(capsys):
-    assert _exit_code(["trian"]) == 2
+    assert exit_code(["trian"]) == 2
     err = capsys.readouterr().err
     assert err == f"error: unknown command 'trian' (did you mean 'train'?); the commands are {', '.join(COMMANDS)}\n"
 

@@ -18,7 +18,7 @@ from minitf.generate import generate_tokens
 from minitf.kv_cache import KVCache
 from minitf.model import Transformer
 from minitf.optim import make_optimizer
-from tests.helpers import Log, write_docs
+from tests.support.corpus import Log, write_docs
 
 
 class Devices(TorchDispatchMode):

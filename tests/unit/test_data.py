@@ -14,7 +14,7 @@ from minitf.corpus.prepare import prepare_data
 from minitf.data import TokenData, bits_per_byte, token_dtype
 from minitf.errors import MinitfError
 from minitf.tokenizer import EOT, Tokenizer
-from tests.helpers import Log, split_docs, write_docs
+from tests.support.corpus import Log, split_docs, write_docs
 
 # Corpus sources, the train/val split, the token cache, batches and bad input, on tiny local corpora.
 

@@ -11,7 +11,7 @@ import minitf
 from minitf.attention import attention
 from minitf.inspection import check_layer_head, format_weights, logit_lens, token_label
 from minitf.plots.figures import plot_attention
-from tests.helpers import gqa_model as model
+from tests.support.models import gqa_model as model
 
 TEXT = "ROMEO: O love, sweet night! The cat sat on the mat."
 

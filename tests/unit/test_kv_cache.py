@@ -6,8 +6,8 @@ import torch
 
 from minitf.config import ModelConfig
 from minitf.kv_cache import KVCache
-from tests.helpers import GQA_IDS as IDS
-from tests.helpers import gqa_model as model
+from tests.support.models import GQA_IDS as IDS
+from tests.support.models import gqa_model as model
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "reference"])

@@ -9,8 +9,8 @@ import torch
 import minitf
 import minitf.system.files
 from minitf.system.sizes import padded_vocab, swiglu_hidden
-from tests.helpers import GQA_IDS as IDS
-from tests.helpers import gqa_model as model
+from tests.support.models import GQA_IDS as IDS
+from tests.support.models import gqa_model as model
 
 VARIANTS = list(
     itertools.product(

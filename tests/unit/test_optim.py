@@ -13,16 +13,14 @@ from minitf.budget import budget_steps
 from minitf.config import TrainConfig
 from minitf.optim import make_optimizer
 from minitf.training import setup
-from tests.helpers import (
-    _model_and_batch,
-)
+from tests.support.models import model_and_batch
 
 # README claims and options that had no test, each checked against a value the code does not
 # compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.
 
 
 def test_betas_reach_the_optimizer():
-    model = _model_and_batch()[0]
+    model = model_and_batch()[0]
     opt = make_optimizer(model, TrainConfig(optimizer="adamw", beta1=0.8, beta2=0.99), torch.device("cpu"))
     assert {g["betas"] for g in opt.param_groups} == {(0.8, 0.99)}
 

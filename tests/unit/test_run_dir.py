@@ -9,7 +9,8 @@ from safetensors.torch import load_file
 import minitf
 from minitf.errors import MinitfError
 from minitf.training import checkpoint as ckpt
-from tests.helpers import TENSOR, _poison, _refusal, make_play
+from tests.support.corpus import make_play
+from tests.support.runs import TENSOR, poison, refusal
 
 # README claims and options that had no test, each checked against a value the code does not
 # compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.
@@ -36,18 +37,18 @@ def test_load_run_names_the_file_and_the_tensor_and_a_way_out(nan_run):
     with pytest.raises(MinitfError) as e:
         minitf.load_run(nan_run)
     line = str(e.value)
-    assert line.startswith(_refusal(nan_run)) and "\n" not in line
+    assert line.startswith(refusal(nan_run)) and "\n" not in line
     assert line.endswith("use best.safetensors (--best) or train again with a lower train.lr")
     model, _, _ = minitf.load_run(nan_run, best=True)  # the way out it names works
     assert all(torch.isfinite(p).all() for p in model.parameters())
-    _poison(nan_run / ckpt.BEST, "wte.weight" if "wte.weight" in load_file(nan_run / ckpt.BEST) else "lm_head.weight")
+    poison(nan_run / ckpt.BEST, "wte.weight" if "wte.weight" in load_file(nan_run / ckpt.BEST) else "lm_head.weight")
     with pytest.raises(MinitfError, match=r"best.safetensors: tensor (wte|lm_head).weight holds NaN/inf .*--best\)"):
         minitf.load_run(nan_run, best=True)
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf")])
 def test_infinities_are_refused_too(nan_run, value):
-    _poison(nan_run / ckpt.WEIGHTS, "ln_f.weight", value)
-    _poison(nan_run / ckpt.WEIGHTS, TENSOR, 0.0)
+    poison(nan_run / ckpt.WEIGHTS, "ln_f.weight", value)
+    poison(nan_run / ckpt.WEIGHTS, TENSOR, 0.0)
     with pytest.raises(MinitfError, match=r"model.safetensors: tensor ln_f.weight holds NaN/inf values \(1 of 32\)"):
         minitf.load_run(nan_run)

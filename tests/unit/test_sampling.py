@@ -15,7 +15,7 @@ from minitf.errors import ConfigError
 from minitf.generate import generate_tokens, sample_next_token, sample_settings, token_probs
 from minitf.generation.args import SETTINGS
 from minitf.sampling import sampler_distribution
-from tests.helpers import spread_model
+from tests.support.models import spread_model
 
 # 0, tiny (1e-300 is 0 in float32, 1e-45 its smallest), huge (inf in float32), not finite, negative
 EXTREMES = [0, 1e-300, 1e-45, 1e-30, 1e30, 1e300, math.inf, -math.inf, math.nan, -1, -1e-300, 2**63 - 1, 2**64]

@@ -12,8 +12,8 @@ import torch
 from minitf.config import DataConfig
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import EOT, MAX_PIECE_BYTES, Tokenizer, check_ids, check_text
-from tests.helpers import HARD_STRINGS as HARD
-from tests.helpers import tokenizer_corpus as corpus
+from tests.support.corpus import HARD_STRINGS as HARD
+from tests.support.corpus import tokenizer_corpus as corpus
 
 
 @pytest.fixture(scope="module")

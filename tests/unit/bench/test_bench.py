@@ -4,7 +4,7 @@ import torch
 
 import minitf
 import minitf.trainer
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 
 def test_the_train_benchmark_times_the_trainers_own_step(monkeypatch):
@@ -30,7 +30,7 @@ def test_the_train_benchmark_times_the_trainers_own_step(monkeypatch):
 
 def test_the_profile_splits_a_real_step_by_phase_and_operator(tmp_path, corpus):
     from bench.profile import PHASES, describe, profile_step
-    from tests.helpers import tiny_config
+    from tests.support.runs import tiny_config
 
     r = profile_step(tiny_config(tmp_path / "run", corpus), torch.device("cpu"), steps=3, warmup=1)
     phases = r["phases_ms"]

@@ -1,6 +1,6 @@
 """minitf.cli.bench, called in process: outside a clone it is one line."""
 
-from tests.helpers import _exit_code
+from tests.support.errors import exit_code
 
 # The `minitf` command: one front door over the same code as scripts/*.py, with their one-line errors.
 
@@ -10,6 +10,6 @@ def test_bench_outside_a_clone_is_one_line(monkeypatch, tmp_path, capsys):
     import minitf.cli.bench
 
     monkeypatch.setattr(minitf.cli.bench, "CLONE", tmp_path)  # a top with no bench/cli.py, as site-packages
-    assert _exit_code(["bench", "--only", "train"]) == 2
+    assert exit_code(["bench", "--only", "train"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: minitf bench runs from a clone of the repository") and err.count("\n") == 1

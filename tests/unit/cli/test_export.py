@@ -4,7 +4,7 @@ import pytest
 
 from minitf.cli import export
 from minitf.errors import MinitfError
-from tests.helpers import writes_one_line as one_line
+from tests.support.errors import writes_one_line as one_line
 
 # Writes land only where minitf means them to: no symlink redirects a write out of the run
 # directory, a fresh run never overwrites files it did not write, exports never replace a run's

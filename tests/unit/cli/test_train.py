@@ -7,13 +7,13 @@ import pytest
 
 import minitf
 from minitf.cli.train import _resume_dir
-from tests.helpers import _exit_code
+from tests.support.errors import exit_code
 
 # The `minitf` command: one front door over the same code as scripts/*.py, with their one-line errors.
 
 
 def test_train_help_gives_every_key_its_meaning(capsys):
-    assert _exit_code(["train", "--help"]) == 0
+    assert exit_code(["train", "--help"]) == 0
     out = capsys.readouterr().out
     assert "    model.n_embd = 128" in out and "width of the residual stream" in out
     # choices, and the recipes by name (argparse wraps the list where its length puts the line ends,

@@ -14,14 +14,9 @@ from minitf.corpus.sources import cache_dir
 from minitf.data import TokenData
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import Tokenizer
-from tests.helpers import (
-    Log,
-    fake_monotonic,
-    make_play,
-    split_docs,
-    write_docs,
-)
-from tests.helpers import doc_text as text
+from tests.support.corpus import Log, make_play, split_docs, write_docs
+from tests.support.corpus import doc_text as text
+from tests.support.runs import fake_monotonic
 
 
 @pytest.fixture(autouse=True)

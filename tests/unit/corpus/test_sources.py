@@ -21,7 +21,7 @@ from minitf.corpus.prepare import prepare_data
 from minitf.corpus.sources import Source, _text_files, cache_dir
 from minitf.corpus.split import val_rule
 from minitf.errors import MinitfError
-from tests.helpers import Log, make_play, same_size_edit, write_docs
+from tests.support.corpus import Log, make_play, same_size_edit, write_docs
 
 
 @pytest.fixture(autouse=True)

@@ -17,8 +17,8 @@ from minitf.corpus.token_cache import pieces
 from minitf.data import CacheError, TokenData
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import Tokenizer
-from tests.helpers import HARD, Log, bins, sdist, write_docs
-from tests.helpers import doc_text as text
+from tests.support.corpus import HARD, Log, bins, sdist, write_docs
+from tests.support.corpus import doc_text as text
 
 
 @pytest.fixture(autouse=True)

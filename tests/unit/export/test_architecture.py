@@ -7,7 +7,7 @@ import minitf
 from minitf import MinitfError, load_config
 from minitf.config import ModelConfig
 from minitf.export.architecture import blocking_keys, export_format, format_or_none
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 LLAMA = dict(positions="rope", norm="rmsnorm", ffn="swiglu")
 

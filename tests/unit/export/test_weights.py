@@ -18,7 +18,7 @@ from minitf.export.architecture import FORMATS, export_format
 from minitf.export.hf import HF_CLASSES
 from minitf.export.layouts import rope_pairs_to_interleaved
 from minitf.model import Transformer
-from tests.helpers import ROOT
+from tests.support import ROOT
 
 V = 100  # the tokenizer's vocabulary: the model pads its embedding and head to 128 rows
 

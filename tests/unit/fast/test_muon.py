@@ -6,9 +6,9 @@ import torch
 
 import minitf
 from minitf import optim
-from minitf.fast import muon
 from minitf.config import TrainConfig
-from tests.helpers import CFG, MUON
+from minitf.fast import muon
+from tests.support.models import CFG, MUON
 
 
 def test_muon_takes_the_block_matrices_and_adamw_the_rest():

@@ -6,8 +6,8 @@ import torch
 
 import minitf
 from minitf.interpret import patch_heads, patch_residual, patching
-from tests.helpers import CLEAN, CORRUPTED, E, F
 from tests.interpret_models import induction_model
+from tests.support.models import CLEAN, CORRUPTED, E, F
 
 
 def test_residual_patching_recovers_the_answer_where_it_travels():

@@ -8,7 +8,7 @@ import pytest
 import minitf
 from minitf.errors import MinitfError
 from minitf.plots.figures import figure_kind, plot_attention, plot_runs
-from tests.helpers import writes_one_line as one_line
+from tests.support.errors import writes_one_line as one_line
 
 
 def test_plot_runs_replaces_its_own_plot_and_nothing_else(tiny_run, tmp_path):

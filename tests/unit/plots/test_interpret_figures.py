@@ -7,8 +7,8 @@ import pytest
 import minitf
 from minitf.interpret import attribute, head_scores, patch_heads, patch_residual, repeated_tokens
 from minitf.plots.interpret_figures import plot_attribution, plot_head_patching, plot_head_scores, plot_patching
-from tests.helpers import CLEAN, CORRUPTED, E, F
 from tests.interpret_models import induction_model
+from tests.support.models import CLEAN, CORRUPTED, E, F
 
 
 def share_of(img: np.ndarray, rgb, tol: float = 0.03) -> float:

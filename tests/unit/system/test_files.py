@@ -10,8 +10,8 @@ import minitf
 import minitf.system.files
 from minitf.errors import MinitfError
 from minitf.system.files import atomic_write
-from tests.helpers import victim
-from tests.helpers import writes_one_line as one_line
+from tests.support.errors import victim
+from tests.support.errors import writes_one_line as one_line
 
 # What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
 # settings, corrupt files and library misuse. Each gives the right behaviour or one clear line.

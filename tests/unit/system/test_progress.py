@@ -1,7 +1,7 @@
 """minitf.system.progress: into a log, a progress line every few seconds, never a carriage return."""
 
 from minitf.system import progress
-from tests.helpers import fake_monotonic
+from tests.support.runs import fake_monotonic
 
 # What training prints is right: the commands it suggests run as printed, the LR schedule it
 # follows reaches its peak and floor on any machine speed, and its notes compare with the budget.

@@ -11,7 +11,7 @@ from minitf.cli.generate import main as generate_main
 from minitf.errors import ConfigError
 from minitf.system.memory import physical_memory
 from minitf.system.sizes import model_floats, sample_row_bytes
-from tests.helpers import spread_model
+from tests.support.models import spread_model
 
 # Sampling settings at their extremes: every value either samples from finite probabilities or is
 # refused in one line naming the setting and its range; and the number of samples is bounded by

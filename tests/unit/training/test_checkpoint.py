@@ -6,8 +6,8 @@ import pytest
 
 from minitf.errors import MinitfError
 from minitf.training.checkpoint import lock_run_dir
-from tests.helpers import victim
-from tests.helpers import writes_one_line as one_line
+from tests.support.errors import victim
+from tests.support.errors import writes_one_line as one_line
 
 # Writes land only where minitf means them to: no symlink redirects a write out of the run
 # directory, a fresh run never overwrites files it did not write, exports never replace a run's

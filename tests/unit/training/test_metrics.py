@@ -5,8 +5,8 @@ import pytest
 
 from minitf.errors import MinitfError
 from minitf.training.metrics import METRICS, Logger, append_row
-from tests.helpers import victim
-from tests.helpers import writes_one_line as one_line
+from tests.support.errors import victim
+from tests.support.errors import writes_one_line as one_line
 
 # Writes land only where minitf means them to: no symlink redirects a write out of the run
 # directory, a fresh run never overwrites files it did not write, exports never replace a run's

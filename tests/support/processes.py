@@ -1,0 +1,66 @@
+"""Other processes: the scripts run as a user runs them, children a test sends signals, gloo workers
+of the distributed tests, and two at a time on a 2-core machine."""
+
+import os
+import subprocess
+import sys
+from typing import NoReturn
+
+from . import ROOT
+
+
+def script(*args, **kw) -> subprocess.CompletedProcess:
+    """python *args in the repository root, its output captured as text (five minutes at most)."""
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=300, **kw)
+
+
+def one_line(r: subprocess.CompletedProcess) -> str:
+    """A script's whole stderr, which must be one 'error: ...' line and exit code 2."""
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr[-2000:]
+    return r.stderr.strip()
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that a test sends Ctrl-C: a process started in the background (as a
+    CI runner may start this suite) inherits SIGINT ignored, and Python then keeps it ignored."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def two_at_a_time(fn, items) -> list:
+    """fn over items in two threads, results in order: for tests that start several processes that
+    mostly import torch on one core each, so a 2-core machine runs two at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(fn, items))
+
+
+def join_gloo(rank: int, world: int, init_file: str) -> None:
+    """A spawned test worker joins its gloo process group. A peer that never arrives fails the test
+    within two minutes instead of gloo's default half hour."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=timedelta(seconds=120)
+    )
+
+
+def leave_gloo() -> NoReturn:
+    """The last call of a spawned test worker. Every rank waits for the others before the group is
+    destroyed (a rank that destroyed it while its peer was still working, rank 0 saving the results,
+    left that peer hanging on a loaded machine); then the worker ends without interpreter
+    finalization: FSDP's sharded parameters sit in reference cycles that keep the gloo group alive
+    until finalization, and tearing gloo's threads down there aborted a rank in one suite run
+    ('terminate called without an active exception', SIGABRT) after all its work was written."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
