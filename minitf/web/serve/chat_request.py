@@ -79,10 +79,18 @@ def _parse(requests: Requests, body: dict) -> Request:
     if top is not None and not logprobs:
         raise bad("top_logprobs", "top_logprobs needs logprobs: true")
     return Request(
-        [""], [ids], settings.max_new_tokens, settings, n, stops(body), stream,
-        (top or 0) if logprobs else None, False, usage_option(body, stream),
-        (template.end_of_turn(requests.tok),),
-    )  # fmt: skip
+        prompts=[""],
+        ids=[ids],
+        max_tokens=settings.max_new_tokens,
+        settings=settings,
+        n=n,
+        stop=stops(body),
+        stream=stream,
+        logprobs=(top or 0) if logprobs else None,
+        echo=False,
+        include_usage=usage_option(body, stream),
+        ends=(template.end_of_turn(requests.tok),),
+    )
 
 
 def _max_tokens(requests: Requests, body: dict) -> int | None:

@@ -51,7 +51,7 @@ KNOWN = {
 }  # fmt: skip
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)  # ten fields, several of one type: named, never in an order
 class Request:
     """A checked completion request."""
 
@@ -103,7 +103,18 @@ class Requests:
         max_tokens = settings.max_new_tokens if max_tokens is None else max_tokens
         if echo and logprobs is not None:
             self.check_scoring(ids)
-        return Request(prompts, ids, max_tokens, settings, n, stop, stream, logprobs, echo, include_usage)
+        return Request(
+            prompts=prompts,
+            ids=ids,
+            max_tokens=max_tokens,
+            settings=settings,
+            n=n,
+            stop=stop,
+            stream=stream,
+            logprobs=logprobs,
+            echo=echo,
+            include_usage=include_usage,
+        )
 
     def check_scoring(self, ids: list[list[int]]) -> None:
         """echo with logprobs: at most SCORED_CONTEXTS x block_size prompt tokens scored per request."""
