@@ -1,15 +1,19 @@
 """What torch.compile makes of minitf's two compiled paths, read from dynamo's own counters: the
 training step's compiled regions and compiled decoding trace without a graph break, and compile
 once (no recompilation after the first step, nor when decoding slides its window past block_size).
-A break or a recompile costs little on a CPU but a GPU's speed."""
+A break or a recompile costs little on a CPU but a GPU's speed. And what compiles for real, which
+the unit tier never does: compiled generation gives the eager tokens, and the fused attention's
+GPU check is a constant to torch.compile."""
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
 from minitf.config import ModelConfig, SampleConfig
+from minitf.fast.fused_attention import flash_gpu
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
+from tests.support.models import spread_model
 
 
 def tiny(**kw) -> Transformer:
@@ -74,3 +78,30 @@ def test_compiled_decoding_on_cuda_replays_cuda_graphs_with_the_eager_tokens_and
     # input copied into each: the token ids. An unmarked cache would add its 5 tensors to each
     recorded = counters["inductor"]["cudagraph_recorded_non_static_inputs"]
     assert 1 <= recorded <= 2, f"{recorded} inputs copied into the CUDA graphs: is the cache a static address?"
+
+
+# from the unit tier, which compiles nothing: compiled generation gives the eager tokens, and the
+# fused attention's GPU check is read while compiling, not a graph break
+
+
+def test_compiled_generation_gives_the_eager_tokens():
+    m = spread_model(positions="rope")
+    # seeded samples in a batch, past block_size 16 (the window jumps and the cache is refilled);
+    # one compilation, a few seconds
+    settings, kw = SampleConfig(temperature=1.0, top_k=20, seed=3, max_new_tokens=24), dict(num_samples=2)
+    a = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, compile=True, **kw)), 1)
+    b = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, use_cache=False, **kw)), 1)
+    assert torch.equal(a, b)
+
+
+def test_the_gpu_check_is_a_constant_to_torch_compile(monkeypatch):
+    """flash_gpu inside a compiled block (the training step's) is read while compiling: no graph
+    break, and the branch it chose is in the graph."""
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
+
+    def step(x):
+        return x + 1 if flash_gpu(torch.device("cuda", 0)) else x - 1
+
+    torch._dynamo.reset()
+    out = torch.compile(step, fullgraph=True, backend="eager")(torch.zeros(3))  # fullgraph: a break raises
+    assert out.tolist() == [1.0, 1.0, 1.0]

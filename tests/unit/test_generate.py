@@ -17,18 +17,9 @@ from minitf.evaluate import evaluate, evaluate_text
 from minitf.generate import generate_tokens, sample_next_token, token_probs, window_start
 from minitf.kv_cache import KVCache
 from minitf.sampling import sampler_distribution
+from tests.support.models import spread_model as model_for
 
 COMBOS = list(itertools.product(["learned", "sinusoidal", "rope"], ["layernorm", "rmsnorm"], ["gelu", "swiglu"]))
-
-
-def model_for(**kw):
-    torch.manual_seed(0)
-    base = dict(vocab_size=97, block_size=16, n_layer=2, n_head=2, n_embd=32)
-    m = minitf.Transformer(minitf.ModelConfig(**{**base, **kw})).eval()
-    with torch.no_grad():  # larger weights than the init, so greedy choices are not all ties
-        for p in m.parameters():
-            p.add_(torch.randn_like(p) * 0.3)
-    return m
 
 
 def tokens(m, prompt, n, use_cache, **settings):
@@ -83,16 +74,6 @@ def test_static_cache_logits_match_full_forward(positions):
     assert cache.pos.item() == 12 and cache.k[0].shape == (2, 2, 16, 16)  # every slot kept, block_size 16
     cache.reset()
     torch.testing.assert_close(m(x[:, :3], cache=cache)[0], full[:, :3], atol=1e-5, rtol=1e-5)
-
-
-def test_compiled_generation_gives_the_eager_tokens():
-    m = model_for(positions="rope")
-    # seeded samples in a batch, past block_size 16 (the window jumps and the cache is refilled);
-    # one compilation, a few seconds
-    settings, kw = SampleConfig(temperature=1.0, top_k=20, seed=3, max_new_tokens=24), dict(num_samples=2)
-    a = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, compile=True, **kw)), 1)
-    b = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, use_cache=False, **kw)), 1)
-    assert torch.equal(a, b)
 
 
 def test_window_start_rule():

@@ -74,7 +74,9 @@ def test_hf_local_directory_with_text_field_streaming_and_max_documents(tmp_path
     (tmp_path / "ds").mkdir()
     rows = [{"story": text(i, 20), "id": i} for i in range(30)]
     (tmp_path / "ds" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = dict(source=f"hf:{tmp_path / 'ds'}", text_field="story", vocab_size=300)
+    # num_proc=1: the stream's size is unknown, so it would start a worker per core (those are
+    # tests/integration/test_token_cache_processes.py's)
+    cfg = dict(source=f"hf:{tmp_path / 'ds'}", text_field="story", vocab_size=300, num_proc=1)
     data = prepare_data(DataConfig(**cfg), log=Log())
     assert split_docs(data, "val") == [rows[i]["story"] for i in (5, 15, 25)]
     monkeypatch.setenv("MINITF_CACHE", str(tmp_path / "other-cache"))
@@ -215,7 +217,8 @@ def test_a_split_that_comes_out_empty_is_an_error(tmp_path):
     (tmp_path / "ds").mkdir()  # one streamed document: the stream cannot know it was the only one
     (tmp_path / "ds" / "train.jsonl").write_text(json.dumps({"text": text(1)}) + "\n")
     with pytest.raises(MinitfError, match="the val split came out empty"):
-        prepare_data(DataConfig(source=f"hf:{tmp_path / 'ds'}", streaming=True, vocab_size=300), log=Log())
+        # num_proc=1: a stream's size is unknown, so it would start a worker per core for one document
+        prepare_data(DataConfig(source=f"hf:{tmp_path / 'ds'}", streaming=True, vocab_size=300, num_proc=1), log=Log())
     assert not any((cache_dir() / "tokens").glob(".tmp-*"))
 
 

