@@ -1,5 +1,7 @@
 """Shared fixtures: a small local corpus (tests never need the network), a private token cache, a
-trained tiny run (and a copy of it whose weights hold a NaN), and the explorer serving it."""
+trained tiny run (and a copy of it whose weights hold a NaN), the explorer serving it, and the
+runs of the tiny test recipe (tiny_config) that many training tests start from, each trained once
+per session: a test that writes to one works on its own copy (tests.support.runs.copy_run)."""
 
 import shutil
 import threading
@@ -11,7 +13,7 @@ import minitf
 from minitf.run_dir import WEIGHTS
 from tests.support import ROOT
 from tests.support.corpus import make_play
-from tests.support.runs import poison, tiny_config
+from tests.support.runs import QUIET, poison, tiny_config
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +72,30 @@ def chat_run(tmp_path_factory, corpus) -> Path:
         return minitf.train(minitf.load_config(ROOT / "configs" / "chat.yaml", overrides), **quiet)
     finally:
         mp.undo()
+
+
+def _session_run(tmp_path_factory, corpus: Path, name: str, *overrides) -> Path:
+    """tiny_config(..., *overrides) trained once, in <basetemp>/runs/<name>/run (a copy at
+    tmp_path / "run" is then the run that test would have trained there), on the session's cache."""
+    base = tmp_path_factory.getbasetemp()
+    mp = pytest.MonkeyPatch()
+    mp.setenv("MINITF_CACHE", str(base / "minitf-cache"))
+    try:
+        return minitf.train(tiny_config(base / "runs" / name / "run", corpus, *overrides), **QUIET)
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="session")
+def run_4_steps(tmp_path_factory, corpus) -> Path:
+    """tiny_config(tmp_path / "run", corpus, "train.max_steps=4") as trained; read it, or copy_run it to write."""
+    return _session_run(tmp_path_factory, corpus, "4-steps", "train.max_steps=4")
+
+
+@pytest.fixture(scope="session")
+def run_8_steps(tmp_path_factory, corpus) -> Path:
+    """tiny_config(tmp_path / "run", corpus) (8 steps) as trained; read it, or copy_run it to write."""
+    return _session_run(tmp_path_factory, corpus, "8-steps")
 
 
 @pytest.fixture

@@ -16,11 +16,11 @@ from minitf.errors import ConfigError, MinitfError
 from minitf.system import runtime
 from minitf.training.metrics import METRICS, read_rows
 from tests.support.processes import script
-from tests.support.runs import QUIET, tiny_config
+from tests.support.runs import QUIET, copy_run, tiny_config
 
 
-def test_train_writes_a_complete_run(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus), log=lambda *a: None)
+def test_train_writes_a_complete_run(run_8_steps):
+    run = run_8_steps
     for name in (
         "config.yaml",
         "tokenizer.json",
@@ -43,8 +43,8 @@ def test_train_writes_a_complete_run(tmp_path, corpus):
     assert state["step"] == 8
 
 
-def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
+def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     with pytest.raises(MinitfError, match="already holds a run; pass --resume"):
         minitf.train(tiny_config(run, corpus), log=lambda *a: None)
     with pytest.raises(
@@ -60,8 +60,8 @@ def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus):
         minitf.train(tiny_config(tmp_path / "afile", corpus), log=lambda *a: None)
 
 
-def test_disk_full_keeps_previous_checkpoint(tmp_path, corpus, monkeypatch):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
+def test_disk_full_keeps_previous_checkpoint(tmp_path, corpus, monkeypatch, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     before = (run / "model.safetensors").read_bytes()
     real_replace = os.replace
 
@@ -211,8 +211,8 @@ def test_no_checkpoint_after_non_finite_steps(tmp_path, corpus):
     assert not (tmp_path / "run" / "state.pt").exists() and not (tmp_path / "run" / "model.safetensors").exists()
 
 
-def test_a_fresh_run_never_overwrites_weights(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+def test_a_fresh_run_never_overwrites_weights(tmp_path, corpus, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     (run / "state.pt").unlink()
     with pytest.raises(MinitfError, match="already holds a run; .*model.safetensors, best.safetensors"):
         minitf.train(tiny_config(run, corpus), **QUIET)
@@ -220,8 +220,8 @@ def test_a_fresh_run_never_overwrites_weights(tmp_path, corpus):
         minitf.train(tiny_config(run, corpus), resume=True, **QUIET)
 
 
-def test_a_full_disk_during_training_keeps_the_checkpoint(tmp_path, corpus, monkeypatch):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+def test_a_full_disk_during_training_keeps_the_checkpoint(tmp_path, corpus, monkeypatch, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     before = (run / "state.pt").read_bytes()
     real_save = torch.save
 
@@ -248,7 +248,7 @@ def test_files_follow_the_umask(tmp_path, corpus):
         assert (run / name).stat().st_mode & 0o777 == 0o640, name
 
 
-def test_damaged_run_directories_are_named(tmp_path, corpus, tiny_run):
+def test_damaged_run_directories_are_named(tmp_path, corpus, tiny_run, run_4_steps):
     import shutil
 
     run = tmp_path / "copy"
@@ -259,7 +259,7 @@ def test_damaged_run_directories_are_named(tmp_path, corpus, tiny_run):
     with pytest.raises(MinitfError, match="load_run takes the path of a run directory, got NoneType"):
         minitf.load_run(None)
     other = minitf.train(tiny_config(tmp_path / "other", corpus, "model.n_embd=64", "train.max_steps=4"), **QUIET)
-    small = minitf.train(tiny_config(tmp_path / "small", corpus, "train.max_steps=4"), **QUIET)
+    small = copy_run(run_4_steps, tmp_path / "small" / "run")
     shutil.copy(other / "state.pt", small / "state.pt")  # another architecture's state
     with pytest.raises(MinitfError, match="state.pt holds a model of another shape"):
         minitf.train(tiny_config(small, corpus, "train.max_steps=8"), resume=True, **QUIET)

@@ -14,11 +14,11 @@ import torch
 import minitf
 from minitf import trainer
 from minitf.training.metrics import METRICS, STEPS, read_rows
-from tests.support.runs import fake_monotonic, slow_clock, tiny_config
+from tests.support.runs import copy_run, fake_monotonic, slow_clock, tiny_config
 
 
-def test_steps_are_logged_every_log_every_and_resume_drops_the_future(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus), log=lambda *a: None)  # 8 steps, log_every 2
+def test_steps_are_logged_every_log_every_and_resume_drops_the_future(tmp_path, run_8_steps):
+    run = copy_run(run_8_steps, tmp_path / "run")  # 8 steps, log_every 2
     rows = read_rows(run / STEPS)
     assert [r["step"] for r in rows] == [2, 4, 6, 8]
     assert all(math.isfinite(r["loss"]) and r["lr"] > 0 and r["tokens_per_s"] > 0 for r in rows)
@@ -92,8 +92,8 @@ def test_the_train_longer_and_sample_commands_work_as_printed(tmp_path, corpus, 
     assert r.returncode == 0 and r.stdout.strip(), r.stderr[-1500:]
 
 
-def test_an_already_finished_run_prints_a_command_that_goes_on(tmp_path, corpus):
-    run_dir = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
+def test_an_already_finished_run_prints_a_command_that_goes_on(tmp_path, run_4_steps):
+    run_dir = copy_run(run_4_steps, tmp_path / "run")
     lines = []
     minitf.train(run_dir, resume=True, log=lines.append)
     command = printed(lines, "to train longer: ")

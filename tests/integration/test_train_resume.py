@@ -27,7 +27,7 @@ from minitf.training.metrics import METRICS, read_rows
 from tests.support import ROOT
 from tests.support.corpus import make_play, same_size_edit
 from tests.support.processes import script
-from tests.support.runs import QUIET, TENSOR, tiny_args, tiny_config, train_with_snapshot
+from tests.support.runs import QUIET, TENSOR, copy_run, tiny_args, tiny_config, train_with_snapshot
 from tests.support.runs import snapshot_weights as weights
 
 # README claims and options that had no test, each checked against a value the code does not
@@ -116,9 +116,8 @@ def test_resume_needs_only_the_run_directory(tmp_path, corpus):
     assert load_config(run / "config.yaml").data.source == f"file:{corpus}"
 
 
-def test_resume_refuses_to_switch_the_corpus_or_the_model(tmp_path, corpus):
-    run = tmp_path / "run"
-    assert script(*tiny_args(run, corpus, "train.max_steps=4")).returncode == 0
+def test_resume_refuses_to_switch_the_corpus_or_the_model(tmp_path, corpus, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")  # as scripts/train.py trains it with tiny_args(..., max_steps=4)
     r = script("scripts/train.py", "--resume", f"run.out_dir={run}", "data.source=shakespeare", "model.n_layer=3")
     assert r.returncode == 2
     assert r.stderr.startswith(
@@ -128,12 +127,12 @@ def test_resume_refuses_to_switch_the_corpus_or_the_model(tmp_path, corpus):
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_a_longer_budget_continues_on_the_new_schedule(tmp_path, corpus):
+def test_a_longer_budget_continues_on_the_new_schedule(tmp_path, corpus, run_4_steps, run_8_steps):
     logs = []
-    short = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+    short = copy_run(run_4_steps, tmp_path / "run")
     minitf.train(tiny_config(short, corpus, "train.max_steps=8"), resume=True, log=logs.append)
     assert any("the LR follows the schedule of the new budget" in line for line in logs)
-    straight = minitf.train(tiny_config(tmp_path / "straight", corpus), **QUIET)  # 8 steps planned from the start
+    straight = run_8_steps  # 8 steps planned from the start
     lrs = lambda run: [r["lr"] for r in read_rows(run / METRICS)]
     tc = load_config(short / "config.yaml").train
     assert lrs(short)[-1] == lrs(straight)[-1] == pytest.approx(lr_at(7, 7 / 8, tc, budget_steps(tc)))
@@ -141,14 +140,14 @@ def test_a_longer_budget_continues_on_the_new_schedule(tmp_path, corpus):
     assert lrs(short)[0] == pytest.approx(lr_at(3, 3 / 4, tc, budget_steps(tc)))
 
 
-def test_the_library_resumes_from_the_run_directory_alone(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+def test_the_library_resumes_from_the_run_directory_alone(tmp_path, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     minitf.train(run, resume=True, overrides=["train.max_steps=6"], **QUIET)
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 6
 
 
-def test_resuming_a_finished_run_does_not_step(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+def test_resuming_a_finished_run_does_not_step(tmp_path, corpus, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     before = (run / "state.pt").read_bytes()
     logs = []
     minitf.train(tiny_config(run, corpus, "train.max_steps=4"), resume=True, log=logs.append)
@@ -156,8 +155,8 @@ def test_resuming_a_finished_run_does_not_step(tmp_path, corpus):
     assert (run / "state.pt").read_bytes() == before
 
 
-def test_a_stale_weights_file_is_repaired_from_the_commit(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus), **QUIET)
+def test_a_stale_weights_file_is_repaired_from_the_commit(tmp_path, corpus, run_8_steps):
+    run = copy_run(run_8_steps, tmp_path / "run")
     (run / "model.safetensors").unlink()
     logs = []
     minitf.train(tiny_config(run, corpus), resume=True, log=logs.append)
@@ -173,8 +172,8 @@ def test_a_stale_weights_file_is_repaired_from_the_commit(tmp_path, corpus):
 # says what is missing.
 
 
-def test_resume_refuses_a_training_state_with_non_finite_weights(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+def test_resume_refuses_a_training_state_with_non_finite_weights(tmp_path, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     state = torch.load(run / ckpt.STATE, weights_only=True)
     state["model"][TENSOR][0, 0] = float("nan")
     torch.save(state, run / ckpt.STATE)
@@ -188,8 +187,8 @@ def test_resume_refuses_a_training_state_with_non_finite_weights(tmp_path, corpu
     assert (run / ckpt.STATE).read_bytes() == before
 
 
-def test_resume_without_the_runs_tokenizer_says_what_is_missing(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+def test_resume_without_the_runs_tokenizer_says_what_is_missing(tmp_path, corpus, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     own = (run / ckpt.TOKENIZER).read_bytes()
     (run / ckpt.TOKENIZER).unlink()
     r = subprocess.run(
@@ -233,8 +232,8 @@ def test_muon_resume_is_bit_identical(tmp_path, corpus, monkeypatch):
     assert rows[-1]["train_loss"] < rows[0]["train_loss"]
 
 
-def test_resume_refuses_another_optimizer(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), log=lambda *a: None)
+def test_resume_refuses_another_optimizer(tmp_path, run_4_steps):
+    run = copy_run(run_4_steps, tmp_path / "run")
     with pytest.raises(minitf.MinitfError, match="train.optimizer"):
         minitf.train(run, resume=True, overrides=["train.optimizer=muon", "train.max_steps=8"], log=lambda *a: None)
 

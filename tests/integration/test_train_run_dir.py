@@ -14,7 +14,7 @@ import minitf
 from minitf.errors import MinitfError
 from minitf.training.metrics import METRICS, append_row, read_rows
 from tests.support.errors import writes_one_line as one_line
-from tests.support.runs import tiny_config
+from tests.support.runs import copy_run, tiny_config
 
 
 def test_a_refused_fresh_run_leaves_no_lock_among_the_users_files(tmp_path, corpus):
@@ -46,12 +46,14 @@ def test_a_run_that_fails_after_writing_keeps_its_files_and_its_lock_goes(tmp_pa
     assert "config.yaml" in left and "tokenizer.json" in left and ".lock" not in left
 
 
-def test_a_finished_run_keeps_its_lock_file(tmp_path, corpus):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.max_steps=4"), **QUIET)
+def test_a_finished_run_keeps_its_lock_file(run_4_steps):
+    run = run_4_steps  # trained in this process
     assert (run / ".lock").read_text() == str(os.getpid())
 
 
-def test_a_second_train_while_one_runs_in_another_thread_is_refused_and_the_first_stays_exact(tmp_path, corpus):
+def test_a_second_train_while_one_runs_in_another_thread_is_refused_and_the_first_stays_exact(
+    tmp_path, corpus, run_8_steps
+):
     inside, go_on, results = threading.Event(), threading.Event(), {}
 
     def log_then_wait(*_):  # the first line is logged inside train(): hold the run there
@@ -72,7 +74,8 @@ def test_a_second_train_while_one_runs_in_another_thread_is_refused_and_the_firs
         go_on.set()
         thread.join(120)
     assert results["run"] == tmp_path / "a"
-    alone = minitf.train(tiny_config(tmp_path / "alone", corpus), **QUIET)  # afterwards a run may start again
+    alone = run_8_steps  # the same config, trained alone
+    minitf.train(tiny_config(tmp_path / "again", corpus, "train.max_steps=1"), **QUIET)  # afterwards a run may start
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(alone / "model.safetensors")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)  # the threaded run is the run alone
 
@@ -86,8 +89,8 @@ QUIET = dict(log=lambda *a: None)
 
 
 @pytest.mark.parametrize("name", ["state.pt", "metrics.jsonl", "steps.jsonl", "model.safetensors"])
-def test_resume_refuses_a_linked_run_file_before_training(tmp_path, corpus, name):
-    run = minitf.train(tiny_config(tmp_path / "run", corpus), **QUIET)
+def test_resume_refuses_a_linked_run_file_before_training(tmp_path, corpus, run_8_steps, name):
+    run = copy_run(run_8_steps, tmp_path / "run")
     target = tmp_path / "moved"
     (run / name).rename(target)
     data = target.read_bytes()

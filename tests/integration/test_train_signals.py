@@ -117,11 +117,11 @@ minitf.train(tiny_config(sys.argv[1], sys.argv[2]), log=lambda *a: None)
 
 
 @pytest.mark.slow
-def test_a_kill_between_any_two_writes_resumes_bit_identically(tmp_path, corpus):
+def test_a_kill_between_any_two_writes_resumes_bit_identically(tmp_path, corpus, run_8_steps):
     # the writes of an 8-step run, checkpoints at 4 and 8: config.yaml, tokenizer.json, then per
     # checkpoint loss.png, best.safetensors, state.pt (the commit), model.safetensors
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    straight = minitf.train(tiny_config(tmp_path / "straight", corpus), **QUIET)
+    straight = run_8_steps  # the same 8 steps, never killed
 
     def killed_after(n):
         return subprocess.run(
