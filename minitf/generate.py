@@ -211,6 +211,22 @@ def stream_tokens(
     settings = sample_settings(settings, **overrides)
     check_vocab(tokenizer, model.config.vocab_size, "use the tokenizer of the model's run")
     ids = prompt_ids(tokenizer, prompt, model.config.block_size)
+    yield from token_steps(model, tokenizer, ids, settings, top, use_cache, compile, ends)
+
+
+def token_steps(
+    model,
+    tokenizer,
+    ids: list[int],
+    settings: SampleConfig,
+    top: int = 5,
+    use_cache: bool = True,
+    compile: bool = False,
+    ends: tuple[int, ...] = (),
+):
+    """stream_tokens from prompt ids already (a chat's, from its template's prompt_ids; at most
+    block_size of them), with settings a SampleConfig: the loop under stream_tokens, for a caller
+    that has checked its arguments and the tokenizer's vocabulary (check_vocab)."""
     history = torch.tensor([ids], device=next(model.parameters()).device)  # (1, n): what the sampler saw
     text = TextAssembler(tokenizer, [], ends)
     steps = generate_tokens(model, ids, settings, use_cache=use_cache, compile=compile, with_logits=True)

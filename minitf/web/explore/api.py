@@ -6,7 +6,8 @@ and bounded first.
 
 Every input comes from a browser, so each is checked: a wrong type, a value out of range, a
 prompt too long or an unknown key raise BadRequest (a MinitfError) with one line the page shows.
-The numbers are the library's own: generation is `stream_tokens`, attention is `inspect`, the
+The numbers are the library's own: generation is `stream_tokens`' loop (`token_steps`, from
+the prompt's ids: a chat's are its template's `prompt_ids`), attention is `inspect`, the
 distribution is `sampler_distribution` (the rules `sample_next_token` draws by), the lens is
 `logit_lens`, positions are the model's own table or `rotary_angles`, heads and attribution are
 minitf.interpret's (interpret_views.py).
@@ -25,7 +26,7 @@ from ...budget import budget_steps
 from ...config import SEED_RANGE, TrainConfig
 from ...conversations.answer import checked_prompt
 from ...errors import ConfigError, MinitfError
-from ...generate import prompt_ids, sample_settings, stream_tokens
+from ...generate import prompt_ids, sample_settings, token_steps
 from ...generation.args import SETTINGS
 from ...inspection import Inspection, inspect, logit_lens, token_label
 from ...positions import rotary_angles
@@ -66,7 +67,7 @@ class Explorer:
     """One loaded run and what the page asks of it.
 
     The model is only read. Each generation makes its own KV cache and random generator inside
-    stream_tokens, and inspect runs without a cache, so requests from several tabs can run at the
+    token_steps, and inspect runs without a cache, so requests from several tabs can run at the
     same time without touching each other's state; `slots` bounds how many generate at once.
     """
 
@@ -106,10 +107,10 @@ class Explorer:
     def generation(self, body: dict):
         """Check a generate request, take a slot, and give its events (see `_events`); the slot is
         given back, and generation stops, when the `with` block ends (the page may have gone)."""
-        prompt, settings = self._chat_request(body) if "messages" in body else self._generation_request(body)
+        ids, settings = self._chat_request(body) if "messages" in body else self._generation_request(body)
         if not self.slots.acquire(blocking=False):
             raise Busy(f"{MAX_GENERATIONS} generations are running already; wait for one to finish")
-        events = self._events(prompt, settings)
+        events = self._events(ids, settings)
         try:
             yield events
         finally:
@@ -129,11 +130,11 @@ class Explorer:
         settings = self._settings(body)
         if "max_new_tokens" in body and settings.max_new_tokens > MAX_NEW_TOKENS:  # the run's own may be more
             raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
-        return prompt, settings
+        return prompt_ids(self.tok, prompt, block), settings  # <|endoftext|> for an empty prompt
 
     def _chat_request(self, body: dict):
-        """A chat run's turn: {"messages": [...], settings} -> the conversation rendered with the
-        run's template and its generation prompt (a text that encodes to the template's ids)."""
+        """A chat run's turn: {"messages": [...], settings} -> the ids of the conversation and its
+        generation prompt, as the run's template makes them (ChatTemplate.prompt_ids)."""
         check_keys(body, {"messages", *SETTINGS})
         template = self.tok.chat_template
         if template is None:
@@ -141,14 +142,14 @@ class Explorer:
         messages = body["messages"]
         if not isinstance(messages, list) or sum(len(str(m)) for m in messages) > MAX_PROMPT_CHARS * 4:
             raise BadRequest(f"messages must be a list of at most {MAX_PROMPT_CHARS * 4} characters in all")
-        prompt = template.render(checked_prompt("messages", messages), add_generation_prompt=True)
-        n, block = len(self.tok.encode(prompt)), self.cfg.model.block_size
+        ids = template.prompt_ids(self.tok, checked_prompt("messages", messages))
+        n, block = len(ids), self.cfg.model.block_size
         if n >= block:
             raise BadRequest(f"the conversation is {n} tokens, this model reads {block}; start a new conversation")
         settings = self._settings(body)
         if "max_new_tokens" in body and settings.max_new_tokens > MAX_NEW_TOKENS:
             raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
-        return prompt, settings
+        return ids, settings
 
     def _settings(self, body: dict):
         """The run's sample settings with those the body gives (any of SETTINGS) in their place."""
@@ -159,14 +160,13 @@ class Explorer:
                 given[name] = None if nullable and body[name] is None else field(body, name, kind, *bounds)
         return sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
 
-    def _events(self, prompt: str, settings):
+    def _events(self, ids: list[int], settings):
         """{"prompt": tokens}, then {"token": ...} per sampled token (text, label, probability, top-5), then
         {"done": reason}: "eot" (the model ended the document) or "length" (max_new_tokens)."""
-        ids = prompt_ids(self.tok, prompt, self.cfg.model.block_size)  # where stream_tokens starts
         yield {"prompt": [{"id": i, "text": self.tok.decode([i]), "label": self.label(i)} for i in ids]}
         reason, template = "length", self.tok.chat_template
         ends = (template.end_of_turn(self.tok),) if template is not None else ()
-        for t in stream_tokens(self.model, self.tok, prompt, settings, ends=ends):
+        for t in token_steps(self.model, self.tok, ids, settings, ends=ends):  # load_run checked the vocabulary
             yield {
                 "token": {
                     "id": t.id,
