@@ -18,8 +18,6 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from ..chat_template import IM_END, IM_START, add_chat_tokens, chatml, load_template
 from ..config import Config
 from ..errors import ConfigError, MinitfError
