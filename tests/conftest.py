@@ -3,17 +3,27 @@ trained tiny run (and a copy of it whose weights hold a NaN), the explorer servi
 runs of the tiny test recipe (tiny_config) that many training tests start from, each trained once
 per session: a test that writes to one works on its own copy (tests.support.runs.copy_run)."""
 
+import os
 import shutil
 import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 import minitf
 from minitf.run_dir import WEIGHTS
 from tests.support import ROOT
 from tests.support.corpus import make_play
 from tests.support.runs import QUIET, poison, tiny_config
+
+# One intra-op thread for torch, in this process and in the scripts the tests start (unless
+# OMP_NUM_THREADS says otherwise): the tests' models are tiny, so a second thread buys them
+# nothing, and on a 2-core machine that is doing anything else torch's two threads wait for each
+# other at every op. The tiny run's evaluate_text took 1.7 s on one thread and 18 to 48 s on two,
+# on 2 cores with other jobs running (the unit tier's evaluation test was once reported at 126 s).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 @pytest.fixture(autouse=True)
