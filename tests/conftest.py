@@ -17,13 +17,13 @@ from tests.support import ROOT
 from tests.support.corpus import make_play
 from tests.support.runs import QUIET, poison, tiny_config
 
-# One intra-op thread for torch, in this process and in the scripts the tests start (unless
-# OMP_NUM_THREADS says otherwise): the tests' models are tiny, so a second thread buys them
-# nothing, and on a 2-core machine that is doing anything else torch's two threads wait for each
-# other at every op. The tiny run's evaluate_text took 1.7 s on one thread and 18 to 48 s on two,
-# on 2 cores with other jobs running (the unit tier's evaluation test was once reported at 126 s).
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+# One intra-op thread for torch in this process (unless OMP_NUM_THREADS says otherwise): the
+# tests' models are tiny, so a second thread buys them little (the unit tier on 2 idle cores: 40 s
+# on two threads, 44 s on one), and on 2 cores doing anything else torch's two threads wait for
+# each other at every op (under load: 242 s on two, 60 s on one; the tiny run's evaluate_text 18 to
+# 48 s on two, 1.7 s on one). The scripts the tests start keep torch's default: some compile or
+# benchmark larger models, and the GPU script's dry run took 65 s on two threads, 79 s on one.
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
 
 
 @pytest.fixture(autouse=True)
