@@ -72,12 +72,13 @@ def test_prompt_input_is_bounded(tiny_run, tmp_path):
     prompt = tmp_path / "scene.txt"
     prompt.write_text("ROMEO:\nO gentle", encoding="utf-8")
     same = ["--run", str(tiny_run), "--temperature", "0", "--max-new-tokens", "10"]
-    r = gen(*same, "--prompt-file", str(prompt))
-    assert r.returncode == 0 and r.stdout == gen(*same, "--prompt", "ROMEO:\nO gentle").stdout
+    from_file, inline = ["--prompt-file", str(prompt)], ["--prompt", "ROMEO:\nO gentle"]
+    r, as_prompt = two_at_a_time(lambda args: gen(*same, *args), [from_file, inline])
+    assert r.returncode == 0 and r.stdout == as_prompt.stdout
     big = tmp_path / "big.txt"
     big.write_bytes(b"a" * (MAX_PROMPT_BYTES + 1))
-    for path in ("/dev/zero", str(big)):
-        r = gen("--run", str(tiny_run), "--prompt-file", path)
+    paths = ("/dev/zero", str(big))
+    for path, r in zip(paths, two_at_a_time(lambda path: gen("--run", str(tiny_run), "--prompt-file", path), paths)):
         assert r.returncode == 2 and r.stderr == (
             f"error: --prompt-file {path} is larger than 1,048,576 bytes; the model reads only its last "
             f"block_size tokens, so pass the end of it (e.g. tail -c 100000 {path} > prompt.txt)\n"
@@ -110,26 +111,33 @@ def test_bad_sampling_options(tiny_run, args, match):
 
 
 def test_bad_run_directories(tiny_run, tmp_path):
-    def fails(run, match):
-        r = gen("--run", str(run), "--max-new-tokens", "3")
+    def broken(name: str):
+        """A copy of tiny_run with one thing broken (each case its own, so the scripts run two at a time)."""
+        run = tmp_path / name
+        shutil.copytree(tiny_run, run)
+        return run
+
+    no_tokenizer = broken("no-tokenizer")
+    (no_tokenizer / "tokenizer.json").unlink()
+    half = broken("half")
+    data = (half / "model.safetensors").read_bytes()
+    (half / "model.safetensors").write_bytes(data[: len(data) // 2])
+    zeros = broken("zeros")
+    (zeros / "model.safetensors").write_bytes(b"\0" * 1000)
+    other_tokenizer = broken("other-tokenizer")
+    other = minitf.Tokenizer.train(["a different corpus entirely"] * 5, vocab_size=260)
+    other.save(other_tokenizer / "tokenizer.json")
+    cases = [
+        (tmp_path / "nope", "does not exist"),
+        (no_tokenizer, "has no tokenizer.json"),
+        (half, "truncated or corrupted"),
+        (zeros, "truncated or corrupted"),
+        (other_tokenizer, "does not belong to this run"),
+    ]
+    results = two_at_a_time(lambda run: gen("--run", str(run), "--max-new-tokens", "3"), [run for run, _ in cases])
+    for (_, match), r in zip(cases, results):
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
-
-    fails(tmp_path / "nope", "does not exist")
-    broken = tmp_path / "broken"
-    shutil.copytree(tiny_run, broken)
-    (broken / "tokenizer.json").unlink()
-    fails(broken, "has no tokenizer.json")
-    shutil.copy(tiny_run / "tokenizer.json", broken / "tokenizer.json")
-    data = (broken / "model.safetensors").read_bytes()
-    (broken / "model.safetensors").write_bytes(data[: len(data) // 2])
-    fails(broken, "truncated or corrupted")
-    (broken / "model.safetensors").write_bytes(b"\0" * 1000)
-    fails(broken, "truncated or corrupted")
-    shutil.copy(tiny_run / "model.safetensors", broken / "model.safetensors")
-    other = minitf.Tokenizer.train(["a different corpus entirely"] * 5, vocab_size=260)
-    other.save(broken / "tokenizer.json")
-    fails(broken, "does not belong to this run")
     r = gen(cwd=tmp_path)  # no runs/ here
     assert r.returncode == 2 and "no trained run under runs/" in r.stderr
 
@@ -314,8 +322,11 @@ def test_generate_script_mistakes_are_one_line(tiny_run):
     ]
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda"], "--device cuda but "))
-    for args, message in cases:
-        r = script("scripts/generate.py", "--run", str(tiny_run), "--max-new-tokens", "3", *args)
+    results = two_at_a_time(
+        lambda args: script("scripts/generate.py", "--run", str(tiny_run), "--max-new-tokens", "3", *args),
+        [args for args, _ in cases],
+    )
+    for (args, message), r in zip(cases, results):
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.strip().startswith("error: ") and message in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
