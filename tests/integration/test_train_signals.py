@@ -120,7 +120,9 @@ minitf.train(tiny_config(sys.argv[1], sys.argv[2]), log=lambda *a: None)
 def test_a_kill_between_any_two_writes_resumes_bit_identically(tmp_path, corpus, run_8_steps):
     # the writes of an 8-step run, checkpoints at 4 and 8: config.yaml, tokenizer.json, then per
     # checkpoint loss.png, best.safetensors, state.pt (the commit), model.safetensors
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the killed runs on as many torch threads as this process, which trained the straight run and
+    # resumes them: on another number a step's sums may round differently (tests/conftest.py sets one)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(torch.get_num_threads())}
     straight = run_8_steps  # the same 8 steps, never killed
 
     def killed_after(n):
