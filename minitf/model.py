@@ -15,7 +15,7 @@ import torch.utils.checkpoint
 from .attention import attention, attention_steps
 from .config import ModelConfig
 from .errors import ConfigError
-from .fast.fused_attention import fused_attention, repeat_heads
+from .fast.fused_attention import constant_while_compiling, fused_attention, repeat_heads
 from .fast.lm_loss import IGNORE, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions
 from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
@@ -337,6 +337,7 @@ class Transformer(nn.Module):
         adds from several threads, in an order that changes from run to run, which would end
         bit-exact resume. The blocks share one compiled graph (their code is the same).
         """
+        constant_while_compiling()  # the GPU check inside attention, read once while compiling
         for block in self.blocks:
             block.compile()
         self.logits_and_loss = torch.compile(self.logits_and_loss)

@@ -14,6 +14,7 @@ import weakref
 import torch
 
 from ..kv_cache import KVCache
+from .fused_attention import constant_while_compiling
 
 
 def decode_step(model: torch.nn.Module, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -57,5 +58,6 @@ def compile_decode(model: torch.nn.Module, cuda_graphs: bool | None = None) -> t
         # torch.compile takes a mode or options, not both; mode="reduce-overhead" is this one
         # option (torch._inductor.list_mode_options("reduce-overhead"))
         options["triton.cudagraphs"] = True
+    constant_while_compiling()  # the GPU check inside attention, read once while compiling
     compiled = _compiled_steps[model] = (torch.compile(decode_step, dynamic=False, options=options), cuda_graphs)
     return compiled

@@ -40,7 +40,14 @@ def flash_inputs(q: torch.Tensor, mask) -> bool:
     return mask is None and q.dtype in (torch.float16, torch.bfloat16) and q.size(-1) <= 256 and flash_gpu(q.device)
 
 
-@torch.compiler.assume_constant_result  # read once while compiling: no graph break, and a GPU stays what it is
 def flash_gpu(device: torch.device) -> bool:
     """An sm80 or newer GPU (A100, H100, RTX 30xx and later), where PyTorch's flash attention runs."""
     return torch.cuda.get_device_capability(device) >= (8, 0)
+
+
+def constant_while_compiling() -> None:
+    """Mark flash_gpu a constant to torch.compile: read once while compiling, so no graph break, and
+    a GPU stays what it is. What compiles calls this (Transformer.compile_regions, compile_decode)
+    rather than a decorator at import, which imports torch._dynamo: about 1.5 s of every process
+    that imports minitf, most of which never compile."""
+    torch.compiler.assume_constant_result(flash_gpu)  # marks the function itself: every caller sees it

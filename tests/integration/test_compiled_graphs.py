@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from minitf.config import ModelConfig, SampleConfig
-from minitf.fast.fused_attention import flash_gpu
+from minitf.fast.fused_attention import constant_while_compiling, flash_gpu
 from minitf.generate import generate_tokens
 from minitf.model import Transformer
 from tests.support.models import spread_model
@@ -96,8 +96,10 @@ def test_compiled_generation_gives_the_eager_tokens():
 
 def test_the_gpu_check_is_a_constant_to_torch_compile(monkeypatch):
     """flash_gpu inside a compiled block (the training step's) is read while compiling: no graph
-    break, and the branch it chose is in the graph."""
+    break, and the branch it chose is in the graph. What compiles marks it first (compile_regions,
+    compile_decode), as this does."""
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 6))
+    constant_while_compiling()
 
     def step(x):
         return x + 1 if flash_gpu(torch.device("cuda", 0)) else x - 1

@@ -53,6 +53,18 @@ def test_importing_minitf_data_does_not_import_datasets():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_importing_minitf_does_not_import_the_compiler():
+    """torch._dynamo is about 1.5 s of a process: minitf imports it only when something compiles
+    (fused_attention.constant_while_compiling, called by compile_regions and compile_decode)."""
+    code = (
+        "import sys, minitf, minitf.trainer, minitf.fast.decoding; assert 'torch._dynamo' not in sys.modules\n"
+        "m = minitf.Transformer(minitf.ModelConfig(vocab_size=64, block_size=8, n_layer=1, n_head=2, n_embd=16))\n"
+        "m.compile_regions(); assert 'torch._dynamo' in sys.modules\n"
+        "from minitf.fast.fused_attention import flash_gpu; assert flash_gpu._dynamo_marked_constant"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
 def test_a_program_that_imports_minitf_keeps_its_sigint_handler(tmp_path):
     """Only the minitf command sets its Ctrl-C handler at import (minitf/cli/start.py): a program, -c
     code or another module run with -m keeps Python's. Each process says its handler as it exits
