@@ -1,7 +1,6 @@
 """The time budget's arithmetic: what train.max_seconds buys, and what a short run says.
 
-The time budget (train.max_seconds): what it buys, what a run does when it buys little, and
-how to give a run more.
+What a budget buys, what a run does when it buys little, and how to give a run more.
 
 - `budget_steps`: the steps a budget buys on a typical 2-core CPU (train.typical_steps, measured
   in the default recipe's TYPICAL_SECONDS): the LR warmup's share of the budget (the trainer hands it

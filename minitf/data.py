@@ -1,6 +1,6 @@
 """The training loop's batches: random windows of token ids, and the same ids shifted by one.
 
-Batches for the training loop: `TokenData.get_batch` takes batch_size random windows of
+`TokenData.get_batch` takes batch_size random windows of
 block_size + 1 token ids from a split and returns x (B, T) and y, the same ids shifted left by one:
 at every position, the next token is the target.
 
