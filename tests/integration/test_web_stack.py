@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 
 import pytest
 
@@ -19,6 +18,7 @@ from minitf.web.explore import Explorer, ExploreServer
 from minitf.web.serve import Completions, CompletionServer
 from tests.support import ROOT
 from tests.support.processes import default_sigint
+from tests.support.serving import running
 
 H = b"Host: 127.0.0.1\r\n"
 
@@ -79,17 +79,6 @@ def answer(server, request: bytes, whole: bool = False) -> bytes:
                 if not whole:
                     break
         return got
-
-
-@contextlib.contextmanager
-def running(server):
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.close()
-        thread.join(30)
 
 
 @pytest.fixture(params=["explore", "serve"])

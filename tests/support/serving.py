@@ -14,13 +14,20 @@ def serving(run, limits=None, api_key=None, **kw):
     logs = []
     server = CompletionServer(Completions(run, **kw), "127.0.0.1", 0, limits, log=logs.append, api_key=api_key)
     server.logs = logs
+    with running(server):
+        yield server
+
+
+@contextlib.contextmanager
+def running(server):
+    """server serving in a thread until the block ends, then closed."""
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield server
     finally:
         server.close()
-        thread.join(10)
+        thread.join(30)
 
 
 def raw(server, method, path, body=b"", headers=None):
