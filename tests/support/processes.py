@@ -1,7 +1,11 @@
 """Other processes: the scripts run as a user runs them, children a test sends signals, gloo workers
-of the distributed tests, and two at a time on a 2-core machine."""
+of the distributed tests, and two at a time on a 2-core machine; and a command run in this process
+as its script would run it, where a process of its own would only add the seconds it takes to start."""
 
+import contextlib
+import io
 import os
+import signal
 import subprocess
 import sys
 from typing import NoReturn
@@ -12,6 +16,35 @@ from . import ROOT
 def script(*args, **kw) -> subprocess.CompletedProcess:
     """python *args in the repository root, its output captured as text (five minutes at most)."""
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=300, **kw)
+
+
+def command(name: str, *args, cwd=ROOT, stdin: str | bytes = b"") -> subprocess.CompletedProcess:
+    """`minitf name *args` run in this process as script("scripts/<name>.py", *args) runs it in its
+    own (every script is run_main over the command's main, as tests/unit/test_cli.py checks): in
+    cwd, stdin piped in, its stdout and stderr as text, its exit code. Starting a process costs ~2 s
+    of importing torch; what needs one (a signal, a kill, a terminal, a fresh interpreter) uses script().
+    An exception the command lets out fails the test here, where its process would have printed a traceback."""
+    from minitf.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    piped = io.TextIOWrapper(io.BytesIO(stdin.encode() if isinstance(stdin, str) else stdin), encoding="utf-8")
+    here, handler, real_stdin = os.getcwd(), signal.getsignal(signal.SIGINT), sys.stdin
+    code = 0
+    try:
+        os.chdir(cwd)
+        sys.stdin = piped
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main([name, *map(str, args)])
+    except SystemExit as e:
+        code = e.code
+    finally:
+        sys.stdin = real_stdin
+        os.chdir(here)
+        signal.signal(signal.SIGINT, handler)  # run_main's for a Ctrl-C after a command ends: not this process's
+    if isinstance(code, str):  # sys.exit("message"), as the interpreter ends it
+        err.write(code + "\n")
+        code = 1
+    return subprocess.CompletedProcess(["minitf", name, *map(str, args)], code or 0, out.getvalue(), err.getvalue())
 
 
 def one_line(r: subprocess.CompletedProcess) -> str:
