@@ -1,5 +1,5 @@
-"""The commands end to end, in their own processes: one-line errors with exit code 2, Ctrl-C and a
-closed pipe, mistakes in a config or a device."""
+"""The commands end to end: one-line errors with exit code 2, Ctrl-C and a closed pipe (in their own
+processes), mistakes in a config or a device (in this one, as the scripts run them)."""
 
 import os
 import subprocess
@@ -11,7 +11,7 @@ import torch
 from minitf.errors import ConfigError
 from minitf.system.runtime import resolve_device
 from tests.support import ROOT
-from tests.support.processes import one_line, script, two_at_a_time
+from tests.support.processes import command, one_line, script
 
 # README claims and options that had no test, each checked against a value the code does not
 # compute itself: an explicit formula, plain autograd, counted draws, a hand-worked set.
@@ -61,16 +61,16 @@ def test_errors_are_one_line_and_exit_2_through_python_m(tmp_path):
 # naming the problem and the fix (a ConfigError or MinitfError; the scripts print it as 'error: ...').
 
 
-def test_config_mistakes_through_the_script(tmp_path):
+def test_config_mistakes_through_the_command(tmp_path):
     (tmp_path / "keys.yaml").write_text("model:\n  1: 2\n")
-    line = one_line(script("scripts/train.py", "--config", str(tmp_path / "keys.yaml")))
+    line = one_line(command("train", "--config", str(tmp_path / "keys.yaml")))
     assert line == (
         f"error: {tmp_path / 'keys.yaml'}: a key of section 'model' is 1, a number, not a word; "
         f"keys are words, e.g. model.attention"
     )
-    line = one_line(script("scripts/train.py", "--config", str(tmp_path)))
+    line = one_line(command("train", "--config", str(tmp_path)))
     assert line == f"error: config {str(tmp_path)!r} is a directory; pass a YAML file"
-    line = one_line(script("scripts/train.py", "--config", "tiny", "run.seed=18446744073709551616"))
+    line = one_line(command("train", "--config", "tiny", "run.seed=18446744073709551616"))
     assert line == "error: run.seed must be an integer in [0, 2**63 - 1], got 18446744073709551616"
 
 
@@ -81,12 +81,9 @@ def test_a_device_this_machine_lacks_is_one_line_in_every_command(tiny_run):
         "cuda:0": f"error: --device cuda:0 but {without}; use --device cpu (or auto)",
         "vulkan:0": "error: --device 'vulkan:0' is not one of auto, cpu, cuda, cuda:N, mps",
     }
-    runs = [(c, d) for c in ("generate.py", "evaluate.py", "explore.py", "serve.py") for d in want]
-    lines = two_at_a_time(
-        lambda c_d: one_line(script(f"scripts/{c_d[0]}", "--run", str(tiny_run), "--device", c_d[1])), runs
-    )
-    for (command, device), line in zip(runs, lines):
-        assert line == want[device], command
+    for name in ("generate", "evaluate", "explore", "serve"):
+        for device, line in want.items():
+            assert one_line(command(name, "--run", tiny_run, "--device", device)) == line, name
     with pytest.raises(ConfigError, match="^run.device=cuda but "):
         resolve_device("cuda")
 
@@ -100,17 +97,17 @@ def test_plot_draws_rows_without_val_bpb(tmp_path, tiny_run):
     (run / "metrics.jsonl").write_text(
         "".join(json.dumps({k: v for k, v in r.items() if k != "val_bpb"}) + "\n" for r in rows)
     )
-    r = script("scripts/plot.py", "--run", str(run), "--out", str(tmp_path / "loss.png"))
+    r = command("plot", "--run", run, "--out", tmp_path / "loss.png")
     assert r.returncode == 0, r.stderr[-1500:]
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_script_mistakes_after_training(tiny_run, tmp_path):
-    line = one_line(script("scripts/generate.py", "--run", str(tiny_run), "--seed", str(2**64)))
+    line = one_line(command("generate", "--run", tiny_run, "--seed", 2**64))
     assert line == f"error: sample.seed must be an integer in [0, 2**63 - 1], got {2**64}"
-    line = one_line(script("scripts/generate.py", "--run", str(tiny_run), "--seed", "-1"))
+    line = one_line(command("generate", "--run", tiny_run, "--seed", "-1"))
     assert line == "error: sample.seed must be an integer in [0, 2**63 - 1], got -1"
     (tmp_path / "notes.txt").write_text("mine")
-    line = one_line(script("scripts/export_hf.py", "--run", str(tiny_run), "--out", str(tmp_path / "notes.txt")))
+    line = one_line(command("export", "--run", tiny_run, "--out", tmp_path / "notes.txt"))
     assert line == f"error: --out {tmp_path / 'notes.txt'} is a file; --out names a directory to create"
     assert (tmp_path / "notes.txt").read_text() == "mine"

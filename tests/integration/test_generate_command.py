@@ -1,8 +1,8 @@
-"""scripts/generate.py as a user runs it: defaults, options, and one-line errors for bad input."""
+"""minitf generate as a user runs it: defaults, options, and one-line errors for bad input. In this
+process (tests.support.processes.command) unless the test needs a process: a terminal, the compiler."""
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -16,19 +16,12 @@ from minitf.run_dir import which_weights
 from minitf.training import checkpoint as ckpt
 from minitf.training.metrics import METRICS, read_rows
 from tests.support import ROOT
-from tests.support.processes import script, two_at_a_time
+from tests.support.processes import command, script, two_at_a_time
 from tests.support.runs import QUIET, refusal, run_copy, tiny_config
 
 
-def gen(*args, cwd=ROOT, stdin=None):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "generate.py"), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        input=stdin,
-    )
+def gen(*args, cwd=ROOT, stdin=b""):
+    return command("generate", *args, cwd=cwd, stdin=stdin)
 
 
 def test_token_counts_are_the_sampled_tokens(tiny_run):
@@ -73,12 +66,12 @@ def test_prompt_input_is_bounded(tiny_run, tmp_path):
     prompt.write_text("ROMEO:\nO gentle", encoding="utf-8")
     same = ["--run", str(tiny_run), "--temperature", "0", "--max-new-tokens", "10"]
     from_file, inline = ["--prompt-file", str(prompt)], ["--prompt", "ROMEO:\nO gentle"]
-    r, as_prompt = two_at_a_time(lambda args: gen(*same, *args), [from_file, inline])
+    r, as_prompt = gen(*same, *from_file), gen(*same, *inline)
     assert r.returncode == 0 and r.stdout == as_prompt.stdout
     big = tmp_path / "big.txt"
     big.write_bytes(b"a" * (MAX_PROMPT_BYTES + 1))
-    paths = ("/dev/zero", str(big))
-    for path, r in zip(paths, two_at_a_time(lambda path: gen("--run", str(tiny_run), "--prompt-file", path), paths)):
+    for path in ("/dev/zero", str(big)):
+        r = gen("--run", str(tiny_run), "--prompt-file", path)
         assert r.returncode == 2 and r.stderr == (
             f"error: --prompt-file {path} is larger than 1,048,576 bytes; the model reads only its last "
             f"block_size tokens, so pass the end of it (e.g. tail -c 100000 {path} > prompt.txt)\n"
@@ -112,7 +105,7 @@ def test_bad_sampling_options(tiny_run, args, match):
 
 def test_bad_run_directories(tiny_run, tmp_path):
     def broken(name: str):
-        """A copy of tiny_run with one thing broken (each case its own, so the scripts run two at a time)."""
+        """A copy of tiny_run with one thing broken (each case its own)."""
         run = tmp_path / name
         shutil.copytree(tiny_run, run)
         return run
@@ -134,8 +127,8 @@ def test_bad_run_directories(tiny_run, tmp_path):
         (zeros, "truncated or corrupted"),
         (other_tokenizer, "does not belong to this run"),
     ]
-    results = two_at_a_time(lambda run: gen("--run", str(run), "--max-new-tokens", "3"), [run for run, _ in cases])
-    for (_, match), r in zip(cases, results):
+    for run, match in cases:
+        r = gen("--run", str(run), "--max-new-tokens", "3")
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     r = gen(cwd=tmp_path)  # no runs/ here
@@ -152,18 +145,8 @@ def test_best_is_the_lowest_val_loss_and_generate_best_samples_it(tmp_path, corp
     assert ckpt.weights_step(run / "best.safetensors") == min(rows, key=lambda r: r["val_loss"])["step"]
     other = minitf.train(tiny_config(tmp_path / "other", corpus, "run.seed=7", "train.max_steps=4"), **QUIET)
     shutil.copy(other / "model.safetensors", run / "best.safetensors")  # best now holds other weights
-    args = [
-        "scripts/generate.py",
-        "--run",
-        str(run),
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "12",
-        "--prompt",
-        "ROMEO:",
-    ]
-    best, latest = two_at_a_time(lambda extra: script(*args, *extra), [["--best"], []])
+    args = ["--run", str(run), "--temperature", "0", "--max-new-tokens", "12", "--prompt", "ROMEO:"]
+    best, latest = gen(*args, "--best"), gen(*args)
     model, tok, _ = minitf.load_run(other)
     assert (
         best.stdout.strip()
@@ -189,7 +172,7 @@ def test_sampling_settings_come_from_the_runs_config(tmp_path, tiny_run):
     ckpt.write_config(run, cfg)
     model, tok, _ = minitf.load_run(run)
     expected = "JULIET:" + minitf.generate(model, tok, "JULIET:", cfg.sample)
-    assert script("scripts/generate.py", "--run", str(run)).stdout.strip() == expected.strip()
+    assert gen("--run", str(run)).stdout.strip() == expected.strip()
     other = minitf.generate(model, tok, "JULIET:", cfg.sample, repetition_penalty=1.0)
     assert other != expected[len("JULIET:") :]  # the penalty is applied, not ignored
 
@@ -217,18 +200,8 @@ def test_generate_script_compile_stop_and_device(tiny_run):
 
 def test_generate_script_says_what_it_loaded_and_reads_a_prompt_file(tmp_path, tiny_run):
     (tmp_path / "scene.txt").write_text("ROMEO:\nO night,\n", encoding="utf-8")
-    r = script(
-        "scripts/generate.py",
-        "--run",
-        str(tiny_run),
-        "--prompt-file",
-        str(tmp_path / "scene.txt"),
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "8",
-        "--best",
-    )
+    scene = ["--prompt-file", tmp_path / "scene.txt"]
+    r = gen("--run", tiny_run, *scene, "--temperature", "0", "--max-new-tokens", "8", "--best")
     assert r.returncode == 0, r.stderr
     step = ckpt.weights_step(tiny_run / "best.safetensors")
     assert r.stderr.splitlines()[0] == f"[sampling from {tiny_run}: best.safetensors, step {step}]"
@@ -239,7 +212,7 @@ def test_generate_script_says_what_it_loaded_and_reads_a_prompt_file(tmp_path, t
         + minitf.generate(model, tok, "ROMEO:\nO night,\n", max_new_tokens=8, temperature=0)
         + "\n"
     )
-    r = script("scripts/generate.py", "--run", str(tiny_run), "--prompt-file", str(tmp_path / "none.txt"))
+    r = gen("--run", str(tiny_run), "--prompt-file", str(tmp_path / "none.txt"))
     assert r.returncode == 2 and r.stderr.strip() == (
         f"error: could not read --prompt-file {tmp_path / 'none.txt'}: No such file or directory"
     )
@@ -252,7 +225,7 @@ def test_the_tools_that_read_a_run_say_which_weights_and_that_best_exists(tiny_r
     ckpt.save_weights(model, run / "best.safetensors", 3, tok.hash)  # the best, at another step
     latest = ckpt.weights_step(run / "model.safetensors")
     assert latest != 3
-    r = script("scripts/generate.py", "--run", str(run), "--max-new-tokens", "2")
+    r = gen("--run", str(run), "--max-new-tokens", "2")
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines()[0] == (
         f"[sampling from {run}: model.safetensors, step {latest} (the latest; --best samples best.safetensors, "
@@ -322,37 +295,19 @@ def test_generate_script_mistakes_are_one_line(tiny_run):
     ]
     if not torch.cuda.is_available():
         cases.append((["--device", "cuda"], "--device cuda but "))
-    results = two_at_a_time(
-        lambda args: script("scripts/generate.py", "--run", str(tiny_run), "--max-new-tokens", "3", *args),
-        [args for args, _ in cases],
-    )
-    for (args, message), r in zip(cases, results):
+    for args, message in cases:
+        r = gen("--run", str(tiny_run), "--max-new-tokens", "3", *args)
         assert r.returncode == 2, (args, r.stderr)
         assert r.stderr.strip().startswith("error: ") and message in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
 def test_interactive_input_survives_a_line_that_is_not_utf8(tiny_run):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "scripts/generate.py",
-            "--run",
-            str(tiny_run),
-            "--interactive",
-            "--max-new-tokens",
-            "3",
-            "--temperature",
-            "0",
-        ],
-        input=b"ROMEO:\n\xff\xfe\nJULIET:\n",
-        capture_output=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    piped = b"ROMEO:\n\xff\xfe\nJULIET:\n"
+    r = gen("--run", tiny_run, "--interactive", "--max-new-tokens", "3", "--temperature", "0", stdin=piped)
     assert r.returncode == 0, r.stderr
-    assert r.stderr.decode().strip().splitlines()[1:] == ["error: input line 2 is not valid UTF-8 (byte 0); skipped"]
-    lines = r.stdout.decode().splitlines()
+    assert r.stderr.strip().splitlines()[1:] == ["error: input line 2 is not valid UTF-8 (byte 0); skipped"]
+    lines = r.stdout.splitlines()
     assert lines[0].startswith("ROMEO:") and any(line.startswith("JULIET:") for line in lines)
 
 
@@ -364,13 +319,7 @@ def test_interactive_input_survives_a_line_that_is_not_utf8(tiny_run):
 
 
 def test_the_generate_script_says_it_in_one_line(nan_run):
-    r = subprocess.run(
-        [sys.executable, "scripts/generate.py", "--run", str(nan_run), "--max-new-tokens", "3"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    r = gen("--run", str(nan_run), "--max-new-tokens", "3")
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("error: " + refusal(nan_run)) and len(r.stderr.strip().splitlines()) == 1
 
@@ -381,12 +330,7 @@ def test_the_generate_script_says_it_in_one_line(nan_run):
 
 def test_generate_reads_a_run_with_unknown_training_keys(tiny_run, tmp_path):
     run = run_copy(tiny_run, tmp_path, train={"newer_schedule": "wsd"})
-    r = subprocess.run(
-        [sys.executable, "scripts/generate.py", "--run", str(run), "--max-new-tokens", "5", "--seed", "0"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    r = gen("--run", str(run), "--max-new-tokens", "5", "--seed", "0")
     assert r.returncode == 0, r.stderr[-800:]
     assert f"warning: {run / 'config.yaml'}: leaving out 'train.newer_schedule', unknown to this minitf" in r.stderr
     assert "UserWarning" not in r.stderr and "Traceback" not in r.stderr  # one line, minitf's own form

@@ -1,9 +1,7 @@
-"""scripts/attention.py and scripts/plot.py as a user runs them: pictures written, tables printed,
-one-line errors (exit 2, no traceback) for bad input."""
+"""minitf attention and minitf plot as a user runs them (in this process, as their scripts run
+them): pictures written, tables printed, one-line errors (exit 2, no traceback) for bad input."""
 
 import shutil
-import subprocess
-import sys
 
 import matplotlib.image as mpimg
 import pytest
@@ -11,13 +9,7 @@ import pytest
 import minitf
 from minitf.inspection import token_label
 from minitf.plots.figures import plot_runs
-from tests.support import ROOT
-
-
-def script(name, *args, cwd=ROOT):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True, cwd=cwd, timeout=120
-    )
+from tests.support.processes import command
 
 
 def one_line_error(r, match):
@@ -33,13 +25,13 @@ def picture(path):
 
 
 def test_attention_grid_head_and_table(tiny_run, tmp_path):
-    r = script(
-        "attention.py", "--run", str(tiny_run), "--text", "The cat sat on the mat", "--out", str(tmp_path / "grid.png")
+    r = command(
+        "attention", "--run", str(tiny_run), "--text", "The cat sat on the mat", "--out", str(tmp_path / "grid.png")
     )
     assert r.returncode == 0, r.stderr
     grid = picture(tmp_path / "grid.png")
-    r = script(
-        "attention.py",
+    r = command(
+        "attention",
         "--run",
         str(tiny_run),
         "--text",
@@ -68,7 +60,7 @@ def test_attention_grid_head_and_table(tiny_run, tmp_path):
 
 
 def test_attention_print_only_writes_nothing(tiny_run, tmp_path):
-    r = script("attention.py", "--run", str(tiny_run), "--text", "O", "--print", cwd=tmp_path)
+    r = command("attention", "--run", str(tiny_run), "--text", "O", "--print", cwd=tmp_path)
     assert r.returncode == 0 and r.stdout.splitlines()[2].split() == ["O", "1.00"], r.stderr
     assert list(tmp_path.iterdir()) == []
 
@@ -83,29 +75,29 @@ def test_attention_print_only_writes_nothing(tiny_run, tmp_path):
 )
 def test_attention_bad_input(tiny_run, tmp_path, args, match):
     one_line_error(
-        script("attention.py", "--run", str(tiny_run), "--text", "ROMEO", *args, "--out", str(tmp_path / "a.png")),
+        command("attention", "--run", str(tiny_run), "--text", "ROMEO", *args, "--out", str(tmp_path / "a.png")),
         match,
     )
     assert not (tmp_path / "a.png").exists()
 
 
 def test_attention_missing_run(tmp_path):
-    one_line_error(script("attention.py", "--run", str(tmp_path / "nope"), "--text", "O"), "does not exist")
+    one_line_error(command("attention", "--run", str(tmp_path / "nope"), "--text", "O"), "does not exist")
 
 
 def test_plot_one_and_several_runs(tiny_run, tmp_path):
-    r = script("plot.py", "--run", str(tiny_run), cwd=tmp_path)  # default --out loss.png
+    r = command("plot", "--run", str(tiny_run), cwd=tmp_path)  # default --out loss.png
     assert r.returncode == 0 and "wrote loss.png" in r.stdout, r.stderr
     one = picture(tmp_path / "loss.png")
     other = tmp_path / "other"
     shutil.copytree(tiny_run, other)
-    r = script("plot.py", "--run", str(tiny_run), "--run", str(other), "--out", str(tmp_path / "both.png"))
+    r = command("plot", "--run", str(tiny_run), "--run", str(other), "--out", str(tmp_path / "both.png"))
     assert r.returncode == 0, r.stderr
     assert picture(tmp_path / "both.png").shape == one.shape
 
 
 def test_plot_bad_runs(tiny_run, tmp_path):
-    one_line_error(script("plot.py", "--run", str(tmp_path / "nope")), "run directory")
+    one_line_error(command("plot", "--run", str(tmp_path / "nope")), "run directory")
     (tmp_path / "fresh").mkdir()
     with pytest.raises(minitf.MinitfError, match="has no evaluations yet; train longer"):
         plot_runs([tiny_run, tmp_path / "fresh"], tmp_path / "x.png")

@@ -20,7 +20,7 @@ from minitf.run_dir import load_run
 from minitf.web.serve import Limits
 from minitf.web.serve.request import MAX_STOPS
 from tests.support import ROOT
-from tests.support.processes import default_sigint
+from tests.support.processes import command, default_sigint
 from tests.support.serving import raw, serving
 
 openai = pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
@@ -385,12 +385,6 @@ def test_busy_server_answers_503(tiny_run):
     assert [f["reason"] for f in hooks.finished] == ["done"]
 
 
-def run_script(*args, **kw):
-    return subprocess.run(
-        [sys.executable, "scripts/serve.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, **kw
-    )
-
-
 def test_command_line_mistakes_are_one_line(tiny_run, tmp_path):
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
@@ -401,7 +395,7 @@ def test_command_line_mistakes_are_one_line(tiny_run, tmp_path):
             (["--run", str(tiny_run), "--port", str(port)], f"cannot serve on 127.0.0.1:{port}"),
         ]
         for args, words in cases:
-            r = run_script(*args)
+            r = command("serve", *args)
             assert r.returncode == 2 and r.stderr.startswith("error: ") and words in r.stderr, r.stderr
             assert r.stderr.count("\n") == 1
 
@@ -457,13 +451,7 @@ def test_api_key(tiny_run):
 @pytest.mark.parametrize("timeout", ["inf", "nan", "0", "1e9"])
 def test_a_timeout_that_cannot_work_is_refused_at_start(tiny_run, timeout):
     """--timeout inf was accepted, and the first connection then stopped the server."""
-    r = subprocess.run(
-        [sys.executable, "scripts/serve.py", "--run", str(tiny_run), "--port", "0", "--timeout", timeout],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = command("serve", "--run", tiny_run, "--port", "0", "--timeout", timeout)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("error: --timeout must be a number of seconds above 0, at most 86400, got ")
     assert r.stderr.count("\n") == 1
