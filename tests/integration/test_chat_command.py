@@ -13,20 +13,21 @@ from minitf.conversations.answer import chat
 from minitf.run_dir import load_run
 from minitf.web.serve import Completions
 from tests.support import ROOT
+from tests.support.processes import command
 
 Q1, Q2 = "What is 2 plus 3?", "And 4 plus 4?"
 
 
-def talk(run, lines: list[str], *args, script=False):
-    """minitf chat over run, the lines its standard input (not a terminal)."""
-    front = [str(ROOT / "scripts" / "chat.py")] if script else ["-m", "minitf", "chat"]
-    return subprocess.run(
-        [sys.executable, *front, "--run", str(run), "--device", "cpu", *args],
-        input="".join(line + "\n" for line in lines),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+SCRIPT, MODULE = [str(ROOT / "scripts" / "chat.py")], ["-m", "minitf", "chat"]
+
+
+def talk(run, lines: list[str], *args, front=None):
+    """minitf chat over run, the lines its standard input (not a terminal): in this process, or in
+    a process of its own started as front (SCRIPT, MODULE)."""
+    stdin, args = "".join(line + "\n" for line in lines), ["--run", str(run), "--device", "cpu", *args]
+    if front is None:
+        return command("chat", *args, stdin=stdin)
+    return subprocess.run([sys.executable, *front, *args], input=stdin, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def test_turns_reset_and_system_prompt(chat_run, loaded):
 
 def test_the_script_is_the_command(chat_run):
     args = ("--max-new-tokens", "10", "--seed", "2")
-    assert talk(chat_run, [Q1], *args, script=True).stdout == talk(chat_run, [Q1], *args).stdout != ""
+    assert talk(chat_run, [Q1], *args, front=SCRIPT).stdout == talk(chat_run, [Q1], *args, front=MODULE).stdout != ""
 
 
 def test_a_base_run_is_not_a_chat_model(tiny_run):

@@ -16,7 +16,7 @@ from minitf.system.files import current_umask
 from minitf.training import checkpoint as ckpt
 from tests.support.errors import victim
 from tests.support.errors import writes_one_line as one_line
-from tests.support.processes import script, two_at_a_time
+from tests.support.processes import command
 from tests.support.runs import refusal
 
 # README claims and options that had no test, each checked against a value the code does not
@@ -31,15 +31,15 @@ def test_best_flags_of_attention_and_export(tmp_path, tiny_run):
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
     ckpt.save_weights(model, run / "best.safetensors", 1, tok.hash)
-    args = ["scripts/attention.py", "--run", str(run), "--text", "ROMEO: O", "--print", "--head", "1"]
-    best, latest = two_at_a_time(lambda extra: script(*args, *extra), [["--best"], []])
+    args = ["--run", str(run), "--text", "ROMEO: O", "--print", "--head", "1"]
+    best, latest = command("attention", *args, "--best"), command("attention", *args)
     assert best.returncode == 0 and best.stdout.startswith("layer 0, head 1: attention weights")
     from minitf.inspection import format_weights
 
     assert best.stdout.strip() == format_weights(minitf.inspect(model, tok, "ROMEO: O"), 0, 1).strip()
     assert best.stdout != latest.stdout
     pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
-    r = script("scripts/export_hf.py", "--run", str(run), "--best", "--out", str(tmp_path / "hf"))
+    r = command("export", "--run", str(run), "--best", "--out", str(tmp_path / "hf"))
     assert r.returncode == 0, r.stderr[-1500:]
     exported = load_file(tmp_path / "hf" / "model.safetensors")
     torch.testing.assert_close(exported["transformer.wte.weight"][:300], model.wte.weight.detach()[:300])
@@ -52,7 +52,7 @@ def test_export_gguf_says_which_weights_it_exported(tiny_run, tmp_path):
     model, tok, _ = minitf.load_run(run)
     ckpt.save_weights(model, run / "best.safetensors", 3, tok.hash)
     latest = ckpt.weights_step(run / "model.safetensors")
-    r = script("scripts/export_gguf.py", "--run", str(run), "--out", str(tmp_path / "m.gguf"))
+    r = command("export-gguf", "--run", str(run), "--out", str(tmp_path / "m.gguf"))
     assert r.returncode == 0, r.stderr
     assert r.stderr.splitlines() == [
         f"[exported {run}: model.safetensors, step {latest} (the latest; --best exports best.safetensors, "

@@ -15,7 +15,7 @@ import minitf.system.files
 from minitf.errors import ConfigError, MinitfError
 from minitf.system import runtime
 from minitf.training.metrics import METRICS, read_rows
-from tests.support.processes import script
+from tests.support.processes import command
 from tests.support.runs import QUIET, copy_run, tiny_config
 
 
@@ -103,10 +103,10 @@ def test_non_finite_steps_are_skipped_then_stop(tmp_path, corpus, monkeypatch):
 
 
 def test_script_errors_are_one_line(tmp_path):
-    r = script("scripts/train.py", "--config", "configs/tiny.yaml", "model.n_layers=2")
+    r = command("train", "--config", "configs/tiny.yaml", "model.n_layers=2")
     assert r.returncode == 2
     assert r.stderr.strip() == "error: unknown config key 'model.n_layers' (did you mean 'model.n_layer'?)"
-    r = script("scripts/train.py", "--help")
+    r = command("train", "--help")
     assert r.returncode == 0 and "values a plain run uses, from configs/shakespeare.yaml" in r.stdout
     assert "train.max_seconds = 210.0" in r.stdout and "model.n_embd = 128" in r.stdout  # not the dataclass 256
 
