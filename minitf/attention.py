@@ -15,14 +15,16 @@ import numpy as np
 import torch
 
 
-def causal_mask(T: int, S: int | None = None, device=None) -> torch.Tensor:
+def causal_mask(T: int, S: int | None = None, device=None, window: int | None = None) -> torch.Tensor:
     """Boolean (T, S) mask, True where query i may attend to key j.
 
     The T queries are the last T of S positions (S > T while decoding with a KV cache), so query i
-    sits at absolute position S - T + i and sees keys 0 .. S - T + i.
+    sits at absolute position S - T + i and sees keys 0 .. S - T + i; with a window (sliding-window
+    attention, Mistral's) only the last `window` of them, S - T + i - window < j.
     """
     S = T if S is None else S
-    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    mask = torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+    return mask if window is None else mask.triu(diagonal=S - T - window + 1)
 
 
 def _as_tensor(x) -> torch.Tensor:

@@ -49,7 +49,11 @@ def _suggest(name: str, allowed, section: str = "") -> str:
     key, model.n_layer, for a key of a section), else the allowed names."""
     close = difflib.get_close_matches(name, list(allowed), n=1) if len(name) <= 100 else []
     dotted = f"{section}." if section else ""
-    return f" (did you mean '{dotted}{close[0]}'?)" if close else f" (valid: {', '.join(sorted(allowed))})"
+    if close:
+        return f" (did you mean '{dotted}{close[0]}'?)"
+    names = sorted(allowed)
+    more = f" and {len(names) - 16} more: --help lists them all" if len(names) > 16 else ""
+    return f" (valid: {', '.join(names[:16])}{more})"
 
 
 def _range_words(low: int, high: int) -> str:
@@ -246,6 +250,7 @@ class ModelConfig(_Section):
         None, "key/value heads, each shared by n_head / n_kv_head query heads (grouped-query attention; null: n_head)"
     )
     n_embd: int = key(128, "width of the residual stream (divisible by n_head)")
+    head_dim: int | None = key(None, "each head's width (null: n_embd / n_head; Qwen3-0.6B sets it apart)")
     positions: Literal["learned", "sinusoidal", "rope"] = key(
         "rope", "how token positions enter the model: rope rotates q and k; learned and sinusoidal add a table"
     )
@@ -259,9 +264,23 @@ class ModelConfig(_Section):
     ffn_hidden: int | None = key(None, "the feed-forward block's hidden width (null: 4 x n_embd, swiglu about 8/3 x)")
     norm_eps: float = key(1e-5, "epsilon of every norm (and of the q/k norm)")
     bias: bool = key(True, "biases in the linear layers and norms")
+    qkv_bias: bool | None = key(None, "biases on the q, k, v projection (null: as model.bias; Qwen2 has only these)")
     tie_embeddings: bool = key(True, "the LM head shares the token embedding (false: its own, initialised to zero)")
     rope_base: float = key(10000.0, "rotary positions' base (positions=rope)")
-    qk_norm: bool = key(False, "RMS-normalise each head's queries and keys before q @ k^T")
+    rope_scaling: Literal["none", "linear", "llama3"] = key(
+        "none",
+        "stretch rotary positions for a longer context: linear divides every frequency by rope_factor, "
+        "llama3 only the slow ones (Llama 3.1+)",
+    )
+    rope_factor: float = key(1.0, "rope_scaling's factor (Llama 3.2: 32)")
+    rope_low_freq_factor: float = key(1.0, "rope_scaling=llama3: wavelengths above original_context / this are scaled")
+    rope_high_freq_factor: float = key(4.0, "rope_scaling=llama3: wavelengths below original_context / this are kept")
+    rope_original_context: int = key(8192, "rope_scaling=llama3: the context the model was first trained with")
+    qk_norm: bool = key(False, "RMS-normalise each head's queries and keys before q @ k^T (with a learned gain)")
+    sliding_window: int | None = key(None, "each query sees only the last this many keys, itself included (null: all)")
+    family: Literal["auto", "gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "gptneox"] = key(
+        "auto", "the standard architecture export writes (set by an import; auto: the first that computes the model)"
+    )
     logit_softcap: float | None = key(None, "logits -> cap * tanh(logits / cap) (null: off)")
 
     def validate(self) -> None:
@@ -272,34 +291,72 @@ class ModelConfig(_Section):
             "n_head",
             "n_kv_head",
             "n_embd",
+            "head_dim",
             "ffn_hidden",
             "norm_eps",
             "rope_base",
+            "rope_factor",
+            "rope_low_freq_factor",
+            "rope_high_freq_factor",
+            "rope_original_context",
+            "sliding_window",
             "logit_softcap",
         )
-        if self.n_embd % self.n_head:
+        if self.head_dim is None and self.n_embd % self.n_head:
             raise ConfigError(f"model.n_embd ({self.n_embd}) must be divisible by model.n_head ({self.n_head})")
         if self.n_head % self.kv_heads:
             raise ConfigError(
                 f"model.n_head ({self.n_head}) must be divisible by model.n_kv_head ({self.n_kv_head}): "
                 f"each key/value head serves the same number of query heads"
             )
-        if self.positions == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ConfigError(
-                f"model.positions=rope needs an even head size, got n_embd/n_head = {self.n_embd // self.n_head}"
-            )
+        if self.positions == "rope" and self.head_size % 2:
+            raise ConfigError(f"model.positions=rope needs an even head size, got {self.head_size}")
+        self._check_rope_scaling()
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
 
+    def _check_rope_scaling(self) -> None:
+        """The rope_* keys say something only with rope positions and a scaling that reads them."""
+        moved = [k for k in ROPE_SCALING_KEYS if getattr(self, k) != ROPE_SCALING_DEFAULTS[k]]
+        reads = {"none": (), "linear": ("rope_factor",), "llama3": ROPE_SCALING_KEYS}[self.rope_scaling]
+        idle = [k for k in moved if k not in reads]
+        if self.rope_scaling != "none" and self.positions != "rope":
+            raise ConfigError(f"model.rope_scaling={self.rope_scaling} needs model.positions=rope")
+        if idle:
+            raise ConfigError(
+                f"model.{idle[0]}={getattr(self, idle[0])} does nothing with model.rope_scaling={self.rope_scaling}; "
+                f"remove it, or set model.rope_scaling={'llama3' if idle[0] != 'rope_factor' else 'linear'}"
+            )
+        if self.rope_scaling == "llama3" and self.rope_high_freq_factor <= self.rope_low_freq_factor:
+            raise ConfigError(
+                f"model.rope_high_freq_factor ({self.rope_high_freq_factor}) must be above "
+                f"model.rope_low_freq_factor ({self.rope_low_freq_factor})"
+            )
+
     @property
-    def head_dim(self) -> int:
-        return self.n_embd // self.n_head
+    def head_size(self) -> int:
+        """Each head's width: model.head_dim, or n_embd / n_head."""
+        return self.head_dim or self.n_embd // self.n_head
+
+    @property
+    def attn_width(self) -> int:
+        """The query heads side by side, n_head x head_size: n_embd unless model.head_dim sets it apart."""
+        return self.n_head * self.head_size
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        """Whether the q, k, v projection has biases: model.qkv_bias, or model.bias."""
+        return self.bias if self.qkv_bias is None else self.qkv_bias
 
     @property
     def kv_heads(self) -> int:
         """Key/value heads: n_kv_head, or one per query head."""
         return self.n_kv_head or self.n_head
 
+
+# the keys that shape rope_scaling, and the values that mean "not set"
+ROPE_SCALING_KEYS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_context")
+ROPE_SCALING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in ROPE_SCALING_KEYS}
 
 # the steps the default recipe's 210 s buy on a typical 2-core CPU (Muon, the default model): what
 # train.typical_steps=auto means for a run with Muon. The AdamW recipes were not measured.

@@ -30,7 +30,7 @@ class KVCache:
     def __init__(self, model: torch.nn.Module, batch_size: int = 1, static: bool = False):
         cfg: ModelConfig = model.config
         p = next(model.parameters())  # the cache takes the model's dtype and device
-        shape = (batch_size, cfg.kv_heads, cfg.block_size, cfg.head_dim)
+        shape = (batch_size, cfg.kv_heads, cfg.block_size, cfg.head_size)
         # one tensor per layer: under torch.compile a write into a slice of one big buffer
         # would copy the whole buffer every step
         self.k = [torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in range(cfg.n_layer)]
@@ -51,14 +51,19 @@ class KVCache:
         self.v[layer][:, :, self.pos : end] = v
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]  # (B, KV, end, D) each
 
-    def attn_mask(self, T: int) -> torch.Tensor | None:
+    def attn_mask(self, T: int, window: int | None = None) -> torch.Tensor | None:
         """Which stored keys each of T new queries may see, (T, S) bool; None where the plain causal
-        rule (query i sees keys 0 .. S - T + i) says the same."""
+        rule (query i sees keys 0 .. S - T + i) says the same. window: model.sliding_window."""
         if self.static:
             block = self.k[0].size(2)
             q_pos = self.pos + torch.arange(T, device=self.pos.device)  # (T,)
-            return torch.arange(block, device=q_pos.device) <= q_pos[:, None]  # (T, block_size)
-        return None if T == 1 or self.pos == 0 else causal_mask(T, self.pos + T, device=self.k[0].device)
+            k_pos = torch.arange(block, device=q_pos.device)  # (block_size,)
+            mask = k_pos <= q_pos[:, None]  # (T, block_size)
+            return mask if window is None else mask & (k_pos > q_pos[:, None] - window)
+        S = self.pos + T
+        if window is not None and S > window:
+            return causal_mask(T, S, device=self.k[0].device, window=window)
+        return None if T == 1 or self.pos == 0 else causal_mask(T, S, device=self.k[0].device)
 
     def advance(self, n: int) -> None:
         self.pos += n  # in place when pos is a tensor

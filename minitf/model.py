@@ -12,12 +12,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from .attention import attention, attention_steps
+from .attention import attention, attention_steps, causal_mask
 from .config import ModelConfig
 from .errors import ConfigError
 from .fast.fused_attention import constant_while_compiling, fused_attention, repeat_heads
 from .fast.lm_loss import IGNORE, linear_cross_entropy
-from .positions import LearnedPositions, Rotary, SinusoidalPositions
+from .positions import LearnedPositions, Rotary, SinusoidalPositions, rope_scaling
 from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
 from .tokenizer import check_ids
 
@@ -85,21 +85,25 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_dim
+        self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_size
         # q (n_head heads), then k and v (n_kv_head heads each): 3 * n_embd columns without grouping
-        self.c_attn = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim, bias=cfg.bias)
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.c_attn = nn.Linear(cfg.n_embd, (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_size, bias=cfg.has_qkv_bias)
+        self.c_proj = nn.Linear(cfg.attn_width, cfg.n_embd, bias=cfg.bias)  # attn_width: n_embd, or n_head x head_dim
         self.dropout = cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.fused = cfg.attention == "sdpa"
         self.qk_norm = cfg.qk_norm
         self.norm_eps = cfg.norm_eps
+        self.window = cfg.sliding_window
+        if cfg.qk_norm:  # a learned gain per dimension after each head's RMS norm (Qwen3, OLMo 2)
+            self.q_norm = nn.RMSNorm(cfg.head_size, eps=cfg.norm_eps)
+            self.k_norm = nn.RMSNorm(cfg.head_size, eps=cfg.norm_eps)
 
     def forward(self, x, rope=None, cache=None, layer: int = 0):
         if cache is not None:
             return self.forward_cached(x, rope, cache, layer)
         q, k, v = self.qkv(x, rope)  # (B, H, T, D), (B, KV, T, D), (B, KV, T, D)
-        y = self.attend(q, k, v)  # (B, H, T, D)
+        y = self.attend(q, k, v, self.window_mask(x.size(1), x.device))  # (B, H, T, D)
         return self.project(y)  # (B, T, C)
 
     def qkv(self, x: torch.Tensor, rope=None, offset=0):
@@ -139,12 +143,20 @@ class CausalSelfAttention(nn.Module):
         its own, and the same numbers."""
         qk, v = heads.split((self.n_head + self.n_kv_head, self.n_kv_head), dim=2)  # (B, T, H+KV, D), (B, T, KV, D)
         if self.qk_norm:  # unit-RMS rows bound every score, so no logit can run away with one head
+            H, KV, D = self.n_head, self.n_kv_head, self.head_dim
+            gains = torch.cat((self.q_norm.weight.expand(H, D), self.k_norm.weight.expand(KV, D)))  # (H+KV, D)
             # model.norm_eps, as every other norm: Qwen3 uses one eps for all, so the export is exact
-            qk = F.rms_norm(qk, (self.head_dim,), eps=self.norm_eps)
+            qk = F.rms_norm(qk, (D,), eps=self.norm_eps) * gains  # (B, T, H+KV, D)
         if rope is not None:
             qk = rope.rotate_heads(qk, offset)  # (B, T, H+KV, D)
         q, k = qk.split((self.n_head, self.n_kv_head), dim=2)  # (B, T, H, D), (B, T, KV, D)
         return q, k, v
+
+    def window_mask(self, T: int, device) -> torch.Tensor | None:
+        """model.sliding_window's (T, T) mask where the window hides keys the causal rule shows, else None."""
+        return (
+            causal_mask(T, device=device, window=self.window) if self.window is not None and T > self.window else None
+        )
 
     def written_out(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None) -> torch.Tensor:
         """attend() through attention.py's formula, one step at a time, (B, H, T, D)."""
@@ -162,7 +174,7 @@ class CausalSelfAttention(nn.Module):
         compiled, its mask and softmax fuse around the two small matmuls, cheaper than the fused
         kernel's fixed cost."""
         q, k, v = self.qkv(x, rope, offset=cache.pos)  # (B, H, T, D), (B, KV, T, D) x 2
-        mask = cache.attn_mask(x.size(1))  # (T, S) bool, or None where the causal rule says the same
+        mask = cache.attn_mask(x.size(1), self.window)  # (T, S) bool, or None where the causal rule says the same
         k, v = cache.update(layer, k, v)  # (B, KV, S, D): the cached keys and values, then these
         if cache.static:
             return self.project(self.written_out(q, k, v, mask))
@@ -176,7 +188,8 @@ class CausalSelfAttention(nn.Module):
         """
         q, k, v = self.qkv(x, rope)
         k, v = repeat_heads(k, self.n_head), repeat_heads(v, self.n_head)  # (B, H, T, D)
-        s = attention_steps(q, k, v, causal=True)  # scores, scaled, masked, weights (B, H, T, T); out
+        mask = self.window_mask(x.size(1), x.device)  # (T, T) or None
+        s = attention_steps(q, k, v, causal=True, mask=mask)  # scores, scaled, masked, weights (B, H, T, T); out
         heads = s.pop("out")  # (B, H, T, D)
         return dict(q=q, k=k, v=v, **s, heads=heads, out=self.project(heads))
 
@@ -211,7 +224,9 @@ class Transformer(nn.Module):
         self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)  # rows padded to a multiple of 64
         additive = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
         self.wpe = additive(cfg.block_size, cfg.n_embd) if additive else None  # None: rope rotates q, k instead
-        self.rope = Rotary(cfg.block_size, cfg.head_dim, cfg.rope_base) if cfg.positions == "rope" else None
+        self.rope = (
+            Rotary(cfg.block_size, cfg.head_size, cfg.rope_base, rope_scaling(cfg)) if cfg.positions == "rope" else None
+        )
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)

@@ -7,6 +7,8 @@ token, which KV-cache decoding needs (the new token is not at position 0).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 
@@ -31,11 +33,45 @@ def sinusoidal_table(n_pos: int, dim: int) -> torch.Tensor:
     return pe.float()
 
 
-def rotary_angles(n_pos: int, head_dim: int, base: float = 10000.0) -> torch.Tensor:
+def rotary_angles(n_pos: int, head_dim: int, base: float = 10000.0, scaling=None) -> torch.Tensor:
     """(P, D/2) float64: the angle, in radians, by which rotary positions turn pair i at position
-    pos: pos * base^(-2i/D). Low pairs turn fast (a full turn every few tokens), high ones slowly."""
+    pos: pos * base^(-2i/D). Low pairs turn fast (a full turn every few tokens), high ones slowly.
+    scaling: None, or a function that slows the frequencies down (rope_scaling's)."""
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # (D/2,)
+    if scaling is not None:
+        inv_freq = scaling(inv_freq)
     return torch.outer(torch.arange(n_pos, dtype=torch.float64), inv_freq)  # (P, D/2)
+
+
+# ---- the options: each one a place the default path above does not need
+
+
+def rope_scaling(cfg):
+    """model.rope_scaling as a function of the frequencies (D/2,) -> (D/2,), or None (none).
+
+    A model trained at one context and then stretched to a longer one slows its rotations, so the
+    new positions turn through angles it has seen: linear divides every frequency by rope_factor;
+    llama3 (Llama 3.1, 3.2, 3.3) divides only the slow ones, whose wavelength is longer than the
+    original context / low_freq_factor, keeps the fast ones (shorter than original context /
+    high_freq_factor), which tell neighbouring tokens apart, and blends in between."""
+    if cfg.rope_scaling == "linear":
+        return lambda inv_freq: inv_freq / cfg.rope_factor
+    if cfg.rope_scaling == "llama3":
+        return lambda inv_freq: llama3_frequencies(
+            inv_freq,
+            cfg.rope_factor,
+            cfg.rope_low_freq_factor,
+            cfg.rope_high_freq_factor,
+            cfg.rope_original_context,
+        )
+    return None
+
+
+def llama3_frequencies(inv_freq: torch.Tensor, factor: float, low: float, high: float, context: int) -> torch.Tensor:
+    """Llama 3.1's rotary frequencies (D/2,): slow pairs / factor, fast pairs kept, a linear blend between."""
+    wavelength = 2 * math.pi / inv_freq  # (D/2,) tokens per full turn
+    smooth = ((context / wavelength - low) / (high - low)).clamp(0, 1)  # 0: slow, scaled; 1: fast, kept
+    return (1 - smooth) * inv_freq / factor + smooth * inv_freq
 
 
 class LearnedPositions(nn.Module):
@@ -71,9 +107,9 @@ class Rotary(nn.Module):
     projection, so queries and keys turn in one pass (attention rotates them together).
     """
 
-    def __init__(self, block_size: int, head_dim: int, base: float = 10000.0):
+    def __init__(self, block_size: int, head_dim: int, base: float = 10000.0, scaling=None):
         super().__init__()
-        angle = rotary_angles(block_size, head_dim, base)  # (P, D/2)
+        angle = rotary_angles(block_size, head_dim, base, scaling)  # (P, D/2)
         self.register_buffer("cos", angle.cos().float(), persistent=False)
         self.register_buffer("sin", angle.sin().float(), persistent=False)
 

@@ -24,7 +24,7 @@ def kept_bytes(model: Transformer, T: int, keep: Collection[str] = ()) -> int:
     """Bytes one sequence of T tokens holds after a trace() that keeps `keep` of every block's steps
     (names of CausalSelfAttention.steps, or attn_out and ffn_out), the residual stream and logits included."""
     c, e = model.config, model.lm_head.weight.element_size()
-    square, heads, stream = c.n_head * T * T * e, c.n_head * T * c.head_dim * e, T * c.n_embd * e
+    square, heads, stream = c.n_head * T * T * e, c.n_head * T * c.head_size * e, T * c.n_embd * e
     per_block = dict(scores=square, scaled=square, masked=square, weights=square, attn_out=stream, ffn_out=stream)
     per_block.update(q=heads, k=heads, v=heads, heads=heads)
     logits = T * padded_vocab(c.vocab_size) * e
@@ -35,7 +35,7 @@ def pass_bytes(model: Transformer, T: int, keep: Collection[str] = ()) -> int:
     """Bytes one sequence of T tokens holds at the peak of a trace() that keeps `keep`: what it
     keeps, and the widest moment on the way, one block's attention steps, its FFN or the logits."""
     c, e = model.config, model.lm_head.weight.element_size()
-    square, heads, stream = c.n_head * T * T * e, c.n_head * T * c.head_dim * e, T * c.n_embd * e
+    square, heads, stream = c.n_head * T * T * e, c.n_head * T * c.head_size * e, T * c.n_embd * e
     working = max(5 * square + 5 * heads, 3 * T * ffn_hidden(c) * e, 2 * T * padded_vocab(c.vocab_size) * e)
     return kept_bytes(model, T, keep) + working + 3 * stream
 

@@ -45,19 +45,20 @@ def model_floats(cfg: ModelConfig) -> int:
     bias = int(cfg.bias)
     norm = C * (1 + bias) if cfg.norm == "layernorm" else C
     hidden = ffn_hidden(cfg)
-    qkv = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim
+    qkv = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_size
     block = (
         2 * norm
         + C * qkv
-        + qkv * bias  # c_attn
-        + C * C
+        + qkv * int(cfg.has_qkv_bias)  # c_attn
+        + cfg.attn_width * C
         + C * bias  # attention's c_proj
+        + 2 * cfg.head_size * int(cfg.qk_norm)  # the q and k norms' gains
         + C * hidden * (2 if cfg.ffn == "swiglu" else 1)
         + hidden * (2 if cfg.ffn == "swiglu" else 1) * bias
         + hidden * C
         + C * bias  # the feed-forward's c_proj
     )
-    positions = T * C if cfg.positions in ("learned", "sinusoidal") else T * 2 * (cfg.head_dim // 2)
+    positions = T * C if cfg.positions in ("learned", "sinusoidal") else T * 2 * (cfg.head_size // 2)
     head = 0 if cfg.tie_embeddings else V * C
     return V * C + positions + cfg.n_layer * block + norm + head
 
@@ -90,7 +91,7 @@ def sample_row_bytes(model) -> int:
     """The memory one more sample takes while decoding: its row of the KV cache (block_size keys
     and values of every layer) and of the sampler's float32 logits."""
     cfg, p = model.config, next(model.parameters())
-    cache = 2 * cfg.n_layer * cfg.kv_heads * cfg.block_size * cfg.head_dim * p.element_size()
+    cache = 2 * cfg.n_layer * cfg.kv_heads * cfg.block_size * cfg.head_size * p.element_size()
     return cache + SAMPLER_COPIES * 4 * padded_vocab(cfg.vocab_size)
 
 

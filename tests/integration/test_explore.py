@@ -323,8 +323,8 @@ def test_positions_are_the_models_own(server, kind):
     assert v["n"] == len(v["tokens"]) == 41 - start and v["token"]["id"] == ids[40]
     if kind == "rope":
         angles = torch.tensor(v["angles"], dtype=torch.float64)
-        assert angles.shape == (m.block_size, m.head_dim // 2)  # a small table: every position
-        torch.testing.assert_close(angles, rotary_angles(m.block_size, m.head_dim, m.rope_base), atol=1e-6, rtol=0)
+        assert angles.shape == (m.block_size, m.head_size // 2)  # a small table: every position
+        torch.testing.assert_close(angles, rotary_angles(m.block_size, m.head_size, m.rope_base), atol=1e-6, rtol=0)
         torch.testing.assert_close(angles.cos().float(), ex.model.rope.cos, atol=1e-5, rtol=0)  # what rope turns by
         torch.testing.assert_close(angles.sin().float(), ex.model.rope.sin, atol=1e-5, rtol=0)
         assert "table" not in v

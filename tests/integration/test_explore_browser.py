@@ -299,7 +299,7 @@ def test_a_tokens_next_token_logit_lens_and_positions(browser, views_server, tmp
     m = ex.cfg.model
     assert ink > 10_000  # the table is drawn
     if pos["kind"] == "rope":
-        assert f"{m.head_dim // 2} pairs" in find("#p-summary").text
+        assert f"{m.head_size // 2} pairs" in find("#p-summary").text
     else:
         assert f"norm {pos['norms']['position']:.3f}" in find("#p-summary").text
         shown = [float(x) for x in find("#p-row").text.split("[")[1].rstrip("…]").rstrip(", ").split(", ")]

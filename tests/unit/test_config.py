@@ -72,7 +72,7 @@ def test_dataclasses_validate_directly():
         ModelConfig(vocab_size=10, n_head=-1)
     with pytest.raises(ConfigError, match="train.min_lr"):
         TrainConfig(lr=1e-4, min_lr=1e-3)
-    assert ModelConfig(vocab_size=10).head_dim == 32  # the default 128 wide, 4 heads
+    assert ModelConfig(vocab_size=10).head_size == 32  # the default 128 wide, 4 heads
 
 
 RECIPES = sorted(ROOT.glob("configs/*.yaml"))

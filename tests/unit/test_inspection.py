@@ -87,6 +87,9 @@ def test_pieces_recombine_into_the_models_logits(tok, positions, norm, ffn):
 )
 def test_pieces_recombine_with_options(tok, options):
     model = random_model(tok, **options)
+    if options.get("qk_norm"):  # the gains at their initial one, so the norm's own work shows below
+        for block in model.blocks:
+            torch.nn.init.ones_(block.attn.q_norm.weight), torch.nn.init.ones_(block.attn.k_norm.weight)
     ins = minitf.inspect(model, tok, TEXT)
     ids = torch.tensor([tok.encode(TEXT)])
     with torch.no_grad():
@@ -115,7 +118,7 @@ def test_trained_run_and_training_mode_is_restored(tiny_run):
     assert model.training  # put back as it was
     s = ins.layers[-1]
     T = len(ins.ids)
-    assert s.weights.shape == (cfg.model.n_head, T, T) and s.q.shape == (cfg.model.n_head, T, cfg.model.head_dim)
+    assert s.weights.shape == (cfg.model.n_head, T, T) and s.q.shape == (cfg.model.n_head, T, cfg.model.head_size)
     assert s.weights.triu(1).abs().max() == 0 and s.weights[:, 0, 0].tolist() == [1.0] * cfg.model.n_head
     torch.testing.assert_close(ins.logits, model.eval()(torch.tensor([ins.ids]))[0][0], atol=1e-4, rtol=1e-4)
 

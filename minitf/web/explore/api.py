@@ -29,7 +29,7 @@ from ...errors import ConfigError, MinitfError
 from ...generate import prompt_ids, sample_settings, token_steps
 from ...generation.args import SETTINGS
 from ...inspection import Inspection, inspect, logit_lens, token_label
-from ...positions import rotary_angles
+from ...positions import rope_scaling, rotary_angles
 from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step
 from ...sampling import sampler_distribution, window_start
 from ...system.runtime import eval_mode
@@ -327,13 +327,13 @@ class Explorer:
             "tokens": [self.label(i) for i in ids[start : position + 1]],
         }
         if m.positions == "rope":
-            width = m.head_dim // 2
+            width = m.head_size // 2
             rows = max(n, min(m.block_size, MAX_TABLE // width))
             return {
                 **view,
                 "base": m.rope_base,
-                "head_dim": m.head_dim,
-                "angles": numbers(rotary_angles(rows, m.head_dim, m.rope_base)),
+                "head_dim": m.head_size,
+                "angles": numbers(rotary_angles(rows, m.head_size, m.rope_base, rope_scaling(m))),
             }
         rows = max(n, min(m.block_size, MAX_TABLE // m.n_embd))
         table = self.model.wpe(rows).float().cpu()  # (rows, C): the module's own forward, what it adds
