@@ -1,4 +1,4 @@
-"""Which standard architecture computes a minitf model exactly: GPT-2, Llama, Qwen3, or none.
+"""Which standard architecture computes a minitf model exactly: GPT-2, Llama and its kin, GPT-NeoX, or none.
 
 Every exporter (Hugging Face directories, GGUF files for llama.cpp) asks `export_format` first, so
 one table decides what leaves minitf and under which name. The facts behind each row:
@@ -16,10 +16,15 @@ one table decides what leaves minitf and under which name. The facts behind each
 - gptneox: rotary positions with GPT-2's LayerNorm and tanh GELU (the default recipe):
   GPT-NeoX with rotary_pct=1 and use_parallel_residual=false (sequential sublayers, as minitf),
   whose rotary pairing is rotate_half, minitf's own. Biases absent in minitf are written as zeros.
-- qwen3: llama plus a per-head RMS norm of q and k before the rotation (Qwen3's q_norm/k_norm,
-  whose weights are written as ones: minitf's has none). Qwen3 has no MLP biases and llama.cpp's
-  qwen3 graph no output-projection bias, so only model.bias=false exports. Qwen3 uses one
-  rms_norm_eps for every norm, q/k norm included, and so does minitf (model.norm_eps).
+- llama, qwen3, mistral: model.head_dim (a head width apart from n_embd / n_head) and
+  model.rope_scaling (linear, llama3) are config.json keys of all three.
+- qwen3: llama plus a per-head RMS norm of q and k, with its learned gains, before the rotation
+  (Qwen3's q_norm/k_norm). Qwen3 has no MLP biases and llama.cpp's qwen3 graph no
+  output-projection bias, so only model.bias=false exports. Qwen3 uses one rms_norm_eps for every
+  norm, q/k norm included, and so does minitf (model.norm_eps).
+- qwen2 (Qwen2, Qwen2.5): llama with biases on q, k and v only (model.bias=false, qkv_bias=true).
+- mistral, phi3: llama without biases, with or without a sliding window; Phi-3 stores q|k|v and
+  gate|up fused, in minitf's own row order.
 
 Not exportable anywhere: logit_softcap (Gemma 2 has it, but also norms after each sublayer that
 minitf lacks), relu2, SwiGLU with LayerNorm, GELU with RMSNorm, RMSNorm with additive positions, exact (erf) GELU in
@@ -29,11 +34,23 @@ GPT-2 form (llama.cpp's GPT-2 graph computes the tanh form). dropout and model.a
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..config import ModelConfig
 from ..errors import MinitfError
 
-FORMATS = ("gpt2", "llama", "qwen3", "gptneox")
-FORMAT_NAMES = {"gpt2": "GPT-2", "llama": "Llama", "qwen3": "Qwen3", "gptneox": "GPT-NeoX"}
+# in the order export tries them: a model that several compute exactly is written as the first,
+# unless model.family (what it was imported as) names another that computes it
+FORMATS = ("gpt2", "llama", "qwen3", "gptneox", "qwen2", "mistral", "phi3")
+FORMAT_NAMES = {
+    "gpt2": "GPT-2",
+    "llama": "Llama",
+    "qwen3": "Qwen3",
+    "gptneox": "GPT-NeoX",
+    "qwen2": "Qwen2",
+    "mistral": "Mistral",
+    "phi3": "Phi-3",
+}
 
 
 def _yaml(value) -> str:
@@ -42,38 +59,45 @@ def _yaml(value) -> str:
 
 # per format: key -> (the values it accepts, the value to suggest); the suggestion is the first
 # accepted value, or for a yes/no key the one that keeps the model closest to what it is
+_PLAIN = {  # what no format but the rotary Llama family computes
+    "head_dim": ((None,), None),
+    "qkv_bias": ((None,), None),
+    "rope_scaling": (("none",), "none"),
+    "sliding_window": ((None,), None),
+    "qk_norm": ((False,), False),
+    "logit_softcap": ((None,), None),
+}
+_LLAMA = {
+    "positions": (("rope",), "rope"),
+    "norm": (("rmsnorm",), "rmsnorm"),
+    "ffn": (("swiglu",), "swiglu"),
+    "qkv_bias": ((None,), None),
+    "sliding_window": ((None,), None),
+    "qk_norm": ((False,), False),
+    "logit_softcap": ((None,), None),
+}
+_WINDOWED = {k: v for k, v in _LLAMA.items() if k != "sliding_window"}
 _REQUIREMENTS: dict[str, dict[str, tuple[tuple, object]]] = {
     "gpt2": {
+        **_PLAIN,
         "positions": (("learned", "sinusoidal"), "learned"),
         "norm": (("layernorm",), "layernorm"),
         "ffn": (("gelu",), "gelu"),
         "gelu": (("tanh",), "tanh"),
-        "qk_norm": ((False,), False),
-        "logit_softcap": ((None,), None),
     },
-    "llama": {
-        "positions": (("rope",), "rope"),
-        "norm": (("rmsnorm",), "rmsnorm"),
-        "ffn": (("swiglu",), "swiglu"),
-        "qk_norm": ((False,), False),
-        "logit_softcap": ((None,), None),
-    },
+    "llama": _LLAMA,
     "gptneox": {
+        **_PLAIN,
         "positions": (("rope",), "rope"),
         "norm": (("layernorm",), "layernorm"),
         "ffn": (("gelu",), "gelu"),
         "gelu": (("tanh",), "tanh"),
-        "qk_norm": ((False,), False),
-        "logit_softcap": ((None,), None),
     },
-    "qwen3": {
-        "positions": (("rope",), "rope"),
-        "norm": (("rmsnorm",), "rmsnorm"),
-        "ffn": (("swiglu",), "swiglu"),
-        "qk_norm": ((True,), True),
-        "bias": ((False,), False),
-        "logit_softcap": ((None,), None),
-    },
+    "qwen3": {**_LLAMA, "qk_norm": ((True,), True), "bias": ((False,), False)},
+    "qwen2": {**_LLAMA, "bias": ((False,), False), "qkv_bias": ((True,), True), "head_dim": ((None,), None)},
+    # both take any sliding window
+    "mistral": {**_WINDOWED, "bias": ((False,), False)},
+    "phi3": {**_WINDOWED, "bias": ((False,), False), "head_dim": ((None,), None)},
 }
 
 
@@ -81,10 +105,11 @@ def blocking_keys(cfg: ModelConfig, fmt: str) -> dict[str, tuple[object, object]
     """{key: (the model's value, the value `fmt` needs)} for every setting `fmt` cannot express."""
     if fmt not in _REQUIREMENTS:
         raise ValueError(f"unknown export format {fmt!r}; one of {', '.join(FORMATS)}")
-    blocked = {
-        key: (getattr(cfg, key), suggest)
-        for key, (accepted, suggest) in _REQUIREMENTS[fmt].items()
-        if getattr(cfg, key) not in accepted
+    needs = _REQUIREMENTS[fmt]
+    blocked = {  # in ModelConfig's order, as --help lists the keys
+        f.name: (getattr(cfg, f.name), needs[f.name][1])
+        for f in dataclasses.fields(cfg)
+        if f.name in needs and getattr(cfg, f.name) not in needs[f.name][0]
     }
     if fmt in ("gpt2", "gptneox") and cfg.kv_heads != cfg.n_head:  # one key/value head per query head
         blocked["n_kv_head"] = (cfg.kv_heads, cfg.n_head)
@@ -99,6 +124,8 @@ def export_format(cfg: ModelConfig, formats: tuple[str, ...] = FORMATS) -> str:
     fewest changes; all of them when several tie) and the values that would make the model exportable.
     """
     blocked = {fmt: blocking_keys(cfg, fmt) for fmt in formats}
+    if cfg.family in formats and not blocked[cfg.family]:
+        return cfg.family  # what the model was imported as: written back as itself
     for fmt in formats:
         if not blocked[fmt]:
             return fmt
@@ -123,6 +150,9 @@ def describe_formats(formats: tuple[str, ...] = FORMATS) -> str:
         "llama": "Llama = positions=rope norm=rmsnorm ffn=swiglu (bias either way)",
         "qwen3": "Qwen3 = Llama with qk_norm=true bias=false",
         "gptneox": "GPT-NeoX = positions=rope norm=layernorm ffn=gelu gelu=tanh",
+        "qwen2": "Qwen2 = Llama with bias=false qkv_bias=true",
+        "mistral": "Mistral = Llama with bias=false (sliding_window either way)",
+        "phi3": "Phi-3 = Llama with bias=false (sliding_window either way)",
     }
     return "; ".join(sets[f] for f in formats) + "; none with logit_softcap"
 

@@ -28,6 +28,8 @@ import torch
 
 from ..errors import MinitfError
 from ..model import Transformer
+from ..positions import rope_scaling, rotary_angles
+from ..system.sizes import ffn_hidden
 from ..tokenizer import Tokenizer, check_vocab
 from .architecture import export_format
 from .weights import HEAD, TABLES, Weight, exported, minitf_name, minitf_tensors
@@ -168,7 +170,8 @@ def _norm_eps(model: Transformer) -> float:
 
 
 def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32") -> str:
-    """Write `path` (a .gguf file) for llama.cpp; returns the architecture written (gpt2, llama, qwen3, gptneox)."""
+    """Write `path` (a .gguf file) for llama.cpp; returns the format written (minitf.export.architecture's;
+    a Mistral's file is llama.cpp's llama)."""
     cfg = model.config
     fmt = export_format(cfg)  # refuses, naming every blocking setting, before anything is written
     if dtype not in DTYPES:
@@ -177,7 +180,8 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     check_tokenizer(tokenizer)
     gguf = _gguf()
     arch = gguf.MODEL_ARCH[TABLES[fmt].gguf_arch]
-    tensors = _tensors(model, fmt)
+    _check_rope_and_window(cfg, fmt)
+    tensors = {**_tensors(model, fmt), **_rope_tensors(cfg)}
     _check_names(tensors, arch, fmt)
     _check_range(tensors, dtype)
     writer = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
@@ -190,7 +194,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
         )
         if dtype != "f32":
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-        _add_hyperparameters(writer, model, fmt, ffn=tensors["blk.0.ffn_up.weight"].shape[0])
+        _add_hyperparameters(writer, model, fmt, ffn=ffn_hidden(cfg))
         add_tokenizer(writer, tokenizer)
         for name, t in tensors.items():
             array, raw = _encode(t, dtype)
@@ -201,6 +205,31 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     finally:
         writer.close()
     return fmt
+
+
+def _check_rope_and_window(cfg, fmt: str) -> None:
+    """Refuse what llama.cpp's graph for `fmt` would compute otherwise: a sliding window that hides
+    keys within the context (its llama, qwen and phi3 graphs attend to all of them), and llama3
+    rotary scaling where the graph reads no per-frequency factors."""
+    if cfg.sliding_window is not None and cfg.sliding_window < cfg.block_size:
+        raise MinitfError(
+            f"model.sliding_window={cfg.sliding_window} is shorter than model.block_size={cfg.block_size}, and "
+            f"llama.cpp's {fmt} graph sees every key; export to Hugging Face instead (minitf export)"
+        )
+    if cfg.rope_scaling == "llama3" and not TABLES[fmt].gguf_rope_factors:
+        raise MinitfError(
+            f"model.rope_scaling=llama3 has no place in llama.cpp's {fmt} graph; export to Hugging Face instead"
+        )
+
+
+def _rope_tensors(cfg) -> dict[str, torch.Tensor]:
+    """rope_scaling=llama3's frequencies as llama.cpp takes them: one factor per rotary pair, by which
+    it divides that pair's frequency (rope_freqs, as llama.cpp's own converter writes for Llama 3.1)."""
+    if cfg.rope_scaling != "llama3":
+        return {}
+    plain = rotary_angles(2, cfg.head_size, cfg.rope_base)[1]  # (D/2,) the frequencies: position 1's angles
+    scaled = rotary_angles(2, cfg.head_size, cfg.rope_base, rope_scaling(cfg))[1]
+    return {"rope_freqs.weight": (plain / scaled).float()}
 
 
 def _check_range(tensors: dict[str, torch.Tensor], dtype: str) -> None:
@@ -249,11 +278,14 @@ def _add_hyperparameters(writer, model: Transformer, fmt: str, ffn: int) -> None
         writer.add_layer_norm_rms_eps(_norm_eps(model))
     if TABLES[fmt].gguf_parallel_residual:
         writer.add_parallel_residual(False)  # minitf's sublayers run one after the other
+    if cfg.rope_scaling == "linear":  # llama3's factors are a tensor (_rope_tensors)
+        writer.add_rope_scaling_type(_gguf().RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(cfg.rope_factor)
     if cfg.positions == "rope":
         writer.add_rope_freq_base(cfg.rope_base)
-        writer.add_rope_dimension_count(cfg.head_dim)
-        writer.add_key_length(cfg.head_dim)
-        writer.add_value_length(cfg.head_dim)
+        writer.add_rope_dimension_count(cfg.head_size)
+        writer.add_key_length(cfg.head_size)
+        writer.add_value_length(cfg.head_size)
 
 
 def export_run(run, out, dtype: str = "f32", best: bool = False, force: bool = False) -> tuple[Path, str]:

@@ -91,7 +91,7 @@ def hf_config(cfg: ModelConfig, fmt: str, eot_id: int) -> dict:
             embd_pdrop=cfg.dropout,
             attn_pdrop=cfg.dropout,
         )
-    rope = {"rope_type": "default", "rope_theta": cfg.rope_base}
+    rope = hf_rope(cfg)
     shape = dict(
         common,
         hidden_size=cfg.n_embd,
@@ -114,13 +114,36 @@ def hf_config(cfg: ModelConfig, fmt: str, eot_id: int) -> dict:
     llama = dict(
         shape,
         num_key_value_heads=cfg.kv_heads,
-        head_dim=cfg.head_dim,
         hidden_act="silu",
         rms_norm_eps=cfg.norm_eps,
         rope_parameters=rope,
-        attention_bias=cfg.bias,
     )
-    return llama if fmt == "qwen3" else dict(llama, mlp_bias=cfg.bias)
+    if fmt == "phi3":  # its embedding's padding_idx is pad_token_id, which must be a token of the model
+        return dict(llama, sliding_window=cfg.sliding_window, pad_token_id=eot_id, resid_pdrop=cfg.dropout)
+    if fmt == "qwen2":  # its q, k, v biases are always there; no head_dim key
+        return dict(llama, use_sliding_window=False)
+    llama["head_dim"] = cfg.head_size
+    if fmt == "mistral":
+        return dict(llama, sliding_window=cfg.sliding_window)
+    return (
+        dict(llama, attention_bias=cfg.bias)
+        if fmt == "qwen3"
+        else dict(llama, attention_bias=cfg.bias, mlp_bias=cfg.bias)
+    )
+
+
+def hf_rope(cfg: ModelConfig) -> dict:
+    """config.json's rope_parameters for cfg's rotary positions, scaling included."""
+    rope = {"rope_type": "default" if cfg.rope_scaling == "none" else cfg.rope_scaling, "rope_theta": cfg.rope_base}
+    if cfg.rope_scaling != "none":
+        rope["factor"] = cfg.rope_factor
+    if cfg.rope_scaling == "llama3":
+        rope.update(
+            low_freq_factor=cfg.rope_low_freq_factor,
+            high_freq_factor=cfg.rope_high_freq_factor,
+            original_max_position_embeddings=cfg.rope_original_context,
+        )
+    return rope
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +162,7 @@ def model_config(config: dict, vocab_size: int | None, where) -> tuple[str, Mode
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise MinitfError(
             f"{where} holds a {model_type!r} model; minitf imports {', '.join(sorted(MODEL_TYPES))} "
-            f"(GPT-2, Llama, Qwen3, GPT-NeoX)"
+            f"({', '.join(FORMAT_NAMES.values())})"
         )
     fmt = MODEL_TYPES[model_type]
     _check_shape_keys(config, fmt, where)
@@ -235,21 +258,26 @@ def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
 
     if fmt == "gpt2":
         return _gpt2_options(c, need), problems
-    theta, rope_problems, rope = _rope(c, fmt)
+    rope, rope_problems, parts = _rope(c, fmt)
     problems += rope_problems
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
+    head_dim = c.get("head_dim") or hidden // heads
     common = dict(
         block_size=c.get("max_position_embeddings", 2048),
         n_layer=c["num_hidden_layers"],
         n_head=heads,
         n_embd=hidden,
         positions="rope",
-        rope_base=theta,
         tie_embeddings=c.get("tie_word_embeddings", False),
+        family=fmt,
+        **rope,
     )
-    need(hidden % heads != 0, f"hidden_size={hidden} not divisible by num_attention_heads={heads}")
-    need((hidden // heads) % 2 == 1, f"hidden_size / num_attention_heads = {hidden // heads} (rotary needs it even)")
-    rest = _gptneox_options(c, rope, need) if fmt == "gptneox" else _llama_options(c, fmt, need)
+    need(
+        not c.get("head_dim") and hidden % heads != 0,
+        f"hidden_size={hidden} not divisible by num_attention_heads={heads}",
+    )
+    need(head_dim % 2 == 1, f"a head width of {head_dim} (rotary needs it even)")
+    rest = _gptneox_options(c, parts, need) if fmt == "gptneox" else _llama_options(c, fmt, parts, need)
     return dict(common, **rest), problems
 
 
@@ -279,23 +307,48 @@ def _gpt2_options(c: dict, need) -> dict:
     )
 
 
-def _rope(c: dict, fmt: str) -> tuple[float, list[str], dict]:
-    """(rope_theta, problems, the rotary settings) read as transformers reads them: a non-empty
-    rope_scaling replaces rope_parameters whole; the type is rope_type, else the older key type,
-    else "default"; rope_theta is the dict's, else the top level's (GPT-NeoX: rotary_emb_base),
-    else 10000. Anything but plain rotary is a problem: minitf computes no scaling."""
+# HF rope_type -> the keys of rope_parameters minitf reads for it, and the model.* key each sets
+ROPE_TYPES = {
+    "default": {},
+    "linear": {"factor": "rope_factor"},
+    "llama3": {
+        "factor": "rope_factor",
+        "low_freq_factor": "rope_low_freq_factor",
+        "high_freq_factor": "rope_high_freq_factor",
+        "original_max_position_embeddings": "rope_original_context",
+    },
+}
+
+
+def _rope(c: dict, fmt: str) -> tuple[dict, list[str], dict]:
+    """(model.rope_* keyword arguments, problems, the rotary settings) read as transformers reads
+    them: a non-empty rope_scaling replaces rope_parameters whole; the type is rope_type, else the
+    older key type, else "default"; rope_theta is the dict's, else the top level's (GPT-NeoX:
+    rotary_emb_base), else 10000. minitf computes plain, linear and llama3 rotary positions."""
     top = c.get("rotary_emb_base" if fmt == "gptneox" else "rope_theta", 10000.0)
     rope = c.get("rope_scaling") or c.get("rope_parameters") or {}
     parts = [v for v in rope.values() if v is not None] if _nested(c, rope) else [rope]
-    problems, thetas = [], set()
+    problems, found = [], set()
     for part in parts:
         kind = part.get("rope_type", part.get("type", "default"))
-        if kind != "default":
-            problems.append(f"rope_scaling (rope_type={kind!r})")
-        thetas.add(float(part.get("rope_theta", top)))
-    if len(thetas) > 1:
-        problems.append(f"rope_theta {sorted(thetas)} by layer type")
-    return (thetas.pop() if thetas else float(top)), sorted(set(problems)), (parts[0] if parts else {})
+        if kind not in ROPE_TYPES:
+            problems.append(f"rope_scaling (rope_type={kind!r}; minitf computes {', '.join(ROPE_TYPES)})")
+            continue
+        wrong = [k for k in ROPE_TYPES[kind] if not _number(part.get(k))]
+        problems += [f"rope_parameters.{k}={shown(part.get(k))} (a positive number)" for k in wrong]
+        keys = {} if wrong else {m: part[k] for k, m in ROPE_TYPES[kind].items()}
+        if "rope_original_context" in keys:
+            keys["rope_original_context"] = int(keys["rope_original_context"])
+        scaling = "none" if kind == "default" else kind
+        found.add((float(part.get("rope_theta", top)), scaling, tuple(sorted(keys.items()))))
+    if len(found) > 1:
+        problems.append(f"rotary settings {sorted(found)} that differ by layer type")
+    theta, scaling, keys = min(found) if found else (float(top), "none", ())
+    return dict(rope_base=theta, rope_scaling=scaling, **dict(keys)), sorted(set(problems)), (parts[0] if parts else {})
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e300
 
 
 def _gptneox_options(c: dict, rope: dict, need) -> dict:
@@ -316,30 +369,56 @@ def _gptneox_options(c: dict, rope: dict, need) -> dict:
     )
 
 
-def _llama_options(c: dict, fmt: str, need) -> dict:
-    """Llama's and Qwen3's keyword arguments beyond the rotary models' common ones."""
+def _llama_options(c: dict, fmt: str, rope: dict, need) -> dict:
+    """The keyword arguments of Llama and the families built on it (Qwen2, Qwen3, Mistral, Phi-3)
+    beyond the rotary models' common ones. rope: _rope's settings."""
     hidden, heads, inter = c["hidden_size"], c["num_attention_heads"], c["intermediate_size"]
     act = c.get("hidden_act", "silu")
     need(act != "silu", f"hidden_act={act!r} (minitf's SwiGLU gates with silu)")
     head_dim = c.get("head_dim") or hidden // heads
-    need(head_dim != hidden // heads, f"head_dim={head_dim} (minitf's is hidden_size / num_attention_heads)")
+    need(
+        head_dim != hidden // heads and fmt not in ("llama", "qwen3", "mistral"),
+        f"head_dim={head_dim} (a {FORMAT_NAMES[fmt]} head is hidden_size / num_attention_heads)",
+    )
     kv = c.get("num_key_value_heads") or heads
     need(heads % kv != 0, f"num_key_value_heads={kv} not dividing num_attention_heads={heads}")
-    need(bool(c.get("use_sliding_window")), "use_sliding_window=True (sliding-window attention)")
-    need(c.get("sliding_window") is not None and fmt != "qwen3", f"sliding_window={c.get('sliding_window')}")
-    layer_types = set(c.get("layer_types") or ["full_attention"])
-    need(layer_types != {"full_attention"}, f"layer_types={sorted(layer_types)}")
-    # one model.bias for every linear layer: a Llama with only some biases is minitf's with the rest zero
-    bias = bool(c.get("attention_bias", False) or c.get("mlp_bias", False))
+    factor = rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0))
+    need(factor != 1.0, f"partial_rotary_factor={factor} (minitf rotates every dimension)")
     return dict(
+        head_dim=None if head_dim == hidden // heads else head_dim,
         n_kv_head=None if kv == heads else kv,
         norm="rmsnorm",
         ffn="swiglu",
         ffn_hidden=None if inter == swiglu_hidden(hidden) else inter,
         norm_eps=c.get("rms_norm_eps", 1e-6),
-        bias=bias,
         qk_norm=fmt == "qwen3",
+        sliding_window=_sliding_window(c, fmt, need),
+        **_biases(c, fmt),
     )
+
+
+def _sliding_window(c: dict, fmt: str, need) -> int | None:
+    """model.sliding_window from config.json: Mistral's and Phi-3's sliding_window, on every layer.
+    Qwen2 and Qwen3 carry a sliding_window that only use_sliding_window=true switches on."""
+    window = c.get("sliding_window") if fmt in ("mistral", "phi3") else None
+    need(bool(c.get("use_sliding_window")), "use_sliding_window=True (sliding windows on some layers only)")
+    need(c.get("sliding_window") is not None and fmt == "llama", f"sliding_window={c.get('sliding_window')}")
+    kinds = set(c.get("layer_types") or ["sliding_attention" if window else "full_attention"])
+    need(
+        kinds != {"sliding_attention" if window else "full_attention"},
+        f"layer_types={sorted(kinds)} (minitf gives every layer the same attention)",
+    )
+    return window
+
+
+def _biases(c: dict, fmt: str) -> dict:
+    """model.bias and qkv_bias: Qwen2 has biases on q, k and v only; Mistral and Phi-3 none; a Llama
+    or Qwen3 with only some biases is minitf's with every bias and the rest zero."""
+    if fmt == "qwen2":
+        return dict(bias=False, qkv_bias=True)
+    if fmt in ("mistral", "phi3"):
+        return dict(bias=False)
+    return dict(bias=bool(c.get("attention_bias", False) or c.get("mlp_bias", False)))
 
 
 def check_memory(cfg: ModelConfig, fmt: str, config: dict, file_bytes: int, where) -> None:
@@ -347,7 +426,7 @@ def check_memory(cfg: ModelConfig, fmt: str, config: dict, file_bytes: int, wher
     machine has, or for rotary tables far beyond its weights: minitf builds them (cos and sin, one
     row per position, from float64 angles) for every position of max_position_embeddings, so a
     600 KB directory saying 2x10^7 would take gigabytes. file_bytes: what the weights' files hold."""
-    pairs = cfg.block_size * (cfg.head_dim // 2) if cfg.positions == "rope" else 0
+    pairs = cfg.block_size * (cfg.head_size // 2) if cfg.positions == "rope" else 0
     tables = 24 * pairs  # float64 angles, cos and sin, and their float32 copies, at their peak
     need = 4 * model_floats(cfg) + 16 * pairs + file_bytes
     have = physical_memory()

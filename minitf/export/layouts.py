@@ -17,7 +17,6 @@ from __future__ import annotations
 import torch
 
 from ..config import ModelConfig
-from ..errors import MinitfError
 
 
 class Whole:
@@ -65,7 +64,7 @@ class QKV:
     """q, k and v as three tensors (Llama's q_proj, k_proj, v_proj; llama.cpp's attn_q, attn_k, attn_v)."""
 
     def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
-        sizes = (cfg.n_head * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim)
+        sizes = (cfg.n_head * cfg.head_size, cfg.kv_heads * cfg.head_size, cfg.kv_heads * cfg.head_size)
         if t.shape[0] != sum(sizes):  # the model's own shape: only a changed model could break it
             raise RuntimeError(f"attn.c_attn has {t.shape[0]} rows, expected (n_head + 2 n_kv_head) * head_dim")
         return list(t.split(sizes))
@@ -106,23 +105,7 @@ class GateUp:
         return torch.cat(parts)
 
 
-class UnitNorm:
-    """Qwen3's per-head q/k RMS norm weight, which minitf's q/k norm lacks: written as ones (a
-    multiplication by 1), and imported only when it is all ones (minitf has no place for others)."""
-
-    def split(self, t: None, cfg: ModelConfig) -> list[torch.Tensor]:
-        return [torch.ones(cfg.head_dim)]
-
-    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> None:
-        if not torch.equal(parts[0], torch.ones_like(parts[0])):
-            raise MinitfError(
-                f"{names[0]} is not all ones; minitf's q/k norm has no weight, "
-                f"so only Qwen3 models with unit q_norm/k_norm weights import"
-            )
-        return None
-
-
 WHOLE, VOCAB_ROWS, TRANSPOSED, HEAD_BY_HEAD = Whole(), VocabRows(), Transposed(), HeadByHead()
-QKV_SPLIT, QKV_ADJACENT_PAIRS, GATE_UP, UNIT_NORM = QKV(), QKVAdjacentPairs(), GateUp(), UnitNorm()
+QKV_SPLIT, QKV_ADJACENT_PAIRS, GATE_UP = QKV(), QKVAdjacentPairs(), GateUp()
 
-Layout = Whole | QKV | GateUp | UnitNorm  # VocabRows, Transposed and HeadByHead are a Whole, QKVAdjacentPairs a QKV
+Layout = Whole | QKV | GateUp  # VocabRows, Transposed and HeadByHead are a Whole, QKVAdjacentPairs a QKV

@@ -27,7 +27,6 @@ from .layouts import (
     QKV_ADJACENT_PAIRS,
     QKV_SPLIT,
     TRANSPOSED,
-    UNIT_NORM,
     VOCAB_ROWS,
     WHOLE,
     Layout,
@@ -75,6 +74,7 @@ class Table:
     zero_biases: bool = False  # the architecture always has biases: those minitf lacks are written as zeros
     gguf_tied_head: bool = False  # llama.cpp's graph reads output.weight even when the head is tied
     gguf_parallel_residual: bool = False  # the graph can run both sublayers side by side: the file says it does not
+    gguf_rope_factors: bool = True  # the graph reads per-frequency rotary factors (rope_freqs: Llama 3's scaling)
 
 
 HEAD = Weight("lm_head.weight", ("lm_head.weight",), ("output.weight",), VOCAB_ROWS, VOCAB_ROWS, beside_base=True)
@@ -219,6 +219,8 @@ LLAMA_GGUF_ORDER = (
     "ffn_down.bias",
 )
 
+LLAMA_GGUF_WEIGHTS = tuple(n for n in LLAMA_GGUF_ORDER if not n.endswith(".bias"))
+
 LLAMA = Table(
     model_type="llama",
     hf_classes=("LlamaConfig", "LlamaForCausalLM"),
@@ -239,16 +241,83 @@ QWEN3 = Table(
     gguf_arch="QWEN3",
     layer=(
         *llama_layer(QKV_SPLIT),  # llama.cpp's qwen3 graph rotates halves, as minitf does
-        weight(None, "self_attn.q_norm.weight", "attn_q_norm.weight", UNIT_NORM, UNIT_NORM),
-        weight(None, "self_attn.k_norm.weight", "attn_k_norm.weight", UNIT_NORM, UNIT_NORM),
+        weight("attn.q_norm.weight", "self_attn.q_norm.weight", "attn_q_norm.weight"),
+        weight("attn.k_norm.weight", "self_attn.k_norm.weight", "attn_k_norm.weight"),
     ),
     embeddings=LLAMA.embeddings,
     final=LLAMA.final,
     gguf_layer_order=(*LLAMA_GGUF_ORDER, "attn_q_norm.weight", "attn_k_norm.weight"),
 )
 
+# Qwen2 and Qwen2.5: Llama with biases on q, k and v only (minitf: model.bias=false, qkv_bias=true)
+QWEN2 = Table(
+    model_type="qwen2",
+    hf_classes=("Qwen2Config", "Qwen2ForCausalLM"),
+    hf_prefix="model.",
+    hf_layer="layers.{i}.",
+    gguf_arch="QWEN2",
+    layer=(
+        *llama_layer(QKV_SPLIT)[:6],  # the norms and the four projections' weights; llama.cpp's qwen2 rotates halves
+        projections("bias", QKV_SPLIT, False, False)[0],  # q, k, v's biases, which every Qwen2 file holds
+    ),
+    embeddings=LLAMA.embeddings,
+    final=LLAMA.final,
+    gguf_layer_order=tuple(n for n in LLAMA_GGUF_ORDER if not n.endswith(".bias"))
+    + ("attn_q.bias", "attn_k.bias", "attn_v.bias"),
+)
+
+# Mistral: Llama's tensors under Llama's names (llama.cpp runs it as llama); config.json adds the sliding window
+MISTRAL = Table(
+    model_type="mistral",
+    hf_classes=("MistralConfig", "MistralForCausalLM"),
+    hf_prefix="model.",
+    hf_layer="layers.{i}.",
+    gguf_arch="LLAMA",
+    layer=llama_layer(QKV_ADJACENT_PAIRS)[:6],  # no biases
+    embeddings=LLAMA.embeddings,
+    final=LLAMA.final,
+    gguf_layer_order=LLAMA_GGUF_WEIGHTS,
+)
+
+# Phi-3 and Phi-4-mini: Llama's computation with q|k|v in one matrix and gate|up in another, in
+# minitf's own row order, so both are stored whole
+PHI3 = Table(
+    model_type="phi3",
+    hf_classes=("Phi3Config", "Phi3ForCausalLM"),
+    hf_prefix="model.",
+    hf_layer="layers.{i}.",
+    gguf_arch="PHI3",
+    gguf_rope_factors=False,
+    layer=(
+        weight("ln_1.weight", "input_layernorm.weight", "attn_norm.weight"),
+        weight("ln_2.weight", "post_attention_layernorm.weight", "ffn_norm.weight"),
+        weight("attn.c_attn.weight", "self_attn.qkv_proj.weight", "attn_qkv.weight"),
+        weight("attn.c_proj.weight", "self_attn.o_proj.weight", "attn_output.weight"),
+        weight("mlp.c_fc.weight", "mlp.gate_up_proj.weight", "ffn_up.weight"),  # llama.cpp splits gate|up itself
+        weight("mlp.c_proj.weight", "mlp.down_proj.weight", "ffn_down.weight"),
+    ),
+    embeddings=LLAMA.embeddings,
+    final=LLAMA.final,
+    gguf_layer_order=(
+        "attn_norm.weight",
+        "ffn_norm.weight",
+        "attn_output.weight",
+        "ffn_down.weight",
+        "attn_qkv.weight",
+        "ffn_up.weight",
+    ),
+)
+
 # one table per format of minitf.export.architecture.FORMATS, in its order
-TABLES = {"gpt2": GPT2, "llama": LLAMA, "qwen3": QWEN3, "gptneox": GPTNEOX}
+TABLES = {
+    "gpt2": GPT2,
+    "llama": LLAMA,
+    "qwen3": QWEN3,
+    "gptneox": GPTNEOX,
+    "qwen2": QWEN2,
+    "mistral": MISTRAL,
+    "phi3": PHI3,
+}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -111,16 +111,38 @@ LLAMA3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "origi
         # transformers: a non-empty rope_scaling replaces rope_parameters whole, default or not
         (dict(rope_scaling={"rope_type": "llama3", **LLAMA3}, rope_parameters={"rope_type": "default"}), "llama3"),
         (dict(rope_scaling={"type": "linear", "factor": 2.0}), "linear"),  # the older key
+    ],
+)
+def test_rope_scaling_is_read_where_transformers_reads_it(model_dir, tok, changes, kind):
+    tf = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+    edit_config(model_dir, **changes)
+    model = from_hf(model_dir)
+    assert model.config.rope_scaling == kind
+    hf = tf.AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    ids = torch.tensor([tok.encode("the quick brown fox jumps over the lazy dog " * 2)])
+    with torch.no_grad():
+        assert (model(ids)[0][0] - hf(ids).logits[0]).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    "changes, kind",
+    [
         (dict(rope_parameters={"type": "dynamic", "factor": 2.0, "rope_theta": 500.0}), "dynamic"),
         (dict(rope_parameters={"rope_type": "yarn", "factor": 2.0}, rope_scaling={}), "yarn"),
     ],
 )
-def test_rope_scaling_in_any_form_is_refused(model_dir, changes, kind):
+def test_other_rope_scaling_is_refused(model_dir, changes, kind):
     edit_config(model_dir, **changes)
     assert refusal(model_dir) == (
-        f"{model_dir}: Llama config rope_scaling (rope_type={kind!r}) has no minitf equivalent; "
-        f"minitf imports the plain architecture only"
+        f"{model_dir}: Llama config rope_scaling (rope_type={kind!r}; minitf computes default, linear, llama3) "
+        f"has no minitf equivalent; minitf imports the plain architecture only"
     )
+
+
+@pytest.mark.parametrize("factor", [None, "8", -1.0, True])
+def test_a_llama3_scaling_without_a_number_is_named(model_dir, factor):
+    edit_config(model_dir, rope_scaling={"rope_type": "llama3", **LLAMA3, "factor": factor})
+    assert f"rope_parameters.factor={factor!r} (a positive number)" in refusal(model_dir)
 
 
 def test_plain_rotary_takes_its_theta_where_transformers_does(model_dir, tok):

@@ -36,6 +36,11 @@ MODELS = [
     ("llama", dict(LLAMA, bias=True, tie_embeddings=False, n_kv_head=2)),
     ("qwen3", dict(LLAMA, qk_norm=True, bias=False, n_kv_head=1)),
     ("qwen3", dict(LLAMA, qk_norm=True, bias=False, tie_embeddings=False)),
+    ("qwen3", dict(LLAMA, qk_norm=True, bias=False, head_dim=16, n_kv_head=2)),  # Qwen3-0.6B's wider heads
+    ("llama", dict(LLAMA, bias=False, rope_scaling="llama3", rope_factor=32.0, rope_original_context=8)),
+    ("qwen2", dict(LLAMA, bias=False, qkv_bias=True, n_kv_head=2)),
+    ("mistral", dict(LLAMA, bias=False, sliding_window=4, head_dim=16, family="mistral", tie_embeddings=False)),
+    ("phi3", dict(LLAMA, bias=False, sliding_window=4, family="phi3")),
 ]
 
 
@@ -76,13 +81,22 @@ def test_every_format_has_exactly_one_table():
     assert list(weights.TABLES) == list(FORMATS)
     tables = list(weights.TABLES.values())
     assert len({t.model_type for t in tables}) == len({t.hf_classes for t in tables}) == len(FORMATS)
-    assert len({t.gguf_arch for t in tables}) == len(FORMATS)
+    # llama.cpp runs Mistral as llama: the one architecture two formats share
+    assert len({t.gguf_arch for t in tables}) == len(FORMATS) - 1 and weights.MISTRAL.gguf_arch == "LLAMA"
     # the names the commands print and import by come from the tables too
     assert HF_CLASSES == {
         "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
         **{f: t.hf_classes for f, t in weights.TABLES.items()},
     }
-    assert hf_config.MODEL_TYPES == {"gpt2": "gpt2", "llama": "llama", "qwen3": "qwen3", "gpt_neox": "gptneox"}
+    assert hf_config.MODEL_TYPES == {
+        "gpt2": "gpt2",
+        "llama": "llama",
+        "qwen3": "qwen3",
+        "gpt_neox": "gptneox",
+        "qwen2": "qwen2",
+        "mistral": "mistral",
+        "phi3": "phi3",
+    }
 
 
 @pytest.mark.parametrize("fmt, options", MODELS, ids=IDS)
@@ -111,7 +125,9 @@ def test_hf_names_are_the_tables(fmt, options):
     assert written <= set(listed)
     never_written = set(listed) - written
     assert all(n.endswith(".bias") for n in never_written)
-    assert bool(never_written) == (not model.config.bias and not table.zero_biases)
+    has = dict(model.named_parameters())
+    lacking = [w for w in table.layer if w.minitf.endswith(".bias") and f"blocks.0.{w.minitf}" not in has]
+    assert bool(never_written) == (bool(lacking) and not table.zero_biases)
     assert state["lm_head.weight"].shape == (V, 32)  # beside the base model, without padding rows
 
 
@@ -121,7 +137,10 @@ def test_gguf_names_are_the_tables_in_its_order(fmt, options):
     table = weights.TABLES[fmt]
     tensors = gguf._tensors(model, fmt)
     layer = [n.removeprefix("blk.1.") for n in tensors if n.startswith("blk.1.")]
-    expected = [n for n in table.gguf_layer_order if model.config.bias or table.zero_biases or ".bias" not in n]
+    has = dict(model.named_parameters())
+    minitf_of = {n: w.minitf for w in table.layer for n in w.gguf}
+    # a bias is written where the model has it, or where the architecture always has one (zeros)
+    expected = [n for n in table.gguf_layer_order if f"blocks.1.{minitf_of[n]}" in has or table.zero_biases]
     assert layer == expected  # a layer's tensors, all of them, in the table's order
     assert set(table.gguf_layer_order) == {n for w in table.layer for n in w.gguf}
     model_level = [n for n in tensors if not n.startswith("blk.")]
@@ -160,7 +179,18 @@ def test_the_layouts_between_hf_and_gguf():
     qwen3 = random_model(**LLAMA, qk_norm=True, bias=False)
     hf, gg = hf_tensors.hf_state(qwen3, "qwen3"), gguf._tensors(qwen3, "qwen3")
     assert torch.equal(hf["model.layers.0.self_attn.k_proj.weight"], gg["blk.0.attn_k.weight"])  # halves, as minitf
-    assert torch.equal(gg["blk.0.attn_q_norm.weight"], torch.ones(8))
+    gains = qwen3.blocks[0].attn.q_norm.weight.detach()  # learned, as a trained Qwen3's
+    assert torch.equal(gg["blk.0.attn_q_norm.weight"], gains) and torch.equal(
+        hf["model.layers.0.self_attn.q_norm.weight"], gains
+    )
+    phi3 = random_model(**LLAMA, bias=False, family="phi3")
+    hf = hf_tensors.hf_state(phi3, "phi3")
+    assert torch.equal(hf["model.layers.0.self_attn.qkv_proj.weight"], phi3.blocks[0].attn.c_attn.weight.detach())
+    assert torch.equal(hf["model.layers.0.mlp.gate_up_proj.weight"], phi3.blocks[0].mlp.c_fc.weight.detach())
+    qwen2 = random_model(**LLAMA, bias=False, qkv_bias=True)
+    hf = hf_tensors.hf_state(qwen2, "qwen2")
+    assert torch.equal(hf["model.layers.0.self_attn.v_proj.bias"], qwen2.blocks[0].attn.c_attn.bias.detach()[64:])
+    assert not any(n.endswith(("o_proj.bias", "mlp.down_proj.bias")) for n in hf)
 
     neox = random_model(bias=False)
     hf = hf_tensors.hf_state(neox, "gptneox")

@@ -1,0 +1,264 @@
+"""The models people download, imported with transformers' logits and written back as themselves:
+Qwen3 (learned q/k-norm gains, head_dim apart from hidden / heads), Llama 3.x (rope_type llama3),
+Qwen2 and Qwen2.5 (biases on q, k, v only), Mistral (sliding window) and Phi-3 (fused q|k|v and
+gate|up).
+
+Each model is built by transformers from its family's real config (the attention's real shape:
+width, heads, key/value heads, head_dim, rotary settings; one layer and a smaller vocabulary and
+MLP where the real ones would take gigabytes) with every weight moved off its initial value, norm
+gains and biases included, as in a trained checkpoint.
+"""
+
+import json
+
+import pytest
+import torch
+
+import minitf
+from minitf.config import ROPE_SCALING_DEFAULTS
+from minitf.export.hf import from_hf, load_pretrained, to_hf
+from tests.support.models import LLAMA
+
+V = 300  # the test tokenizer's vocabulary: every family's embedding is cut to it
+
+# each family's config.json as published (the attention and rotary keys), one layer
+FAMILIES = {
+    "qwen3-0.6b": (
+        "Qwen3",
+        dict(
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            max_position_embeddings=40960,
+        ),
+    ),
+    "qwen3-4b": (
+        "Qwen3",
+        dict(
+            hidden_size=2560,
+            intermediate_size=1024,  # 9728 in the real model: the MLP's width is not what is tested here
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            max_position_embeddings=40960,
+        ),
+    ),
+    "llama-3.2-1b": (
+        "Llama",
+        dict(
+            hidden_size=2048,
+            intermediate_size=1024,  # 8192 in the real model
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=64,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+            max_position_embeddings=131072,
+            rope_scaling=dict(
+                rope_type="llama3",
+                factor=32.0,
+                low_freq_factor=1.0,
+                high_freq_factor=4.0,
+                original_max_position_embeddings=8192,
+                rope_theta=500000.0,
+            ),
+        ),
+    ),
+    "qwen2.5-0.5b": (
+        "Qwen2",
+        dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            max_position_embeddings=32768,
+            use_sliding_window=False,
+            sliding_window=32768,
+        ),
+    ),
+    "mistral-7b-v0.1": (
+        "Mistral",
+        dict(
+            hidden_size=4096,
+            intermediate_size=512,  # 14336 in the real model
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            head_dim=128,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            max_position_embeddings=32768,
+            sliding_window=4096,
+        ),
+    ),
+    "phi-3-mini-4k": (
+        "Phi3",
+        dict(
+            hidden_size=3072,
+            intermediate_size=1024,  # 8192 in the real model
+            num_attention_heads=32,
+            num_key_value_heads=32,
+            rope_theta=10000.0,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            max_position_embeddings=4096,
+            sliding_window=2047,
+            pad_token_id=0,  # 32000 in the real one, a token of its 32064
+        ),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    text = "the quick brown fox jumps over the lazy dog; ROMEO: O love, sweet night! 12345 " * 40
+    return minitf.Tokenizer.train([text], vocab_size=V)
+
+
+def trained_like(hf, seed: int = 0):
+    """hf with every parameter moved off its init (norm gains off one, biases off zero), eval mode."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() == 1 else 0.02))
+    return hf.eval()
+
+
+def build(tf, arch: str, tok, **config):
+    """A trained-like transformers model of `arch` (Llama, Qwen3, ...) of one layer."""
+    torch.manual_seed(0)
+    base = dict(vocab_size=V, num_hidden_layers=1, bos_token_id=tok.eot_id, eos_token_id=tok.eot_id)
+    cfg = getattr(tf, f"{arch}Config")(**{**base, **config})
+    return trained_like(getattr(tf, f"{arch}ForCausalLM")(cfg))
+
+
+def logits(model, ids) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(torch.tensor([ids]))
+    return (out.logits if hasattr(out, "logits") else out[0])[0]  # (T, V)
+
+
+def greedy(model, ids, n: int = 12) -> list[int]:
+    ids = list(ids)
+    for _ in range(n):
+        ids.append(int(logits(model, ids)[-1].argmax()))
+    return ids[-n:]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_downloaded_family_imports_with_transformers_logits_and_exports_as_itself(tf, tok, tmp_path, family):
+    arch, config = FAMILIES[family]
+    hf = build(tf, arch, tok, **config)
+    hf.save_pretrained(tmp_path / "hf")
+    tok.save(tmp_path / "hf" / "tokenizer.json")
+    model, _ = load_pretrained(tmp_path / "hf")
+    model.eval()
+    assert model.config.family == arch.lower()
+    ids = tok.encode("ROMEO: O love, sweet night! the quick brown fox")
+    a, b = logits(model, ids), logits(hf, ids)
+    assert a.std() > 0.1 and (a - b).abs().max() < 1e-4, (a - b).abs().max()
+    assert greedy(model, ids) == greedy(hf, ids)
+
+    out, fmt = to_hf(model, tok, tmp_path / "back")
+    assert fmt == arch.lower()  # written back as itself, not as the Llama that computes it too
+    written = json.loads((out / "config.json").read_text())
+    for key in ("head_dim", "num_key_value_heads") + (("sliding_window",) if arch in ("Mistral", "Phi3") else ()):
+        assert written.get(key) == config.get(key, written.get(key)), key
+    if "rope_scaling" in config:
+        assert written["rope_parameters"] == config["rope_scaling"]
+    again = tf.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(again).__name__ == type(hf).__name__
+    assert (logits(again, ids) - a).abs().max() < 1e-4
+
+
+SMALL = dict(
+    hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64
+)
+
+
+@pytest.mark.parametrize(
+    "arch, config, without",
+    [
+        ("Qwen3", dict(head_dim=32), "q/k gains"),
+        (
+            "Llama",
+            dict(
+                rope_scaling=dict(
+                    rope_type="llama3",
+                    factor=8.0,
+                    low_freq_factor=1.0,
+                    high_freq_factor=4.0,
+                    original_max_position_embeddings=16,
+                    rope_theta=10000.0,
+                )
+            ),
+            "rope_scaling",
+        ),
+        ("Llama", dict(rope_scaling=dict(rope_type="linear", factor=4.0, rope_theta=10000.0)), "rope_scaling"),
+        ("Mistral", dict(sliding_window=8, head_dim=16), "sliding_window"),
+        ("Phi3", dict(sliding_window=8, pad_token_id=0), "sliding_window"),
+    ],
+)
+def test_each_option_is_computed_where_it_changes_the_logits(tf, tok, arch, config, without):
+    """At a small size where each option matters within 40 tokens (a context of 16 stretched 8
+    times, a window of 8): minitf's logits are transformers', and dropping the option changes them."""
+    hf = build(tf, arch, tok, **SMALL, **config)
+    model = from_hf(hf)
+    ids = tok.encode("the quick brown fox jumps over the lazy dog; ROMEO: O love, sweet night! 12345 " * 2)[:40]
+    assert len(ids) == 40
+    a = logits(model, ids)
+    assert (a - logits(hf, ids)).abs().max() < 1e-4
+    if without == "q/k gains":  # trained gains, not the ones a fresh model starts from
+        other = from_hf(hf)
+        with torch.no_grad():
+            for block in other.blocks:
+                block.attn.q_norm.weight.fill_(1.0)
+                block.attn.k_norm.weight.fill_(1.0)
+    else:
+        plain = dict(rope_scaling="none", **ROPE_SCALING_DEFAULTS) if without == "rope_scaling" else {without: None}
+        other = minitf.Transformer(minitf.ModelConfig(**{**vars(model.config), **plain}))
+        other.load_state_dict(model.state_dict())
+    assert (logits(other.eval(), ids) - a).abs().max() > 1e-2
+
+
+def test_decoding_with_the_cache_matches_the_whole_sequence_under_a_window(tok):
+    """The KV cache hides the keys a sliding window hides, token by token and with a static cache."""
+    from minitf.kv_cache import KVCache
+
+    torch.manual_seed(0)
+    cfg = minitf.ModelConfig(vocab_size=V, block_size=32, n_layer=2, n_embd=32, n_head=4, sliding_window=5, **LLAMA)
+    model = minitf.Transformer(cfg).eval()
+    ids = torch.randint(0, V, (1, 20))
+    whole = logits(model, ids[0].tolist())
+    for static in (False, True):
+        cache = KVCache(model, static=static)
+        with torch.no_grad():
+            first = model(ids[:, :7], cache=cache)[0][0]  # a prompt longer than the window
+            steps = [model(ids[:, t : t + 1], cache=cache)[0][0, -1] for t in range(7, 20)]
+        torch.testing.assert_close(torch.cat([first, torch.stack(steps)]), whole, atol=1e-5, rtol=0)
+
+
+def test_refused_families_and_settings_name_the_key_and_the_nearest_family(tf, tok):
+    hf = build(tf, "Llama", tok, **SMALL, rope_scaling=dict(rope_type="yarn", factor=4.0, rope_theta=10000.0))
+    with pytest.raises(minitf.MinitfError) as e:
+        from_hf(hf)
+    assert "rope_type='yarn'" in str(e.value) and "minitf computes default, linear, llama3" in str(e.value)
+    phi4 = build(tf, "Phi3", tok, **SMALL, pad_token_id=0, partial_rotary_factor=0.75)
+    with pytest.raises(minitf.MinitfError, match=r"partial_rotary_factor=0.75 \(minitf rotates every dimension\)"):
+        from_hf(phi4)
