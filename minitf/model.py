@@ -358,6 +358,26 @@ class Transformer(nn.Module):
         self.logits_and_loss = torch.compile(self.logits_and_loss)
         self.compiled = True
 
+    @classmethod
+    def holding(cls, cfg: ModelConfig, state: dict[str, torch.Tensor]) -> Transformer:
+        """A Transformer for cfg whose parameters are state's tensors themselves (a state dict, the
+        embedding and head padded as wte is): no copy, and no random initialisation to overwrite,
+        so a downloaded model is never held twice. Built on the meta device, given each tensor,
+        its head tied again and its position tables computed."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        model.load_state_dict(state, strict=False, assign=True)  # strict=False: a tied head may come once
+        if cfg.tie_embeddings:
+            model.lm_head.weight = model.wte.weight  # assign gave each name its own parameter: share again
+        if model.rope is not None:  # computed, never saved: computed now, off the meta device
+            model.rope = Rotary(cfg.block_size, cfg.head_size, cfg.rope_base, rope_scaling(cfg))
+        if isinstance(model.wpe, SinusoidalPositions):
+            model.wpe = SinusoidalPositions(cfg.block_size, cfg.n_embd)
+        left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+        if left:
+            raise ValueError(f"the state dict has no {', '.join(left[:3])}")
+        return model
+
     # ---- counting
 
     def num_params(self, non_embedding: bool = True) -> int:

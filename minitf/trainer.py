@@ -305,11 +305,10 @@ def _load_pretrained(path: str) -> tuple[Transformer, Tokenizer]:
 
 def _new_model(cfg: Config, device: torch.device, pretrained: Transformer | None = None) -> Transformer:
     """A new Transformer for cfg.model, the same on every rank, with the pretrained weights if any."""
+    if pretrained is not None:  # its own tensors: a downloaded model is never held twice
+        return Transformer.holding(cfg.model, pretrained.state_dict()).to(device)
     torch.manual_seed(cfg.run.seed)  # the same initial weights on every rank
-    model = Transformer(cfg.model).to(device)
-    if pretrained is not None:
-        model.load_state_dict(pretrained.state_dict())
-    return model
+    return Transformer(cfg.model).to(device)
 
 
 def _fit_to_budget(

@@ -22,6 +22,7 @@ from ..chat_template import IM_END, IM_START, add_chat_tokens, chatml, load_temp
 from ..config import Config
 from ..errors import ConfigError, MinitfError
 from ..model import Transformer
+from ..system.sizes import padded_vocab
 from ..tokenizer import Tokenizer
 
 
@@ -57,19 +58,21 @@ def chat_model(
 
 
 def grow_vocab(model: Transformer, vocab_size: int) -> Transformer:
-    """A copy of model with vocab_size tokens: the old rows as they were, each new one the mean of
-    the old (the embedding, and the output matrix when it is not tied)."""
-    old = model.config.vocab_size
-    grown = Transformer(dataclasses.replace(model.config, vocab_size=vocab_size))
-    state = model.state_dict()
+    """model with vocab_size tokens: the old rows as they were, each new one the mean of the old (the
+    embedding, and the output matrix when it is not tied). Every other tensor is model's own, shared,
+    not copied: a downloaded model is not held twice (model is not used again)."""
+    old, C = model.config.vocab_size, model.config.n_embd
+    state = dict(model.state_dict())
+    if model.config.tie_embeddings:
+        del state["lm_head.weight"]  # the embedding, once more: tied again to the grown one
     for name in ("wte.weight", "lm_head.weight"):
         if name not in state:
             continue
-        rows = grown.state_dict()[name].clone()  # (padded V', C)
+        rows = state[name].new_zeros(padded_vocab(vocab_size), C)  # (padded V', C)
         rows[:old] = state[name][:old]
         rows[old:vocab_size] = state[name][:old].mean(dim=0)  # (C,) broadcast over the new rows
         state[name] = rows
-    grown.load_state_dict(state)
+    grown = Transformer.holding(dataclasses.replace(model.config, vocab_size=vocab_size), state)
     return grown.train(model.training)
 
 

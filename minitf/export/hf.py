@@ -152,18 +152,8 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
     config, state, where = read(path_or_model, "from_hf")
     fmt, cfg = model_config(config, vocab_size, where)
     check_memory(cfg, fmt, config, sum(t.numel() * t.element_size() for t in state.values()), where)
-    weights = minitf_weights(state, cfg, fmt, config, where)
-    model = Transformer(cfg)
-    V = cfg.vocab_size
-    with torch.no_grad():
-        for name, p in model.named_parameters():  # a tied head is listed once, as wte.weight
-            src = weights[name]
-            if name in ("wte.weight", "lm_head.weight"):
-                p, src = p[:V], src[:V]  # the padding rows stay zero
-            if p.shape != src.shape:  # _check_shapes has named the file's tensor; this is the last guard
-                raise MinitfError(f"{where}: {name} has shape {tuple(src.shape)}, its config says {tuple(p.shape)}")
-            p.copy_(src)
-    return model.eval()
+    weights = minitf_weights(state, cfg, fmt, config, where)  # the embedding and head padded (layouts.VocabRows)
+    return Transformer.holding(cfg, weights).eval()  # the weights themselves: never a second copy
 
 
 def from_hf_gpt2(path_or_model) -> Transformer:

@@ -20,8 +20,9 @@ MAX_JSON_BYTES = 16 << 20
 MAX_TOKENIZER_BYTES = 256 << 20
 
 
-def read(path_or_model, what: str) -> tuple[dict, dict[str, torch.Tensor], str]:
-    """(config dict, state dict, where) from a transformers model object or a local directory."""
+def read(path_or_model, what: str) -> tuple[dict, dict, str]:
+    """(config dict, state dict, where) from a transformers model object (its tensors) or a local
+    directory (FileTensors, read when used)."""
     if isinstance(path_or_model, torch.nn.Module):
         if not hasattr(path_or_model, "config") or not hasattr(path_or_model.config, "to_dict"):
             raise MinitfError(
@@ -40,8 +41,7 @@ def read(path_or_model, what: str) -> tuple[dict, dict[str, torch.Tensor], str]:
 
 def _read_dir(where: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     """(config.json as a dict, every tensor of the directory's safetensors files)."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors import SafetensorError, safe_open
 
     if not (where / "config.json").is_file():
         raise MinitfError(
@@ -72,10 +72,59 @@ def _read_dir(where: Path) -> tuple[dict, dict[str, torch.Tensor]]:
     state = {}
     for name in files:
         try:
-            state.update(load_file(str(where / name)))
+            with safe_open(str(where / name), framework="pt") as f:
+                state.update((key, FileTensor(where / name, key, f.get_slice(key))) for key in f.keys())
         except (SafetensorError, OSError) as e:
             raise MinitfError(f"{where / name} is unreadable ({first_line(e, 120)})") from None
     return config, state
+
+
+# safetensors' dtype names -> torch's
+DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+class FileTensor:
+    """One tensor of a safetensors file, read only when asked (load): its shape and dtype come from
+    the header, so a whole directory is checked before a byte of weights is read, and the model is
+    filled one tensor at a time. Each read opens the file anew, so no mapping of the whole file stays
+    resident beside the model: importing a model takes about its own size in memory."""
+
+    def __init__(self, path: Path, name: str, view):
+        self.path, self.name = path, name
+        self.shape = torch.Size(view.get_shape())
+        self.dtype = DTYPES.get(view.get_dtype(), torch.uint8)  # an unknown dtype: shapes and sizes still check
+
+    def numel(self) -> int:
+        return self.shape.numel()
+
+    def element_size(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def load(self) -> torch.Tensor:
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(self.path), framework="pt") as f:
+                return f.get_tensor(self.name)
+        except (SafetensorError, OSError) as e:
+            raise MinitfError(f"{self.path} is unreadable at {self.name} ({first_line(e, 120)})") from None
+
+
+def loaded(t) -> torch.Tensor:
+    """A state dict's value as a tensor of its own: a FileTensor read now; a transformers model's
+    tensor copied, so the imported model never shares storage with the one it came from."""
+    return t.load() if isinstance(t, FileTensor) else t.detach().clone()
 
 
 def _check_inside(where: Path, name: str, index: Path) -> None:

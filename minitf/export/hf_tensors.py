@@ -11,6 +11,7 @@ from ..errors import MinitfError
 from ..model import Transformer
 from ..run_dir import refuse_non_finite
 from .architecture import FORMAT_NAMES
+from .hf_files import loaded
 from .layouts import VOCAB_ROWS
 from .weights import HEAD, TABLES, exported, hf_weights, minitf_tensors
 
@@ -44,9 +45,8 @@ def minitf_weights(state: dict, cfg: ModelConfig, fmt: str, config: dict, where)
     with torch.device("meta"):  # the names and shapes this config's checkpoint holds, without any memory
         expected = {k: tuple(v.shape) for k, v in hf_state(Transformer(cfg), fmt).items()}
     _check_shapes(state, expected, cfg.vocab_size, fmt, where)
-    refuse_non_finite(sorted(state.items()), where, "it cannot be fine-tuned from; fetch or convert the model again")
     missing: list[str] = []
-    weights = _minitf_state(state, cfg, fmt, config, expected, missing)
+    weights = _minitf_state(state, cfg, fmt, config, expected, missing, where)
     left = sorted(k for k in state if not k.endswith(IGNORED))
     if missing or left:
         raise MinitfError(
@@ -81,7 +81,9 @@ def _check_shapes(state: dict, expected: dict, vocab: int, fmt: str, where) -> N
         )
 
 
-def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, config: dict, expected: dict, missing: list[str]) -> dict:
+def _minitf_state(
+    state: dict, cfg: ModelConfig, fmt: str, config: dict, expected: dict, missing: list[str], where
+) -> dict:
     """minitf parameter name -> tensor, from `fmt`'s HF state dict. Pops what it uses from `state`,
     so what is left over is what minitf has no place for. expected: {HF name: shape} of cfg's
     checkpoint. A tensor the checkpoint lacks is added to `missing` (so that every missing name
@@ -96,11 +98,20 @@ def _minitf_state(state: dict, cfg: ModelConfig, fmt: str, config: dict, expecte
         optional = w.optional is True or (bool(w.optional) and not config.get(w.optional, False))
         absent = [n for n in hf_names if n not in state and not optional]
         missing += absent
-        parts = [state.pop(n).float() if n in state else torch.zeros(expected[n]) for n in hf_names]
-        t = None if absent else w.hf_layout.join(parts, hf_names, cfg)
+        parts = [_read(state.pop(n), n, where) if n in state else torch.zeros(expected[n]) for n in hf_names]
+        t = None if absent else w.hf_layout.join(parts, hf_names, cfg).float()
+        del parts  # the parts in the file's dtype go before the next is read
         if name is not None and t is not None:
             out[name] = t
     return out
+
+
+def _read(t, name: str, where) -> torch.Tensor:
+    """One tensor of the checkpoint, read (a FileTensor) and checked as it comes: finite, in the
+    file's dtype (made float32 once joined, so a bfloat16 file never holds two float32 copies)."""
+    t = loaded(t)
+    refuse_non_finite([(name, t)], where, "it cannot be fine-tuned from; fetch or convert the model again")
+    return t
 
 
 def _some(names: list[str], n: int = 3) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..config import ModelConfig
+from ..system.sizes import padded_vocab
 
 
 class Whole:
@@ -31,11 +32,17 @@ class Whole:
 
 class VocabRows(Whole):
     """The embedding or the head: only the tokenizer's rows leave minitf, so no padding id can
-    ever be generated. An imported file may hold more rows: all are read, and from_hf keeps the
-    first vocab_size when it copies them."""
+    ever be generated. An imported file may hold more rows: the first vocab_size are kept, in
+    minitf's rows padded to a multiple of 64 (the padding zero), made in one float32 copy."""
 
     def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
         return [t[: cfg.vocab_size]]
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor:
+        t = parts[0]
+        out = torch.zeros(padded_vocab(cfg.vocab_size), t.shape[1])  # (padded V, C) float32
+        out[: cfg.vocab_size] = t[: cfg.vocab_size]  # converted from the file's dtype as it is copied
+        return out
 
 
 class Transposed(Whole):
