@@ -132,7 +132,8 @@ class RunConfig(_Section):
     seed: int = key(1337, "seed for the weights' initialisation and the batches' order", SEED_RANGE)
     device: Literal["auto", "cpu", "cuda", "mps"] = key("auto", "where to train; auto: cuda, else mps, else cpu")
     init_from: str | None = key(
-        None, "a local Hugging Face GPT-2, Llama, Qwen3 or GPT-NeoX directory to fine-tune (model.* from it)"
+        None,
+        "a minitf run, a Hugging Face model directory or a hub id (Qwen/Qwen3-0.6B) to fine-tune (model.* from it)",
     )
 
     def validate(self) -> None:

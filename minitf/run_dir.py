@@ -81,7 +81,7 @@ def load_run(path: str | Path, best: bool = False, device: str | torch.device = 
             f"{run_dir / TOKENIZER} is not the tokenizer this model was trained with (its hash "
             f"differs from the one recorded in {weights.name}); restore the run's own tokenizer.json"
         )
-    model = Transformer(cfg.model).to(_as_device(device))
+    model = Transformer(cfg.model).to(as_device(device))
     load_weights(model, weights)
     tok.chat_template = load_template(run_dir)  # a chat run's (None for a base model)
     return model.eval(), tok, cfg
@@ -186,7 +186,7 @@ def refuse_non_finite(tensors, where, fix: str) -> None:
             )
 
 
-def _as_device(device: str | torch.device) -> torch.device:
+def as_device(device: str | torch.device) -> torch.device:
     """load_run's device argument as a torch.device: a name is resolved, and refused if unknown."""
     if isinstance(device, str) and ":" not in device:
         return resolve_device(device)  # names it, if it is unknown or not there

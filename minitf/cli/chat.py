@@ -19,9 +19,9 @@ import sys
 from minitf.cli.common import add_device_argument, newest_run, stdin_prompts
 from minitf.conversations.answer import chat_stream
 from minitf.errors import ConfigError, MinitfError
+from minitf.export.hf import describe_weights, load_model
 from minitf.generate import sample_settings
 from minitf.generation.args import SETTINGS, check_prompt_text
-from minitf.run_dir import load_run, which_weights
 
 COMMANDS = "/reset: a new conversation (the system prompt kept); /help: this line; /quit or Ctrl-D: end"
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         if not args.system.strip():
             raise ConfigError("--system is empty; give the system prompt's text, or leave --system out")
     run = args.run or newest_run()
-    model, tok, cfg = load_run(run, best=args.best, device=args.device)
+    model, tok, cfg = load_model(run, best=args.best, device=args.device)
     if getattr(tok, "chat_template", None) is None:
         raise MinitfError(
             f"{run} is not a chat model (it has no chat template); fine-tune it on conversations with "
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         )
     # the run's own sampling settings, with those given here on top
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
-    print(f"[chatting with {run}: {which_weights(run, args.best, 'uses')}; {COMMANDS}]", file=sys.stderr)
+    print(f"[chatting with {run}: {describe_weights(run, args.best, 'uses')}; {COMMANDS}]", file=sys.stderr)
     start = [{"role": "system", "content": args.system}] if args.system else []
     _converse(model, tok, settings, start, args.stop)
 

@@ -13,9 +13,9 @@ import time
 
 from minitf.cli.common import add_device_argument, newest_run, read_prompt, stdin_prompts
 from minitf.errors import ConfigError
+from minitf.export.hf import describe_weights, load_model
 from minitf.generate import check_num_samples, generate, sample_settings, stream
 from minitf.generation.args import SETTINGS, check_prompt_text
-from minitf.run_dir import load_run, which_weights
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -26,11 +26,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     if prompt is not None:
         check_prompt_text(prompt)
     run = args.run or newest_run()
-    model, tok, cfg = load_run(run, best=args.best, device=args.device)
+    model, tok, cfg = load_model(run, best=args.best, device=args.device)
     check_num_samples(model, args.num_samples, "--num-samples")  # named as typed here, before any sampling
     # the run's own sampling settings, with those given here on top
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
-    print(f"[sampling from {run}: {which_weights(run, args.best, 'samples')}]", file=sys.stderr)
+    print(f"[sampling from {run}: {describe_weights(run, args.best, 'samples')}]", file=sys.stderr)
     prompt = settings.prompt if prompt is None else prompt
     typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
     for text in stdin_prompts() if args.interactive else [prompt]:

@@ -26,7 +26,7 @@ import sys
 
 from minitf.cli.common import add_device_argument, newest_run
 from minitf.errors import ConfigError
-from minitf.run_dir import which_weights
+from minitf.export.hf import describe_weights
 from minitf.web.serve.completions import MAX_TOKENS, Completions
 from minitf.web.serve.server import CompletionServer, Limits
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             f"{server.server_address[1]} can use the model (--api-key asks for a key)",
             file=sys.stderr,
         )
-    weights = which_weights(run, a.best, "serves")
+    weights = describe_weights(run, a.best, "serves")
     said = f"minitf serving {run} ({weights}) as model {api.name!r} at {server.url}  (Ctrl-C stops)"
     # until Ctrl-C or SIGTERM: open streams end with an error event and [DONE]; the address is said once
     # the server answers, so that a signal sent as soon as it is read stops it gracefully

@@ -18,15 +18,17 @@ from pathlib import Path
 
 import torch
 
+from ..config import Config
 from ..errors import MinitfError
 from ..model import Transformer
-from ..run_dir import is_run_dir
+from ..run_dir import as_device, is_run_dir, load_run, which_weights
 from ..system.files import atomic_write_dir, special_kind
 from ..tokenizer import EOT, Tokenizer, check_vocab
 from .architecture import FORMATS, export_format
 from .hf_config import check_memory, hf_config, model_config
 from .hf_files import PICKLES, read, read_tokenizer
 from .hf_tensors import hf_state, minitf_weights
+from .hub import is_hub_id, local_dir
 from .weights import TABLES
 
 # minitf format -> the transformers config and model classes that hold it
@@ -169,19 +171,21 @@ def from_hf_gpt2(path_or_model) -> Transformer:
     return model
 
 
-def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
-    """(model, tokenizer) from a local Hugging Face GPT-2, Llama, Qwen3 or GPT-NeoX directory, to
-    fine-tune from (run.init_from). Nothing is downloaded: fetch a hub model with your own tools first.
+def load_pretrained(path, key: str = "run.init_from") -> tuple[Transformer, Tokenizer]:
+    """(model, tokenizer) from a Hugging Face model of a family minitf imports (GPT-2, Llama, Qwen2,
+    Qwen3, Mistral, Phi-3, GPT-NeoX), to fine-tune from (run.init_from) or talk to: a local
+    directory, or a hub id (`Qwen/Qwen3-0.6B`), found in or fetched into the Hugging Face cache
+    (minitf.export.hub). key: what the user set it as, for messages.
 
     The tokenizer is the directory's tokenizer.json, or GPT-2's classic vocab.json + merges.txt
     (what GPT2Tokenizer.save_pretrained writes), read as the byte-level BPE they describe.
     """
-    where = Path(path)
+    where = local_dir(str(path), key)
     if not where.is_dir():
         pickled = " (a pickle, which minitf never loads: it can run code)" if where.suffix in PICKLES else ""
         raise MinitfError(
-            f"run.init_from={str(path)!r} is not a directory{pickled}; pass a local Hugging Face GPT-2, Llama or "
-            f"Qwen3 directory (config.json, model.safetensors, tokenizer files)"
+            f"{key}={str(path)!r} is not a directory{pickled}; pass a local Hugging Face model directory "
+            f"(config.json, model.safetensors, tokenizer files) or a hub id such as Qwen/Qwen3-0.6B"
         )
     tokenizer = read_tokenizer(where)
     model = from_hf(where, vocab_size=tokenizer.vocab_size)
@@ -189,3 +193,35 @@ def load_pretrained(path) -> tuple[Transformer, Tokenizer]:
         tokenizer, model.config.vocab_size, "save the model's own tokenizer beside it", f"{where}: the tokenizer"
     )
     return model.train(), tokenizer
+
+
+# ---------------------------------------------------------------------------------------------
+# a run or a downloaded model, for the commands that use one
+
+
+def is_hf_model(path) -> bool:
+    """Whether path names a Hugging Face model (a hub id, or a directory with config.json and no minitf run)."""
+    where = Path(path)
+    return is_hub_id(str(path)) or ((where / "config.json").is_file() and not is_run_dir(where))
+
+
+def load_model(path, best: bool = False, device="cpu", key: str = "--run") -> tuple[Transformer, Tokenizer, Config]:
+    """(model in eval mode, tokenizer, config) for minitf chat, generate and serve: a minitf run
+    directory (run_dir.load_run), or a Hugging Face model of a family minitf imports, a directory or
+    a hub id, as it was downloaded (its config: minitf's defaults with the model's model.*)."""
+    if not is_hf_model(path):
+        return load_run(path, best=best, device=device)
+    if best:
+        raise MinitfError(f"--best reads a run's best.safetensors; {path} is a Hugging Face model: leave --best out")
+    model, tokenizer = load_pretrained(path, key)
+    cfg = Config()
+    cfg.model = model.config
+    return model.to(as_device(device)).eval(), tokenizer, cfg
+
+
+def describe_weights(path, best: bool, verb: str) -> str:
+    """The weights a command uses, for its start-up line: a run's file and step (run_dir.which_weights),
+    or a downloaded model's family."""
+    if not is_hf_model(path):
+        return which_weights(path, best, verb)
+    return "a downloaded Hugging Face model, as it is"

@@ -11,6 +11,7 @@ import torch
 from ..chat_template import TEMPLATE_FILE, load_template
 from ..errors import MinitfError, first_line
 from ..tokenizer import EOT, Tokenizer
+from .hub import containing_folder
 
 # what torch.save and pickle write: never loaded (unpickling can run code), but named when they are all there is
 PICKLES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -128,13 +129,14 @@ def loaded(t) -> torch.Tensor:
 
 
 def _check_inside(where: Path, name: str, index: Path) -> None:
-    """A shard the index names is a file inside the model directory: an index is downloaded, and
-    `../x` or `/etc/x` would read from anywhere. Checked before the file is opened, and the
-    error says nothing of what lies outside."""
+    """A shard the index names is a file inside the model directory (a hub snapshot: inside its
+    repository's folder of the cache, hub.containing_folder): an index is downloaded, and `../x` or
+    `/etc/x` would read from anywhere. Checked before the file is opened, and the error says
+    nothing of what lies outside."""
     shard = Path(name)
     if shard.is_absolute() or ".." in shard.parts:
         escape = "an absolute path" if shard.is_absolute() else "a path leading out of the directory"
-    elif not (where / shard).resolve().is_relative_to(where.resolve()):
+    elif not (where / shard).resolve().is_relative_to(containing_folder(where).resolve()):
         escape = "a link leading out of the directory"
     else:
         return

@@ -17,10 +17,12 @@ server.py carries them over HTTP.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ...run_dir import BEST, WEIGHTS, load_run
+from ...export.hf import is_hf_model, load_model
+from ...run_dir import BEST, WEIGHTS
 from ..fields import flag
 from .chat_request import parse_chat
 from .chat_shape import chat_chunks, chat_complete
@@ -44,9 +46,10 @@ class Completions:
         on_finish: Callable[[dict], None] | None = None,
     ):
         self.run_dir = Path(run_dir)
-        self.model, self.tok, self.cfg = load_run(run_dir, best=best, device=device)
-        self.name = self.run_dir.resolve().name
-        self.created = int((self.run_dir / (BEST if best else WEIGHTS)).stat().st_mtime)
+        self.model, self.tok, self.cfg = load_model(run_dir, best=best, device=device)  # a run, or a downloaded model
+        downloaded = is_hf_model(run_dir)
+        self.name = str(run_dir) if downloaded else self.run_dir.resolve().name  # a hub id names itself
+        self.created = int(time.time() if downloaded else (self.run_dir / (BEST if best else WEIGHTS)).stat().st_mtime)
         self.block = self.cfg.model.block_size
         self.requests = Requests(self, max_tokens)
         self.engine = Engine(self.model, self.tok, self.name, max_generations, wait, on_token, on_finish)
