@@ -19,6 +19,7 @@ from minitf.export import hf as minitf_hf
 from minitf.training.metrics import METRICS, read_rows
 from tests.support import ROOT
 from tests.support.models import tiny_gpt2_config
+from tests.support.processes import command
 from tests.support.runs import QUIET, tiny_config, tiny_train_args
 
 # Nothing broken that minitf reads is used silently: weights holding NaN or infinity are refused
@@ -120,18 +121,12 @@ def test_init_from_that_is_not_one_complete_model_is_one_line(case, gpt2_dir, tm
     assert not (tmp_path / "ft").exists()  # refused before anything was written
 
 
-def test_init_from_a_pickle_through_the_script_is_one_line_and_never_unpickled(gpt2_dir, tmp_path, corpus):
+def test_init_from_a_pickle_through_the_command_is_one_line_and_never_unpickled(gpt2_dir, tmp_path, corpus):
     broken = tmp_path / "pickled"
     shutil.copytree(gpt2_dir, broken)
     (broken / "model.safetensors").unlink()
     (broken / "pytorch_model.bin").write_bytes(pickle.dumps(_Evil()))
-    r = subprocess.run(
-        [sys.executable, "scripts/train.py", *tiny_train_args(tmp_path / "ft", corpus), f"run.init_from={broken}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    r = command("train", *tiny_train_args(tmp_path / "ft", corpus), f"run.init_from={broken}")
     assert r.returncode == 2 and "unpickled" not in r.stdout + r.stderr
     assert r.stderr.startswith(f"error: {broken} holds its weights as a pickle (pytorch_model.bin)")
     assert len(r.stderr.strip().splitlines()) == 1

@@ -24,7 +24,7 @@ from minitf.training import fsdp
 from minitf.training.metrics import METRICS, read_rows
 from tests.support import ROOT
 from tests.support.models import step_session
-from tests.support.processes import join_gloo, leave_gloo
+from tests.support.processes import command, join_gloo, leave_gloo
 from tests.support.runs import tiny_config, tiny_train_args
 
 CFG = minitf.ModelConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32)
@@ -224,15 +224,9 @@ def test_torchrun_fsdp_killed_before_a_commit_resumes_exactly_then_on_one_proces
     assert sorted(p.name for p in run.iterdir() if "sharded" in p.name) == ["sharded-00000008"]
     assert (run / "best.safetensors").is_file()
 
-    # 2 -> 1 process: the sharded checkpoint loads unsharded and training goes on
-    r = subprocess.run(
-        [sys.executable, "scripts/train.py", "--resume", f"run.out_dir={run}", "train.max_steps=10"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-    )
+    # 2 -> 1 process (this one: fsdp training leaves the allocator as it is): the sharded checkpoint
+    # loads unsharded and training goes on
+    r = command("train", "--resume", f"run.out_dir={run}", "train.max_steps=10")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "checkpoint from 2 processes resumed on 1" in r.stdout and f"resuming {run} at step 8" in r.stdout
     assert torch.load(run / "state.pt", weights_only=True)["step"] == 10

@@ -6,7 +6,6 @@ import math
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ import torch
 import minitf
 from minitf import trainer
 from minitf.training.metrics import METRICS, STEPS, read_rows
+from tests.support import processes
 from tests.support.runs import copy_run, fake_monotonic, slow_clock, tiny_config
 
 
@@ -52,14 +52,12 @@ def test_tensorboard_event_files_hold_the_curves(tmp_path, corpus):
 # follows reaches its peak and floor on any machine speed, and its notes compare with the budget.
 
 
-def as_printed(command: str, cwd) -> subprocess.CompletedProcess:
-    """Run a `minitf ...` command line exactly as a user would paste it (the `minitf` entry point is
-    `python -m minitf`, with this tree on PYTHONPATH)."""
-    argv = shlex.split(command)
-    assert argv[0] == "minitf", command
-    return subprocess.run(
-        [sys.executable, "-m", "minitf", *argv[1:]], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
+def as_printed(line: str, cwd) -> subprocess.CompletedProcess:
+    """Run a `minitf ...` command line exactly as a user would paste it: split as a shell splits it,
+    then the `minitf` entry point's main over the words, in this process (processes.command)."""
+    argv = shlex.split(line)
+    assert argv[0] == "minitf", line
+    return processes.command(*argv[1:], cwd=cwd)
 
 
 def printed(lines: list[str], prefix: str) -> str:
@@ -80,10 +78,12 @@ def test_the_train_longer_and_sample_commands_work_as_printed(tmp_path, corpus, 
     steps = torch.load(run_dir / "state.pt", weights_only=True)["step"]
     command = printed(lines, "To train longer: ")
     assert command == f"minitf train --resume '{run_dir}' train.max_seconds=8"
-    r = as_printed(command, cwd=tmp_path)
+    with monkeypatch.context() as m:
+        slow_clock(m, seconds_per_step=1.0)  # 4 more seconds: 4 more steps
+        r = as_printed(command, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-1500:]
     assert f"resuming {run_dir} at step {steps}" in r.stdout
-    assert "resume: train.max_seconds 4.0 -> 8.0" in r.stdout  # 4 more seconds, on the real clock
+    assert "resume: train.max_seconds 4.0 -> 8.0" in r.stdout
     assert torch.load(run_dir / "state.pt", weights_only=True)["step"] > steps
 
     command = printed([r.stdout], "sample from it: ")

@@ -3,8 +3,6 @@ refused when the corpus, the optimizer or the weights do not match."""
 
 import math
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -24,9 +22,8 @@ from minitf.run_dir import list_snapshots, snapshot_path
 from minitf.training import checkpoint as ckpt
 from minitf.training import session as session_module
 from minitf.training.metrics import METRICS, read_rows
-from tests.support import ROOT
 from tests.support.corpus import make_play, same_size_edit
-from tests.support.processes import script
+from tests.support.processes import command
 from tests.support.runs import QUIET, TENSOR, copy_run, tiny_args, tiny_config, train_with_snapshot
 from tests.support.runs import snapshot_weights as weights
 
@@ -106,8 +103,8 @@ def test_resume_on_a_changed_corpus_is_refused(tmp_path, cache):
 
 def test_resume_needs_only_the_run_directory(tmp_path, corpus):
     run = tmp_path / "run"
-    assert script(*tiny_args(run, corpus, "train.max_steps=4")).returncode == 0
-    r = script("scripts/train.py", "--resume", f"run.out_dir={run}", "train.max_steps=8")
+    assert command("train", *tiny_args(run, corpus, "train.max_steps=4")[1:]).returncode == 0  # the script's arguments
+    r = command("train", "--resume", f"run.out_dir={run}", "train.max_steps=8")
     assert r.returncode == 0, r.stderr[-1500:]
     assert f"resuming {run} at step 4" in r.stdout
     assert "resume: train.max_steps 4 -> 8" in r.stdout
@@ -118,7 +115,7 @@ def test_resume_needs_only_the_run_directory(tmp_path, corpus):
 
 def test_resume_refuses_to_switch_the_corpus_or_the_model(tmp_path, corpus, run_4_steps):
     run = copy_run(run_4_steps, tmp_path / "run")  # as scripts/train.py trains it with tiny_args(..., max_steps=4)
-    r = script("scripts/train.py", "--resume", f"run.out_dir={run}", "data.source=shakespeare", "model.n_layer=3")
+    r = command("train", "--resume", f"run.out_dir={run}", "data.source=shakespeare", "model.n_layer=3")
     assert r.returncode == 2
     assert r.stderr.startswith(
         "error: --resume cannot change data.source, model.n_layer (the run was trained with "
@@ -191,13 +188,7 @@ def test_resume_without_the_runs_tokenizer_says_what_is_missing(tmp_path, corpus
     run = copy_run(run_4_steps, tmp_path / "run")
     own = (run / ckpt.TOKENIZER).read_bytes()
     (run / ckpt.TOKENIZER).unlink()
-    r = subprocess.run(
-        [sys.executable, "scripts/train.py", "--resume", str(run), "train.max_steps=8"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    r = command("train", "--resume", str(run), "train.max_steps=8")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith(
         f"error: {run} has a checkpoint but no tokenizer.json, which --resume needs (the model's token ids mean "

@@ -23,8 +23,13 @@ def command(name: str, *args, cwd=ROOT, stdin: str | bytes = b"") -> subprocess.
     own (every script is run_main over the command's main, as tests/unit/test_cli.py checks): in
     cwd, stdin piped in, its stdout and stderr as text, its exit code. Starting a process costs ~2 s
     of importing torch; what needs one (a signal, a kill, a terminal, a fresh interpreter) uses script().
-    An exception the command lets out fails the test here, where its process would have printed a traceback."""
+    An exception the command lets out fails the test here, where its process would have printed a traceback.
+    minitf train's allocator setting (runtime.keep_freed_memory) is left out: it is process-wide and
+    permanent, so in this process it would outlive the command (test_train.py checks it in a child)."""
+    from unittest import mock
+
     from minitf.cli import main
+    from minitf.system import runtime
 
     out, err = io.StringIO(), io.StringIO()
     piped = io.TextIOWrapper(io.BytesIO(stdin.encode() if isinstance(stdin, str) else stdin), encoding="utf-8")
@@ -33,7 +38,11 @@ def command(name: str, *args, cwd=ROOT, stdin: str | bytes = b"") -> subprocess.
     try:
         os.chdir(cwd)
         sys.stdin = piped
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            mock.patch.object(runtime, "keep_freed_memory", lambda: None),
+        ):
             main([name, *map(str, args)])
     except SystemExit as e:
         code = e.code
