@@ -1,12 +1,15 @@
 """Training stopped from outside: signals save and exit 0, a second signal aborts, and a kill
 between any two writes resumes exactly."""
 
+import contextlib
 import os
 import select
 import signal
 import subprocess
 import sys
 import time
+import traceback
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,10 +18,11 @@ from safetensors.torch import load_file
 import minitf
 import minitf.system.files
 from minitf.errors import MinitfError
+from minitf.plots import figures
 from minitf.training import checkpoint as ckpt
 from minitf.training.metrics import METRICS, read_rows
 from tests.support import ROOT
-from tests.support.processes import default_sigint, script, two_at_a_time
+from tests.support.processes import command, default_sigint
 from tests.support.runs import QUIET, tiny_args, tiny_config, tiny_train_args
 
 # What goes wrong in real life: signals, kills between writes, two trainers, full disks, NaN
@@ -63,7 +67,7 @@ def _start_long_run(run, corpus):
 def test_stop_signals_save_and_exit_0_and_the_run_is_locked_meanwhile(tmp_path, corpus, sig):
     run = tmp_path / "run"
     proc = _start_long_run(run, corpus)
-    second = script(*tiny_args(run, corpus, "train.max_steps=8"))
+    second = command("train", *tiny_args(run, corpus, "train.max_steps=8")[1:])  # the script's arguments, here
     assert second.returncode == 2
     assert second.stderr.strip() == (
         f"error: {run} is in use by pid {proc.pid}; wait for that training to end or choose another run.out_dir"
@@ -96,48 +100,64 @@ def test_a_second_signal_aborts(tmp_path, corpus):
     )
 
 
-KILL_AFTER_WRITES = """
-import os, sys
-import minitf, minitf.training.checkpoint, minitf.plots.figures
-from tests.support.runs import tiny_config
+def killed_after(n: int, run, corpus) -> int:
+    """A child forked from this process (torch imported, its threads, the session's token cache:
+    no interpreter to start) trains tiny_config(run, corpus) and ends as a kill -9 would right after
+    its nth write is moved into place (os._exit(9)); its pid. What it prints goes to run.log."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: it never returns into pytest
+        log = open(f"{run}.log", "w")  # os._exit closes it
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stdout = sys.stderr = log
+        real, count = minitf.system.files.atomic_write, 0
 
-limit, count = int(sys.argv[3]), 0
-real = minitf.system.files.atomic_write
+        def write_then_maybe_die(path, write):
+            nonlocal count
+            real(path, write)
+            count += 1
+            if count == n:
+                os._exit(9)  # as a kill -9 right after this file was moved into place
 
-def write_then_maybe_die(path, write):
-    global count
-    real(path, write)
-    count += 1
-    if count == limit:
-        os._exit(9)  # as a kill -9 right after this file was moved into place
+        ckpt.atomic_write = figures.atomic_write = write_then_maybe_die
+        minitf.train(tiny_config(run, corpus), log=lambda *a: None)
+        print(f"trained to the end: fewer than {n} writes")
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+        os._exit(1)
 
-minitf.training.checkpoint.atomic_write = minitf.plots.figures.atomic_write = write_then_maybe_die
-minitf.train(tiny_config(sys.argv[1], sys.argv[2]), log=lambda *a: None)
-"""
+
+def exit_code(pid: int, seconds: float = 120) -> int:
+    """The exit code of child pid; one still running after `seconds` (hung) is killed and fails the test."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    raise AssertionError(f"child {pid} still running after {seconds} s")
 
 
 @pytest.mark.slow
 def test_a_kill_between_any_two_writes_resumes_bit_identically(tmp_path, corpus, run_8_steps):
     # the writes of an 8-step run, checkpoints at 4 and 8: config.yaml, tokenizer.json, then per
-    # checkpoint loss.png, best.safetensors, state.pt (the commit), model.safetensors
-    # the killed runs on as many torch threads as this process, which trained the straight run and
+    # checkpoint loss.png, best.safetensors, state.pt (the commit), model.safetensors; forked, the
+    # killed runs use as many torch threads as this process, which trained the straight run and
     # resumes them: on another number a step's sums may round differently (tests/conftest.py sets one)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(torch.get_num_threads())}
     straight = run_8_steps  # the same 8 steps, never killed
-
-    def killed_after(n):
-        return subprocess.run(
-            [sys.executable, "-c", KILL_AFTER_WRITES, str(tmp_path / f"killed-after-{n}"), str(corpus), str(n)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-
-    for n, r in enumerate(two_at_a_time(killed_after, range(1, 11)), 1):
-        run = tmp_path / f"killed-after-{n}"
-        assert r.returncode == 9, r.stderr[-1500:]
+    runs = [tmp_path / f"killed-after-{n}" for n in range(1, 11)]
+    codes = []
+    for pair in (range(1, 3), range(3, 5), range(5, 7), range(7, 9), range(9, 11)):  # two at a time
+        codes += [exit_code(pid) for pid in [killed_after(n, runs[n - 1], corpus) for n in pair]]
+    for n, (run, code) in enumerate(zip(runs, codes), 1):
+        assert code == 9, Path(f"{run}.log").read_text()[-1500:]
         if not (run / "state.pt").is_file():  # killed before the first commit: nothing to resume, said clearly
             with pytest.raises(MinitfError, match="cannot be resumed|no checkpoint to resume"):
                 minitf.train(tiny_config(run, corpus), resume=True, **QUIET)
@@ -175,14 +195,14 @@ def test_sigkill_then_resume(tmp_path, corpus):
     killed_at = torch.load(run / "state.pt", weights_only=True)["step"]
     assert killed_at >= 10 and killed_at % 5 == 0
     minitf.load_run(run)  # the last complete checkpoint reads
-    r = script(
-        *args[:-4],
+    r = command(
+        "train",
+        *args[1:-4],
         f"train.max_steps={killed_at + 5}",
         "train.ckpt_every=5",
         "train.eval_every=5",
         "train.eval_batches=1",
         "--resume",
-        env=env,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"resuming {run} at step {killed_at}" in r.stdout
