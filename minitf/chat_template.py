@@ -64,7 +64,9 @@ class ChatTemplate:
 
     def encode_conversation(self, tokenizer: Tokenizer, messages: list[dict]) -> tuple[list[int], list[bool]]:
         """(ids, learned): the whole conversation's token ids, and for each whether training learns
-        it: the tokens of every assistant message's content and the end-of-turn token right after."""
+        it: the tokens of every assistant message's content and the end-of-turn token after it,
+        with the whitespace between (Mistral writes ' ' before </s>; an answer's own trailing
+        newline is trimmed from its content): a model that never learns it never stops."""
         text = self.render(messages)
         ids, offsets = tokenizer.encode_with_offsets(text)
         spans = self._assistant_spans(messages, text)
@@ -75,9 +77,14 @@ class ChatTemplate:
             if s == len(spans):
                 break
             learned[i] = end > spans[s][0]  # a token overlapping the answer is the answer's
-        for i in range(1, len(ids)):  # the end-of-turn token that closes each answer
-            if learned[i - 1] and not learned[i] and ids[i] == self.end_of_turn(tokenizer):
-                learned[i] = True
+        eot = self.end_of_turn(tokenizer)
+        for i in range(1, len(ids)):  # what closes each answer: whitespace, then the end-of-turn token
+            if learned[i - 1] and not learned[i]:
+                j = i
+                while j < len(ids) and ids[j] != eot and not text[offsets[j][0] : offsets[j][1]].strip():
+                    j += 1
+                if j < len(ids) and ids[j] == eot:
+                    learned[i : j + 1] = [True] * (j + 1 - i)
         return ids, learned
 
     def _assistant_spans(self, messages: list[dict], text: str) -> list[tuple[int, int]]:
@@ -115,7 +122,7 @@ class ChatTemplate:
         text = self.render(probe)
         ids, offsets = tokenizer.encode_with_offsets(text)
         ((_, end),) = self._assistant_spans(probe, text)
-        after = [t for t, (s, _) in zip(ids, offsets) if s >= end]
+        after = [t for t, (s, e) in zip(ids, offsets) if s >= end and text[s:e].strip()]  # whitespace skipped
         special = tokenizer.special_ids()
         if after and after[0] in special:
             return after[0]

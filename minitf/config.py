@@ -469,7 +469,10 @@ class TrainConfig(_Section):
                 "train.lora_rank must be >= 0 (0: off), train.lora_alpha > 0 and train.lora_dropout in [0, 1)"
             )
         if self.lora_rank and self.optimizer == "muon":  # Newton-Schulz would orthogonalise each low-rank factor
-            raise ConfigError("train.lora_rank needs train.optimizer=adamw (Muon is for whole matrices); add it")
+            raise ConfigError(
+                "train.lora_rank trains with AdamW (Muon is for whole matrices, not low-rank factors); "
+                "remove train.optimizer=muon"
+            )
         if self.lora_rank and self.parallel == "fsdp":  # a frozen model needs no shards of optimizer state
             raise ConfigError("train.lora_rank does not support train.parallel=fsdp; use parallel=ddp")
         if self.parallel == "fsdp" and self.snapshot_every:  # snapshots are for small models, which need no shards
@@ -550,12 +553,23 @@ class Config:
     def from_dict(cls, d: dict) -> Config:
         check_names(d)
         hints = typing.get_type_hints(cls)
-        cfg = cls(**{name: hints[name](**(body or {})) for name, body in d.items()})
+        cfg = cls(**{name: hints[name](**(body or {})) for name, body in _lora_trains_with_adamw(d).items()})
         cfg.given = frozenset(f"{name}.{key}" for name, body in d.items() for key in body or {})
         return cfg
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def _lora_trains_with_adamw(d: dict) -> dict:
+    """d, with train.optimizer=adamw where train.lora_rank > 0 and no optimizer is given: Muon would
+    orthogonalise each low-rank factor, so LoRA's default optimizer is AdamW (a Muon asked for by
+    name is refused by TrainConfig)."""
+    train = d.get("train") or {}
+    rank = train.get("lora_rank")
+    if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0 and "optimizer" not in train:
+        return {**d, "train": {**train, "optimizer": "adamw"}}
+    return d
 
 
 def _sections() -> dict[str, set[str]]:

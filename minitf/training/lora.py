@@ -60,7 +60,7 @@ def adapt(model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = t
     total = sum(p.numel() for p in dict.fromkeys(model.parameters()))  # tied weights once
     log(
         f"LoRA (peft): rank {tc.lora_rank}, alpha {tc.lora_alpha:g} on {', '.join(targets)}: "
-        f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%)"
+        f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%), trained by AdamW"
     )
     return model
 

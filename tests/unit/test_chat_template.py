@@ -104,7 +104,14 @@ def runs(ids: list[int], learned: list[bool]) -> list[list[int]]:
     return out
 
 
-END_OF_TURN = {"llama3": "<|eot_id|>", "llama3.1": "<|eot_id|>", "qwen3": "<|im_end|>"}
+END_OF_TURN = {
+    "llama3": "<|eot_id|>",
+    "llama3.1": "<|eot_id|>",
+    "qwen3": "<|im_end|>",
+    "qwen2.5": "<|im_end|>",
+    "mistral-v0.3": "</s>",
+    "phi3.5": "<|end|>",
+}
 
 
 def test_learned_tokens_are_each_answer_and_its_end_of_turn(model_dir, transformers):
@@ -124,12 +131,16 @@ def test_learned_tokens_are_each_answer_and_its_end_of_turn(model_dir, transform
         ids, learned = template.encode_conversation(tok, messages)
         got = runs(ids, learned)
         assert [r[-1] for r in got] == [eot] * len(answers), f"{name}: {what}"
+        got = [r[:-1] for r in got]
+        if name == "mistral-v0.3":  # ' ' + content + ' ' + eos: the space before </s> is learned with it
+            assert all(tok.decode(r[-1:]) == " " for r in got)
+            got, answers = [r[:-1] for r in got], [f" {a}" for a in answers]
         text = template.render(messages)
         if name == "qwen3":  # the thinking block before the last answer only, learned with it
             assert text.count("<think>\n\n</think>\n\n") == 1
             assert text.endswith(f"<think>\n\n</think>\n\n{answers[-1]}<|im_end|>\n")
             answers[-1] = f"<think>\n\n</think>\n\n{answers[-1]}"
-        assert [tok.decode(r[:-1]) for r in got] == answers, f"{name}: {what}"
+        assert [tok.decode(r) for r in got] == answers, f"{name}: {what}"
 
 
 def test_qwen3_reasoning_in_an_earlier_answer_is_refused():
@@ -147,3 +158,19 @@ def test_qwen3_reasoning_in_an_earlier_answer_is_refused():
     tok = minitf.Tokenizer.train([make_play(0)], 300)
     with pytest.raises(MinitfError, match="does not write assistant message 2's content as it is"):
         template.encode_conversation(tok, messages)
+
+
+@pytest.mark.parametrize("answer", ["42\n", "42  ", "42\n\n", " 42 "])
+def test_an_answer_with_trailing_whitespace_still_learns_its_end_of_turn(answer):
+    """The content is found trimmed, and what the template writes after it up to the end-of-turn
+    token is whitespace: learned with the token, or the model would never learn to stop."""
+    from minitf.chat_template import add_chat_tokens, chatml
+
+    tok = add_chat_tokens(minitf.Tokenizer.train([make_play(0)], 300))
+    template = chatml()
+    ids, learned = template.encode_conversation(
+        tok, [{"role": "user", "content": "Q"}, {"role": "assistant", "content": answer}]
+    )
+    (run,) = runs(ids, learned)
+    assert run[-1] == template.end_of_turn(tok) and tok.decode(run[:-1]).strip() == "42"
+    assert tok.decode(run[:-1]) == answer  # from the generation prompt on, trailing whitespace too

@@ -400,3 +400,11 @@ def test_a_repository_root_is_refused(tmp_path, monkeypatch):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "pyproject.toml").write_text('[project]\nname = "someone-else"\n')
     assert load_config(None, ["run.out_dir=other"]).run.out_dir == "other"  # not a repository of its own
+
+
+def test_lora_chooses_adamw_unless_muon_is_asked_for_by_name():
+    cfg = minitf.load_config(None, ["train.lora_rank=8"])
+    assert cfg.train.optimizer == "adamw" and "train.optimizer" not in cfg.given  # chosen, not given
+    assert minitf.load_config(None, []).train.optimizer == "muon"  # without LoRA: the recipe's own
+    with pytest.raises(ConfigError, match=r"train.lora_rank trains with AdamW .*; remove train.optimizer=muon"):
+        minitf.load_config(None, ["train.lora_rank=8", "train.optimizer=muon"])
