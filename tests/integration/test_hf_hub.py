@@ -75,7 +75,9 @@ def downloaded(tmp_path_factory):
     model.save_pretrained(out, max_shard_size="40KB")  # several shards and an index, as larger models have
     tok.save(out / "tokenizer.json")
     template = chatml()
-    (out / "tokenizer_config.json").write_text(json.dumps({"chat_template": template.source, "eos_token": "<|im_end|>"}))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": template.source, "eos_token": "<|im_end|>"})
+    )
     files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert sum(n.endswith(".safetensors") for n in files) > 1
     return files, model.eval(), tok
