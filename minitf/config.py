@@ -259,7 +259,9 @@ class ModelConfig(_Section):
         "sdpa", "sdpa: torch's fused kernel; reference: the textbook softmax(q k^T / sqrt(d)) v"
     )
     norm: Literal["layernorm", "rmsnorm"] = key("layernorm", "the normalisation before each sub-layer")
-    ffn: Literal["gelu", "swiglu", "relu2"] = key("gelu", "the feed-forward block's activation")
+    ffn: Literal["gelu", "swiglu", "relu2", "geglu"] = key(
+        "gelu", "the feed-forward block's activation (swiglu, geglu: gated by silu or tanh-GELU)"
+    )
     gelu: Literal["tanh", "exact"] = key("tanh", "GELU's form: tanh approximation (as GPT-2) or exact erf")
     dropout: float = key(0.0, "dropout probability in [0, 1)")
     ffn_hidden: int | None = key(None, "the feed-forward block's hidden width (null: 4 x n_embd, swiglu about 8/3 x)")
@@ -279,7 +281,14 @@ class ModelConfig(_Section):
     rope_original_context: int = key(8192, "rope_scaling=llama3: the context the model was first trained with")
     qk_norm: bool = key(False, "RMS-normalise each head's queries and keys before q @ k^T (with a learned gain)")
     sliding_window: int | None = key(None, "each query sees only the last this many keys, itself included (null: all)")
-    family: Literal["auto", "gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "gptneox"] = key(
+    global_every: int | None = key(
+        None, "with sliding_window: every this many layers, the last one sees all keys (Gemma 3: 6; null: none does)"
+    )
+    rope_local_base: float | None = key(None, "the sliding layers' rotary base, with global_every (Gemma 3: 10000)")
+    attn_scale: float | None = key(None, "the scores' scale (null: 1/sqrt(head width); Gemma 3: 1/sqrt(256))")
+    embed_scale: bool = key(False, "multiply the token embeddings by sqrt(n_embd) (Gemma)")
+    sandwich_norm: bool = key(False, "also normalise each sub-layer's output before it is added (Gemma 2 and 3)")
+    family: Literal["auto", "gpt2", "llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "gptneox"] = key(
         "auto", "the standard architecture export writes (set by an import; auto: the first that computes the model)"
     )
     logit_softcap: float | None = key(None, "logits -> cap * tanh(logits / cap) (null: off)")
@@ -301,6 +310,9 @@ class ModelConfig(_Section):
             "rope_high_freq_factor",
             "rope_original_context",
             "sliding_window",
+            "global_every",
+            "rope_local_base",
+            "attn_scale",
             "logit_softcap",
         )
         if self.head_dim is None and self.n_embd % self.n_head:
@@ -313,6 +325,10 @@ class ModelConfig(_Section):
         if self.positions == "rope" and self.head_size % 2:
             raise ConfigError(f"model.positions=rope needs an even head size, got {self.head_size}")
         self._check_rope_scaling()
+        if (self.global_every is not None or self.rope_local_base is not None) and self.sliding_window is None:
+            raise ConfigError(
+                "model.global_every and model.rope_local_base set the sliding layers apart: set model.sliding_window"
+            )
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout}")
 
@@ -333,6 +349,12 @@ class ModelConfig(_Section):
                 f"model.rope_high_freq_factor ({self.rope_high_freq_factor}) must be above "
                 f"model.rope_low_freq_factor ({self.rope_low_freq_factor})"
             )
+
+    def slides(self, layer: int) -> bool:
+        """Whether block `layer` sees only the last sliding_window keys (else all of them)."""
+        if self.sliding_window is None:
+            return False
+        return self.global_every is None or (layer + 1) % self.global_every != 0
 
     @property
     def head_size(self) -> int:

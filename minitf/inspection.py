@@ -98,13 +98,13 @@ def run_blocks(model: Transformer, idx: torch.Tensor, edit_heads=None, edit_resi
         x = edit_resid(0, x)
     layers, residuals = [], [x]
     for i, blk in enumerate(model.blocks):
-        steps = blk.attn.steps(blk.ln_1(x), model.rope)  # the module's own math, every step kept
+        steps = blk.attn.steps(blk.ln_1(x), model.rope_of(i))  # the module's own math, every step kept
         if edit_heads is not None:
             steps["heads"] = edit_heads(i, steps["heads"])  # (B, H, T, D)
             steps["out"] = blk.attn.project(steps["heads"])
-        steps["attn_out"] = steps.pop("out")  # (B, T, C)
+        steps["attn_out"] = blk.after_attn(steps.pop("out"))  # (B, T, C); after_attn: Gemma's norm, else nothing
         x = x + steps["attn_out"]
-        steps["ffn_out"] = blk.mlp(blk.ln_2(x))  # (B, T, C)
+        steps["ffn_out"] = blk.after_mlp(blk.mlp(blk.ln_2(x)))  # (B, T, C)
         x = x + steps["ffn_out"]
         if edit_resid is not None:
             x = edit_resid(i + 1, x)

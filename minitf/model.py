@@ -17,7 +17,7 @@ from .config import ModelConfig
 from .errors import ConfigError
 from .fast.fused_attention import constant_while_compiling, fused_attention, repeat_heads
 from .fast.lm_loss import IGNORE, linear_cross_entropy
-from .positions import LearnedPositions, Rotary, SinusoidalPositions, rope_scaling
+from .positions import LearnedPositions, Rotary, SinusoidalPositions, local_rope, rope_scaling
 from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
 from .tokenizer import check_ids
 
@@ -36,7 +36,8 @@ class FeedForward(nn.Module):
         super().__init__()
         hidden = ffn_hidden(cfg)
         # swiglu's gate and up projections are fused in one matrix, split after the matmul
-        self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if cfg.ffn == "swiglu" else hidden, bias=cfg.bias)
+        gated = cfg.ffn in ("swiglu", "geglu")
+        self.c_fc = nn.Linear(cfg.n_embd, 2 * hidden if gated else hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
         self.act = activation(cfg)
         self.dropout = nn.Dropout(cfg.dropout)
@@ -50,6 +51,8 @@ def activation(cfg: ModelConfig) -> nn.Module:
     """The feed-forward block's nonlinearity: model.ffn = gelu (model.gelu: exact or tanh), relu2 or swiglu."""
     if cfg.ffn == "swiglu":
         return SwiGLU()
+    if cfg.ffn == "geglu":
+        return GeGLU()
     if cfg.ffn == "relu2":
         return ReLU2()
     return nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
@@ -70,6 +73,14 @@ class SwiGLU(nn.Module):
         return F.silu(gate) * up
 
 
+class GeGLU(nn.Module):
+    """(B, T, 2 x hidden) -> (B, T, hidden): gelu_tanh(gate) * up, SwiGLU with a GELU gate (Gemma)."""
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        gate, up = h.chunk(2, dim=-1)  # (B, T, hidden) each
+        return F.gelu(gate, approximate="tanh") * up
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with a fused QKV projection.
 
@@ -83,7 +94,7 @@ class CausalSelfAttention(nn.Module):
     has n_head + 2 n_kv_head head-sized column blocks and the KV cache shrinks by the same factor.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = cfg.n_head, cfg.kv_heads, cfg.head_size
         # q (n_head heads), then k and v (n_kv_head heads each): 3 * n_embd columns without grouping
@@ -94,7 +105,8 @@ class CausalSelfAttention(nn.Module):
         self.fused = cfg.attention == "sdpa"
         self.qk_norm = cfg.qk_norm
         self.norm_eps = cfg.norm_eps
-        self.window = cfg.sliding_window
+        self.window = cfg.sliding_window if cfg.slides(layer) else None  # Gemma 3: some layers slide, some not
+        self.scale = cfg.attn_scale  # None: 1/sqrt(head_dim)
         if cfg.qk_norm:  # a learned gain per dimension after each head's RMS norm (Qwen3, OLMo 2)
             self.q_norm = nn.RMSNorm(cfg.head_size, eps=cfg.norm_eps)
             self.k_norm = nn.RMSNorm(cfg.head_size, eps=cfg.norm_eps)
@@ -127,7 +139,7 @@ class CausalSelfAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         # is_causal is top-left aligned, right only when S == T; one query (T == 1) sees every key
         is_causal = mask is None and q.size(2) > 1
-        return fused_attention(q, k, v, mask, p, is_causal)  # (B, H, T, D); grouped heads as the kernel takes them
+        return fused_attention(q, k, v, mask, p, is_causal, self.scale)  # (B, H, T, D); grouped heads as it takes them
 
     def project(self, heads: torch.Tensor) -> torch.Tensor:
         """(B, H, T, D) head outputs -> (B, T, C): side by side, through the output projection."""
@@ -161,7 +173,7 @@ class CausalSelfAttention(nn.Module):
     def written_out(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask=None) -> torch.Tensor:
         """attend() through attention.py's formula, one step at a time, (B, H, T, D)."""
         k, v = repeat_heads(k, self.n_head), repeat_heads(v, self.n_head)  # (B, H, S, D)
-        y, weights = attention(q, k, v, causal=mask is None, mask=mask)  # (B, H, T, D), (B, H, T, S)
+        y, weights = attention(q, k, v, causal=mask is None, mask=mask, scale=self.scale)  # (B, H, T, D), (B, H, T, S)
         if self.training and self.dropout > 0:
             y = F.dropout(weights, self.dropout) @ v
         return y
@@ -189,24 +201,27 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x, rope)
         k, v = repeat_heads(k, self.n_head), repeat_heads(v, self.n_head)  # (B, H, T, D)
         mask = self.window_mask(x.size(1), x.device)  # (T, T) or None
-        s = attention_steps(q, k, v, causal=True, mask=mask)  # scores, scaled, masked, weights (B, H, T, T); out
+        s = attention_steps(q, k, v, causal=True, mask=mask, scale=self.scale)  # scores, ..., weights (B, H, T, T); out
         heads = s.pop("out")  # (B, H, T, D)
         return dict(q=q, k=k, v=v, **s, heads=heads, out=self.project(heads))
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x))."""
+    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x)). With model.sandwich_norm
+    (Gemma) each sub-layer's output is normalised too before it is added (after_attn, after_mlp)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.ln_1 = make_norm(cfg)
-        self.attn = CausalSelfAttention(cfg)
+        self.attn = CausalSelfAttention(cfg, layer)
+        self.after_attn = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
         self.ln_2 = make_norm(cfg)
         self.mlp = FeedForward(cfg)
+        self.after_mlp = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
 
     def forward(self, x, rope=None, cache=None, layer: int = 0):
-        x = x + self.attn(self.ln_1(x), rope=rope, cache=cache, layer=layer)
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.after_attn(self.attn(self.ln_1(x), rope=rope, cache=cache, layer=layer))
+        return x + self.after_mlp(self.mlp(self.ln_2(x)))
 
 
 class Transformer(nn.Module):
@@ -227,8 +242,9 @@ class Transformer(nn.Module):
         self.rope = (
             Rotary(cfg.block_size, cfg.head_size, cfg.rope_base, rope_scaling(cfg)) if cfg.positions == "rope" else None
         )
+        self.rope_local = local_rope(cfg)  # None, or the sliding layers' own (Gemma 3)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg.vocab_size), bias=False)
         self.checkpoint_blocks = False  # activation checkpointing: set by training, see checkpointing()
@@ -279,9 +295,9 @@ class Transformer(nn.Module):
         x = self.drop(self.embed(idx, offset))  # (B, T, C)
         for i, block in enumerate(self.blocks):
             if self.checkpointing(cache):
-                x = torch.utils.checkpoint.checkpoint(block, x, self.rope, None, i, use_reentrant=False)
+                x = torch.utils.checkpoint.checkpoint(block, x, self.rope_of(i), None, i, use_reentrant=False)
             else:
-                x = block(x, rope=self.rope, cache=cache, layer=i)  # (B, T, C)
+                x = block(x, rope=self.rope_of(i), cache=cache, layer=i)  # (B, T, C)
         if cache is not None:
             cache.advance(T)
         if targets is None or logits:
@@ -292,6 +308,8 @@ class Transformer(nn.Module):
         """idx (B, T) -> where the residual stream starts (B, T, C): token embeddings, plus learned
         or sinusoidal positions from `offset` on (rotary adds none here: it rotates q and k)."""
         x = self.wte(idx)  # (B, T, C)
+        if self.config.embed_scale:  # Gemma: embeddings at the residual stream's scale, though tied to the head
+            x = x * math.sqrt(self.config.n_embd)
         if self.wpe is not None:
             x = x + self.wpe(idx.size(1), offset)  # (B, T, C) + (T, C)
         return x
@@ -318,6 +336,10 @@ class Transformer(nn.Module):
         return logits, loss
 
     # ---- the options: each one a place the default path above does not need
+
+    def rope_of(self, layer: int):
+        """The rotary positions block `layer` turns q and k by: the model's, or the sliding layers' own."""
+        return self.rope_local if self.rope_local is not None and self.config.slides(layer) else self.rope
 
     def checkpointing(self, cache) -> bool:
         """Activation checkpointing (training sets checkpoint_blocks): a block keeps no activations
@@ -371,6 +393,7 @@ class Transformer(nn.Module):
             model.lm_head.weight = model.wte.weight  # assign gave each name its own parameter: share again
         if model.rope is not None:  # computed, never saved: computed now, off the meta device
             model.rope = Rotary(cfg.block_size, cfg.head_size, cfg.rope_base, rope_scaling(cfg))
+            model.rope_local = local_rope(cfg)
         if isinstance(model.wpe, SinusoidalPositions):
             model.wpe = SinusoidalPositions(cfg.block_size, cfg.n_embd)
         left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]

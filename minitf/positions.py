@@ -67,6 +67,14 @@ def rope_scaling(cfg):
     return None
 
 
+def local_rope(cfg):
+    """model.rope_local_base's Rotary for the sliding layers (Gemma 3's local layers turn with base
+    10000, its global ones with 1000000), or None: every layer turns by the model's own."""
+    if cfg.positions != "rope" or cfg.rope_local_base is None:
+        return None
+    return Rotary(cfg.block_size, cfg.head_size, cfg.rope_local_base)
+
+
 def llama3_frequencies(inv_freq: torch.Tensor, factor: float, low: float, high: float, context: int) -> torch.Tensor:
     """Llama 3.1's rotary frequencies (D/2,): slow pairs / factor, fast pairs kept, a linear blend between."""
     wavelength = 2 * math.pi / inv_freq  # (D/2,) tokens per full turn

@@ -25,6 +25,9 @@ one table decides what leaves minitf and under which name. The facts behind each
 - qwen2 (Qwen2, Qwen2.5): llama with biases on q, k and v only (model.bias=false, qkv_bias=true).
 - mistral, phi3: llama without biases, with or without a sliding window; Phi-3 stores q|k|v and
   gate|up fused, in minitf's own row order.
+- gemma3 (the 270M and 1B text models): embeddings scaled by sqrt(n_embd), a norm before and after
+  each sub-layer, tanh-GELU-gated MLP, q/k norms, sliding layers with their own rotary base between
+  global ones (global_every), and query_pre_attn_scalar's scale. Its norms store w of (1 + w).
 
 Not exportable anywhere: logit_softcap (Gemma 2 has it, but also norms after each sublayer that
 minitf lacks), relu2, SwiGLU with LayerNorm, GELU with RMSNorm, RMSNorm with additive positions, exact (erf) GELU in
@@ -41,7 +44,7 @@ from ..errors import MinitfError
 
 # in the order export tries them: a model that several compute exactly is written as the first,
 # unless model.family (what it was imported as) names another that computes it
-FORMATS = ("gpt2", "llama", "qwen3", "gptneox", "qwen2", "mistral", "phi3")
+FORMATS = ("gpt2", "llama", "qwen3", "gptneox", "qwen2", "mistral", "phi3", "gemma3")
 FORMAT_NAMES = {
     "gpt2": "GPT-2",
     "llama": "Llama",
@@ -50,6 +53,7 @@ FORMAT_NAMES = {
     "qwen2": "Qwen2",
     "mistral": "Mistral",
     "phi3": "Phi-3",
+    "gemma3": "Gemma 3",
 }
 
 
@@ -59,7 +63,15 @@ def _yaml(value) -> str:
 
 # per format: key -> (the values it accepts, the value to suggest); the suggestion is the first
 # accepted value, or for a yes/no key the one that keeps the model closest to what it is
+_GEMMA_ONLY = {  # what only Gemma 3 computes
+    "global_every": ((None,), None),
+    "rope_local_base": ((None,), None),
+    "attn_scale": ((None,), None),
+    "embed_scale": ((False,), False),
+    "sandwich_norm": ((False,), False),
+}
 _PLAIN = {  # what no format but the rotary Llama family computes
+    **_GEMMA_ONLY,
     "head_dim": ((None,), None),
     "qkv_bias": ((None,), None),
     "rope_scaling": (("none",), "none"),
@@ -68,6 +80,7 @@ _PLAIN = {  # what no format but the rotary Llama family computes
     "logit_softcap": ((None,), None),
 }
 _LLAMA = {
+    **_GEMMA_ONLY,
     "positions": (("rope",), "rope"),
     "norm": (("rmsnorm",), "rmsnorm"),
     "ffn": (("swiglu",), "swiglu"),
@@ -98,6 +111,18 @@ _REQUIREMENTS: dict[str, dict[str, tuple[tuple, object]]] = {
     # both take any sliding window
     "mistral": {**_WINDOWED, "bias": ((False,), False)},
     "phi3": {**_WINDOWED, "bias": ((False,), False), "head_dim": ((None,), None)},
+    # any window, layer pattern, local rotary base and scale
+    "gemma3": {
+        "positions": (("rope",), "rope"),
+        "norm": (("rmsnorm",), "rmsnorm"),
+        "ffn": (("geglu",), "geglu"),
+        "qk_norm": ((True,), True),
+        "bias": ((False,), False),
+        "qkv_bias": ((None,), None),
+        "embed_scale": ((True,), True),
+        "sandwich_norm": ((True,), True),
+        "logit_softcap": ((None,), None),
+    },
 }
 
 
@@ -153,6 +178,8 @@ def describe_formats(formats: tuple[str, ...] = FORMATS) -> str:
         "qwen2": "Qwen2 = Llama with bias=false qkv_bias=true",
         "mistral": "Mistral = Llama with bias=false (sliding_window either way)",
         "phi3": "Phi-3 = Llama with bias=false (sliding_window either way)",
+        "gemma3": "Gemma 3 = positions=rope norm=rmsnorm ffn=geglu qk_norm=true bias=false embed_scale=true "
+        "sandwich_norm=true",
     }
     return "; ".join(sets[f] for f in formats) + "; none with logit_softcap"
 

@@ -31,7 +31,7 @@ from ..model import Transformer
 from ..positions import rope_scaling, rotary_angles
 from ..system.sizes import ffn_hidden
 from ..tokenizer import Tokenizer, check_vocab
-from .architecture import export_format
+from .architecture import FORMAT_NAMES, export_format
 from .weights import HEAD, TABLES, Weight, exported, minitf_name, minitf_tensors
 
 DTYPES = ("f32", "f16", "q8_0")
@@ -176,6 +176,11 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
     fmt = export_format(cfg)  # refuses, naming every blocking setting, before anything is written
     if dtype not in DTYPES:
         raise MinitfError(f"--dtype must be one of {'|'.join(DTYPES)}, got {dtype!r}")
+    if not TABLES[fmt].gguf:
+        raise MinitfError(
+            f"minitf writes no GGUF file of {FORMAT_NAMES[fmt]} models; export to Hugging Face (minitf export), "
+            f"which llama.cpp's convert_hf_to_gguf.py turns into one"
+        )
     check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
     check_tokenizer(tokenizer)
     gguf = _gguf()

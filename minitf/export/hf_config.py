@@ -54,7 +54,10 @@ KEY_TYPES = {
         ),
         "true or false",
     ),  # fmt: skip
-    **dict.fromkeys(("hidden_act", "activation_function"), "a string"),
+    **dict.fromkeys(("hidden_act", "activation_function", "hidden_activation"), "a string"),
+    **dict.fromkeys(("query_pre_attn_scalar", "rope_local_base_freq"), "a positive number"),
+    **dict.fromkeys(("final_logit_softcapping", "attn_logit_softcapping"), "a positive number or null"),
+    "sliding_window_pattern": "a positive integer or null",
     **dict.fromkeys(("rope_scaling", "rope_parameters"), "an object or null"),
     "layer_types": "a list of strings or null",
 }
@@ -111,6 +114,8 @@ def hf_config(cfg: ModelConfig, fmt: str, eot_id: int) -> dict:
             attention_bias=True,
             hidden_dropout=cfg.dropout,
         )
+    if fmt == "gemma3":
+        return _gemma3_config(cfg, shape, rope, eot_id)
     llama = dict(
         shape,
         num_key_value_heads=cfg.kv_heads,
@@ -129,6 +134,27 @@ def hf_config(cfg: ModelConfig, fmt: str, eot_id: int) -> dict:
         dict(llama, attention_bias=cfg.bias)
         if fmt == "qwen3"
         else dict(llama, attention_bias=cfg.bias, mlp_bias=cfg.bias)
+    )
+
+
+def _gemma3_config(cfg: ModelConfig, shape: dict, rope: dict, eot_id: int) -> dict:
+    """Gemma3TextConfig's keyword arguments: the layers' kinds, each kind's rotary settings, the scale."""
+    kinds = ["sliding_attention" if cfg.slides(i) else "full_attention" for i in range(cfg.n_layer)]
+    local = {"rope_type": "default", "rope_theta": cfg.rope_local_base or cfg.rope_base}
+    return dict(
+        shape,
+        num_key_value_heads=cfg.kv_heads,
+        head_dim=cfg.head_size,
+        hidden_activation="gelu_pytorch_tanh",  # F.gelu(approximate="tanh"), GeGLU's gate
+        rms_norm_eps=cfg.norm_eps,
+        query_pre_attn_scalar=round(cfg.attn_scale**-2) if cfg.attn_scale else cfg.head_size,
+        sliding_window=cfg.sliding_window,
+        layer_types=kinds,
+        rope_parameters={"full_attention": rope, "sliding_attention": local},
+        final_logit_softcapping=None,
+        attn_logit_softcapping=None,
+        attention_bias=False,
+        pad_token_id=eot_id,  # its embedding's padding_idx must be a token of the model
     )
 
 
@@ -229,7 +255,7 @@ def _fits(config: dict, key: str) -> bool:
         return True
     if want.startswith("a positive integer"):
         return type(v) is int and v > 0
-    if want == "a positive number":
+    if want.startswith("a positive number"):
         return number and 0 < v < 1e300  # float() of a larger int overflows
     if want.startswith("a number in"):
         return number and 0 < v <= 1
@@ -258,7 +284,7 @@ def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
 
     if fmt == "gpt2":
         return _gpt2_options(c, need), problems
-    rope, rope_problems, parts = _rope(c, fmt)
+    rope, rope_problems, parts = _rope(_global_layers(c) if fmt == "gemma3" else c, fmt)
     problems += rope_problems
     hidden, heads = c["hidden_size"], c["num_attention_heads"]
     head_dim = c.get("head_dim") or hidden // heads
@@ -277,7 +303,10 @@ def _options(c: dict, fmt: str) -> tuple[dict, list[str]]:
         f"hidden_size={hidden} not divisible by num_attention_heads={heads}",
     )
     need(head_dim % 2 == 1, f"a head width of {head_dim} (rotary needs it even)")
-    rest = _gptneox_options(c, parts, need) if fmt == "gptneox" else _llama_options(c, fmt, parts, need)
+    if fmt == "gemma3":
+        rest = _gemma3_options(c, need)
+    else:
+        rest = _gptneox_options(c, parts, need) if fmt == "gptneox" else _llama_options(c, fmt, parts, need)
     return dict(common, **rest), problems
 
 
@@ -409,6 +438,65 @@ def _sliding_window(c: dict, fmt: str, need) -> int | None:
         f"layer_types={sorted(kinds)} (minitf gives every layer the same attention)",
     )
     return window
+
+
+def _global_layers(c: dict) -> dict:
+    """Gemma 3's config.json as _rope reads it: the rotary settings of its global (full-attention)
+    layers, from transformers 5's rope_parameters by layer type, or the hub's older rope_theta and
+    rope_scaling (the local layers' own base is _gemma3_options')."""
+    rope = c.get("rope_parameters")
+    if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
+        return {k: v for k, v in c.items() if k not in ("layer_types", "rope_scaling")} | {
+            "rope_parameters": rope["full_attention"]
+        }
+    return {k: v for k, v in c.items() if k != "layer_types"}
+
+
+def _gemma3_options(c: dict, need) -> dict:
+    """Gemma 3's keyword arguments beyond the rotary models' common ones, from config.json as
+    transformers 5 writes it (layer_types, rope_parameters by layer type) or as the hub holds it
+    (sliding_window_pattern, rope_local_base_freq)."""
+    hidden, heads, layers = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    act = c.get("hidden_activation", c.get("hidden_act", "gelu_pytorch_tanh"))
+    need(HF_GELU.get(act) != "tanh", f"hidden_activation={act!r} (minitf's GeGLU gates with tanh-GELU)")
+    need(c.get("attn_logit_softcapping") is not None, f"attn_logit_softcapping={c.get('attn_logit_softcapping')}")
+    need(bool(c.get("use_bidirectional_attention")), "use_bidirectional_attention=True")
+    head_dim = c.get("head_dim") or hidden // heads
+    kv = c.get("num_key_value_heads") or heads
+    need(heads % kv != 0, f"num_key_value_heads={kv} not dividing num_attention_heads={heads}")
+    window, every = c.get("sliding_window"), c.get("sliding_window_pattern", 6)
+    kinds = c.get("layer_types") or [
+        "full_attention" if window is None or (i + 1) % every == 0 else "sliding_attention" for i in range(layers)
+    ]
+    full = [i for i, kind in enumerate(kinds) if kind == "full_attention"]
+    every = full[0] + 1 if full else None  # the pattern minitf computes: every every-th layer global
+    expected = ["full_attention" if every and (i + 1) % every == 0 else "sliding_attention" for i in range(layers)]
+    need(kinds != expected and window is not None, f"layer_types={kinds} (minitf's global layers come evenly)")
+    rope = c.get("rope_parameters")
+    local = rope.get("sliding_attention") if isinstance(rope, dict) else None
+    local_base = (local or {}).get("rope_theta", c.get("rope_local_base_freq", 10000.0))
+    need(
+        (local or {}).get("rope_type", "default") != "default",
+        f"a scaled rotary of the sliding layers ({(local or {}).get('rope_type')})",
+    )
+    scalar = c.get("query_pre_attn_scalar", head_dim)
+    return dict(
+        head_dim=None if head_dim == hidden // heads else head_dim,
+        n_kv_head=None if kv == heads else kv,
+        norm="rmsnorm",
+        ffn="geglu",
+        ffn_hidden=c["intermediate_size"],
+        norm_eps=c.get("rms_norm_eps", 1e-6),
+        qk_norm=True,
+        bias=False,
+        embed_scale=True,
+        sandwich_norm=True,
+        sliding_window=window,
+        global_every=every if window is not None and every and every <= layers else None,
+        rope_local_base=float(local_base) if window is not None else None,
+        attn_scale=None if scalar == head_dim else float(scalar) ** -0.5,
+        logit_softcap=c.get("final_logit_softcapping"),
+    )
 
 
 def _biases(c: dict, fmt: str) -> dict:

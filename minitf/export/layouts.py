@@ -112,7 +112,18 @@ class GateUp:
         return torch.cat(parts)
 
 
-WHOLE, VOCAB_ROWS, TRANSPOSED, HEAD_BY_HEAD = Whole(), VocabRows(), Transposed(), HeadByHead()
+class PlusOne(Whole):
+    """Gemma's RMSNorm gains, stored as w where the norm multiplies by 1 + w (so a fresh norm's zeros
+    are ones): minitf keeps the 1 + w it multiplies by, computed once, as Gemma computes it in float32."""
+
+    def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
+        return [t - 1]
+
+    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor:
+        return parts[0].float() + 1
+
+
+WHOLE, VOCAB_ROWS, TRANSPOSED, HEAD_BY_HEAD, PLUS_ONE = Whole(), VocabRows(), Transposed(), HeadByHead(), PlusOne()
 QKV_SPLIT, QKV_ADJACENT_PAIRS, GATE_UP = QKV(), QKVAdjacentPairs(), GateUp()
 
-Layout = Whole | QKV | GateUp  # VocabRows, Transposed and HeadByHead are a Whole, QKVAdjacentPairs a QKV
+Layout = Whole | QKV | GateUp  # VocabRows, Transposed, HeadByHead and PlusOne are a Whole, QKVAdjacentPairs a QKV

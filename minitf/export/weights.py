@@ -24,6 +24,7 @@ from ..model import Transformer
 from .layouts import (
     GATE_UP,
     HEAD_BY_HEAD,
+    PLUS_ONE,
     QKV_ADJACENT_PAIRS,
     QKV_SPLIT,
     TRANSPOSED,
@@ -75,6 +76,7 @@ class Table:
     gguf_tied_head: bool = False  # llama.cpp's graph reads output.weight even when the head is tied
     gguf_parallel_residual: bool = False  # the graph can run both sublayers side by side: the file says it does not
     gguf_rope_factors: bool = True  # the graph reads per-frequency rotary factors (rope_freqs: Llama 3's scaling)
+    gguf: bool = True  # minitf writes GGUF files of this format
 
 
 HEAD = Weight("lm_head.weight", ("lm_head.weight",), ("output.weight",), VOCAB_ROWS, VOCAB_ROWS, beside_base=True)
@@ -308,6 +310,43 @@ PHI3 = Table(
     ),
 )
 
+# Gemma 3's text models (270M, 1B): four norms a layer, each stored as w of Gemma's (1 + w); the
+# Llama family's projections; q/k norms with gains
+GEMMA3 = Table(
+    model_type="gemma3_text",
+    hf_classes=("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    hf_prefix="model.",
+    hf_layer="layers.{i}.",
+    gguf_arch="GEMMA3",
+    layer=(
+        weight("ln_1.weight", "input_layernorm.weight", "attn_norm.weight", PLUS_ONE),
+        weight("after_attn.weight", "post_attention_layernorm.weight", "post_attention_norm.weight", PLUS_ONE),
+        weight("ln_2.weight", "pre_feedforward_layernorm.weight", "ffn_norm.weight", PLUS_ONE),
+        weight("after_mlp.weight", "post_feedforward_layernorm.weight", "post_ffw_norm.weight", PLUS_ONE),
+        *projections("weight", QKV_SPLIT, False, False),
+        weight("attn.q_norm.weight", "self_attn.q_norm.weight", "attn_q_norm.weight", PLUS_ONE),
+        weight("attn.k_norm.weight", "self_attn.k_norm.weight", "attn_k_norm.weight", PLUS_ONE),
+    ),
+    embeddings=LLAMA.embeddings,
+    final=(weight("ln_f.weight", "norm.weight", "output_norm.weight", PLUS_ONE), HEAD),
+    gguf_layer_order=(
+        "attn_norm.weight",
+        "post_attention_norm.weight",
+        "ffn_norm.weight",
+        "post_ffw_norm.weight",
+        "attn_q.weight",
+        "attn_k.weight",
+        "attn_v.weight",
+        "attn_output.weight",
+        "ffn_gate.weight",
+        "ffn_up.weight",
+        "ffn_down.weight",
+        "attn_q_norm.weight",
+        "attn_k_norm.weight",
+    ),
+    gguf=False,
+)
+
 # one table per format of minitf.export.architecture.FORMATS, in its order
 TABLES = {
     "gpt2": GPT2,
@@ -317,6 +356,7 @@ TABLES = {
     "qwen2": QWEN2,
     "mistral": MISTRAL,
     "phi3": PHI3,
+    "gemma3": GEMMA3,
 }
 
 

@@ -15,16 +15,16 @@ import torch
 import torch.nn.functional as F
 
 
-def fused_attention(q, k, v, mask=None, dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+def fused_attention(q, k, v, mask=None, dropout_p: float = 0.0, is_causal: bool = False, scale=None) -> torch.Tensor:
     """softmax(q kᵀ / √D) v, (B, H, T, D), as attention.attention computes it. q (B, H, T, D); k, v
     (B, KV, S, D) with KV dividing H: key/value head j serves query heads j*H/KV .. (j+1)*H/KV - 1
     (KV = H: plain multi-head). mask (T, S) bool or None; is_causal: hide future keys (with S == T:
-    the kernel's causal rule is top-left aligned)."""
+    the kernel's causal rule is top-left aligned); scale: the scores' scale, None for 1/√D."""
     grouped = k.size(1) != q.size(1)
     if grouped and q.is_cuda and not flash_inputs(q, mask):  # a CPU's kernels take grouped heads
         k, v, grouped = repeat_heads(k, q.size(1)), repeat_heads(v, q.size(1)), False  # (B, H, S, D) each
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, enable_gqa=grouped
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=grouped
     )  # (B, H, T, D)
 
 

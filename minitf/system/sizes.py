@@ -30,7 +30,7 @@ def ffn_hidden(cfg: ModelConfig) -> int:
     """The feed-forward block's hidden width: model.ffn_hidden, else 4 x n_embd (swiglu: swiglu_hidden)."""
     if cfg.ffn_hidden is not None:
         return cfg.ffn_hidden
-    if cfg.ffn == "swiglu":
+    if cfg.ffn in ("swiglu", "geglu"):
         return swiglu_hidden(cfg.n_embd)
     return 4 * cfg.n_embd
 
@@ -46,19 +46,21 @@ def model_floats(cfg: ModelConfig) -> int:
     norm = C * (1 + bias) if cfg.norm == "layernorm" else C
     hidden = ffn_hidden(cfg)
     qkv = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_size
+    gated = cfg.ffn in ("swiglu", "geglu")
     block = (
-        2 * norm
+        (4 if cfg.sandwich_norm else 2) * norm
         + C * qkv
         + qkv * int(cfg.has_qkv_bias)  # c_attn
         + cfg.attn_width * C
         + C * bias  # attention's c_proj
         + 2 * cfg.head_size * int(cfg.qk_norm)  # the q and k norms' gains
-        + C * hidden * (2 if cfg.ffn == "swiglu" else 1)
-        + hidden * (2 if cfg.ffn == "swiglu" else 1) * bias
+        + C * hidden * (2 if gated else 1)
+        + hidden * (2 if gated else 1) * bias
         + hidden * C
         + C * bias  # the feed-forward's c_proj
     )
-    positions = T * C if cfg.positions in ("learned", "sinusoidal") else T * 2 * (cfg.head_size // 2)
+    rotary = T * 2 * (cfg.head_size // 2) * (2 if cfg.rope_local_base is not None else 1)  # cos, sin; local ones too
+    positions = T * C if cfg.positions in ("learned", "sinusoidal") else rotary
     head = 0 if cfg.tie_embeddings else V * C
     return V * C + positions + cfg.n_layer * block + norm + head
 

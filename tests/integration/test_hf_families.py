@@ -1,7 +1,8 @@
 """The models people download, imported with transformers' logits and written back as themselves:
 Qwen3 (learned q/k-norm gains, head_dim apart from hidden / heads), Llama 3.x (rope_type llama3),
-Qwen2 and Qwen2.5 (biases on q, k, v only), Mistral (sliding window) and Phi-3 (fused q|k|v and
-gate|up).
+Qwen2 and Qwen2.5 (biases on q, k, v only), Mistral (sliding window), Phi-3 (fused q|k|v and
+gate|up) and Gemma 3 (scaled embeddings, (1 + w) norms before and after each sub-layer, GeGLU,
+sliding layers with their own rotary base between global ones, query_pre_attn_scalar).
 
 Each model is built by transformers from its family's real config (the attention's real shape:
 width, heads, key/value heads, head_dim, rotary settings; one layer and a smaller vocabulary and
@@ -117,7 +118,48 @@ FAMILIES = {
             pad_token_id=0,  # 32000 in the real one, a token of its 32064
         ),
     ),
+    "gemma-3-1b": (
+        "Gemma3",
+        dict(
+            hidden_size=1152,
+            intermediate_size=1024,  # 6912 in the real model
+            num_hidden_layers=6,  # five sliding layers, then a global one, as its 26 go
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            sliding_window=16,  # 512 in the real model: shorter, so the test's 20 tokens reach past it
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            max_position_embeddings=32768,
+            pad_token_id=0,
+        ),
+    ),
+    "gemma-3-270m": (
+        "Gemma3",
+        dict(
+            hidden_size=640,
+            intermediate_size=2048,
+            num_hidden_layers=6,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            head_dim=256,
+            query_pre_attn_scalar=256,
+            sliding_window=512,
+            rms_norm_eps=1e-6,
+            tie_word_embeddings=True,
+            max_position_embeddings=32768,
+            pad_token_id=0,
+        ),
+    ),
 }
+
+# the transformers classes of an arch, where they are not {arch}Config and {arch}ForCausalLM
+CLASSES = {"Gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +186,9 @@ def build(tf, arch: str, tok, **config):
     """A trained-like transformers model of `arch` (Llama, Qwen3, ...) of one layer."""
     torch.manual_seed(0)
     base = dict(vocab_size=V, num_hidden_layers=1, bos_token_id=tok.eot_id, eos_token_id=tok.eot_id)
-    cfg = getattr(tf, f"{arch}Config")(**{**base, **config})
-    return trained_like(getattr(tf, f"{arch}ForCausalLM")(cfg))
+    config_class, model_class = CLASSES.get(arch, (f"{arch}Config", f"{arch}ForCausalLM"))
+    cfg = getattr(tf, config_class)(**{**base, **config})
+    return trained_like(getattr(tf, model_class)(cfg))
 
 
 def logits(model, ids) -> torch.Tensor:
@@ -213,6 +256,10 @@ SMALL = dict(
         ("Llama", dict(rope_scaling=dict(rope_type="linear", factor=4.0, rope_theta=10000.0)), "rope_scaling"),
         ("Mistral", dict(sliding_window=8, head_dim=16), "sliding_window"),
         ("Phi3", dict(sliding_window=8, pad_token_id=0), "sliding_window"),
+        ("Gemma3", dict(sliding_window=8, num_hidden_layers=3, head_dim=32, pad_token_id=0), "sliding_window"),
+        ("Gemma3", dict(sliding_window=8, num_hidden_layers=3, pad_token_id=0), "rope_local_base"),
+        ("Gemma3", dict(sliding_window=64, num_hidden_layers=1, pad_token_id=0), "embed_scale"),
+        ("Gemma3", dict(sliding_window=64, num_hidden_layers=1, query_pre_attn_scalar=8, pad_token_id=0), "attn_scale"),
     ],
 )
 def test_each_option_is_computed_where_it_changes_the_logits(tf, tok, arch, config, without):
@@ -231,7 +278,11 @@ def test_each_option_is_computed_where_it_changes_the_logits(tf, tok, arch, conf
                 block.attn.q_norm.weight.fill_(1.0)
                 block.attn.k_norm.weight.fill_(1.0)
     else:
-        plain = dict(rope_scaling="none", **ROPE_SCALING_DEFAULTS) if without == "rope_scaling" else {without: None}
+        plain = {
+            "rope_scaling": dict(rope_scaling="none", **ROPE_SCALING_DEFAULTS),
+            "sliding_window": dict(sliding_window=None, global_every=None, rope_local_base=None),
+            "embed_scale": dict(embed_scale=False),
+        }.get(without, {without: None})
         other = minitf.Transformer(minitf.ModelConfig(**{**vars(model.config), **plain}))
         other.load_state_dict(model.state_dict())
     assert (logits(other.eval(), ids) - a).abs().max() > 1e-2
@@ -262,3 +313,24 @@ def test_refused_families_and_settings_name_the_key_and_the_nearest_family(tf, t
     phi4 = build(tf, "Phi3", tok, **SMALL, pad_token_id=0, partial_rotary_factor=0.75)
     with pytest.raises(minitf.MinitfError, match=r"partial_rotary_factor=0.75 \(minitf rotates every dimension\)"):
         from_hf(phi4)
+
+
+def test_gemma3_as_the_hub_holds_it(tf, tok, tmp_path):
+    """Gemma 3's config.json as its downloads have it (written by transformers 4.50: rope_theta and
+    rope_local_base_freq, sliding_window_pattern, no layer_types) is read as transformers 5 reads it."""
+    hf = build(tf, "Gemma3", tok, **SMALL, num_hidden_layers=4, sliding_window=8, pad_token_id=0)
+    hf.save_pretrained(tmp_path / "g")
+    config = json.loads((tmp_path / "g" / "config.json").read_text())
+    del config["layer_types"], config["rope_parameters"]
+    config.update(rope_theta=1000000.0, rope_local_base_freq=10000.0, rope_scaling=None, sliding_window_pattern=2)
+    (tmp_path / "g" / "config.json").write_text(json.dumps(config))
+    again = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "g").eval()  # transformers' own reading of it
+    assert again.config.layer_types == ["sliding_attention", "full_attention"] * 2
+    model = from_hf(tmp_path / "g")
+    assert (model.config.global_every, model.config.rope_local_base) == (2, 10000.0)
+    ids = tok.encode("the quick brown fox jumps over the lazy dog; ROMEO: O love, sweet night! 12345 " * 2)[:40]
+    assert (logits(model, ids) - logits(again, ids)).abs().max() < 1e-4
+    with pytest.raises(minitf.MinitfError, match="minitf writes no GGUF file of Gemma 3 models"):
+        from minitf.export.gguf import write_gguf
+
+        write_gguf(model, tok, tmp_path / "g.gguf")

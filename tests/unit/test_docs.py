@@ -194,7 +194,8 @@ def test_the_reading_path_says_each_files_length():
     total = re.search(r"are ([\d,]+) lines in (\d+) files", section)
     assert (int(total[1].replace(",", "")), int(total[2])) == (sum(lengths.values()), len(listed))
     # the textbook holds the batches the loop starts from and the chat template, and stays an afternoon's read
-    assert {"minitf/data.py", "minitf/chat_template.py"} <= lengths.keys() and sum(lengths.values()) <= 2300
+    # (with the options the downloaded families need, each in its place beside the path it leaves alone)
+    assert {"minitf/data.py", "minitf/chat_template.py"} <= lengths.keys() and sum(lengths.values()) <= 2400
 
 
 @pytest.mark.parametrize("page", tree.PAGES, ids=lambda p: p.name)

@@ -41,6 +41,23 @@ MODELS = [
     ("qwen2", dict(LLAMA, bias=False, qkv_bias=True, n_kv_head=2)),
     ("mistral", dict(LLAMA, bias=False, sliding_window=4, head_dim=16, family="mistral", tie_embeddings=False)),
     ("phi3", dict(LLAMA, bias=False, sliding_window=4, family="phi3")),
+    (
+        "gemma3",
+        dict(
+            positions="rope",
+            norm="rmsnorm",
+            ffn="geglu",
+            qk_norm=True,
+            bias=False,
+            embed_scale=True,
+            sandwich_norm=True,
+            sliding_window=4,
+            global_every=2,
+            rope_local_base=10000.0,
+            head_dim=16,
+            n_kv_head=1,
+        ),
+    ),
 ]
 
 
@@ -96,6 +113,7 @@ def test_every_format_has_exactly_one_table():
         "qwen2": "qwen2",
         "mistral": "mistral",
         "phi3": "phi3",
+        "gemma3_text": "gemma3",
     }
 
 
