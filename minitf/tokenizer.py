@@ -17,6 +17,9 @@ from tokenizers import Tokenizer as HFTokenizer
 from .errors import ConfigError, MinitfError, first_line, shown
 
 EOT = "<|endoftext|>"
+# the document separators a tokenizer may have, the first it has being its own: minitf's and GPT-2's
+# (Qwen's, Phi's too), Llama 3's, Gemma's, Llama 2's and Mistral's end of text
+SEPARATORS = (EOT, "<|end_of_text|>", "<eos>", "</s>")
 MIN_VOCAB = 256 + 1  # every byte, plus <|endoftext|>
 # While merges are learned, a pre-tokenized piece (a word, a run of spaces or of punctuation) longer
 # than this many bytes is cut into pieces of at most this many. BPE training costs about
@@ -33,14 +36,19 @@ class Tokenizer:
     The file loads with `tokenizers.Tokenizer.from_file` and with transformers'
     `PreTrainedTokenizerFast(tokenizer_file=...)`. A literal "<|endoftext|>" inside a text
     encodes as the separator token (as GPT-2 in transformers does) and decodes back to itself.
+    A downloaded model's tokenizer separates documents with its own end of text (`eot`, the first
+    of SEPARATORS it has: Llama 3's <|end_of_text|>, Gemma's <eos>, Mistral's </s>).
     """
 
     def __init__(self, backend: HFTokenizer):
-        eot = backend.token_to_id(EOT)
-        if eot is None:
-            raise MinitfError(f"this tokenizer has no {EOT} token; train one with minitf.Tokenizer.train")
+        self.eot = next((t for t in SEPARATORS if backend.token_to_id(t) is not None), None)
+        if self.eot is None:
+            raise MinitfError(
+                f"this tokenizer has no end-of-text token ({', '.join(SEPARATORS)}); train one with "
+                f"minitf.Tokenizer.train"
+            )
         self.backend = backend  # the HF tokenizers object, for anything not wrapped here
-        self._eot_id = eot
+        self._eot_id = backend.token_to_id(self.eot)
         self._hash: str | None = None
         # a chat model's template (chat_template.ChatTemplate), set by whoever loads one: load_run, the HF reader
         self.chat_template = None

@@ -23,7 +23,7 @@ from ..errors import MinitfError
 from ..model import Transformer
 from ..run_dir import as_device, is_run_dir, load_run, which_weights
 from ..system.files import atomic_write_dir, special_kind
-from ..tokenizer import EOT, Tokenizer, check_vocab
+from ..tokenizer import Tokenizer, check_vocab
 from .architecture import FORMATS, export_format
 from .hf_config import check_memory, hf_config, model_config
 from .hf_files import PICKLES, read, read_tokenizer
@@ -99,9 +99,9 @@ def _save(hf, tokenizer: Tokenizer, block_size: int, out_dir: Path) -> None:
     # PreTrainedTokenizerFast reads tokenizer.json as it is: the same pre-tokenizer, merges and decoder
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": special.get("bos_token", EOT),
+        "bos_token": special.get("bos_token", tokenizer.eot),
         "eos_token": tokenizer.backend.id_to_token(_ends(tokenizer)[0]),
-        "unk_token": EOT,
+        "unk_token": tokenizer.eot,
         "model_max_length": block_size,
         "clean_up_tokenization_spaces": False,
     }

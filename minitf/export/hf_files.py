@@ -10,7 +10,7 @@ import torch
 
 from ..chat_template import TEMPLATE_FILE, load_template
 from ..errors import MinitfError, first_line
-from ..tokenizer import EOT, Tokenizer
+from ..tokenizer import EOT, SEPARATORS, Tokenizer
 from .hub import containing_folder
 
 # what torch.save and pickle write: never loaded (unpickling can run code), but named when they are all there is
@@ -215,8 +215,9 @@ def _downloaded_tokenizer(path: Path) -> Tokenizer:
             f"{path} is broken ({first_line(e, 120)}): the downloaded model's tokenizer cannot be read; "
             f"fetch the model again"
         ) from None
-    if backend.token_to_id(EOT) is None:
+    if not any(backend.token_to_id(t) is not None for t in SEPARATORS):
         raise MinitfError(
-            f"{path} has no {EOT} token, minitf's document separator; fine-tune from a model whose tokenizer has one"
+            f"{path} has no end-of-text token ({', '.join(SEPARATORS)}), minitf's document separator; "
+            f"fine-tune from a model whose tokenizer has one"
         )
     return Tokenizer(backend)

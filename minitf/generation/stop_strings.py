@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from ..tokenizer import Tokenizer
 
+CONTEXT = 4  # ids decoded before each new piece: enough for any tokenizer's space or byte to join up
+
 
 class TextAssembler:
     """One sample's ids -> text pieces: whole characters only, cut at <|endoftext|> or a stop string."""
@@ -18,6 +20,10 @@ class TextAssembler:
         self.tok, self.stop = tokenizer, [s for s in stop if s]
         self.ends = {tokenizer.eot_id, *ends}  # tokens that end the text: <|endoftext|>, a chat's end of turn
         self.pending: list[int] = []  # ids whose bytes do not yet end on a whole character
+        # the last ids handed out, and their text: a piece is decoded after them, since a
+        # SentencePiece tokenizer (Mistral's, Gemma's) drops the space of a piece decoded alone
+        self.context: list[int] = []
+        self.context_text = ""
         self.text, self.emitted, self.done = "", 0, False
         self.tokens = 0  # ids pushed: the sampled tokens, <|endoftext|> included
 
@@ -27,11 +33,14 @@ class TextAssembler:
             self.done = True
             return self.flush()
         self.pending.append(token)
-        piece = self.tok.decode(self.pending)
+        both = self.tok.decode(self.context + self.pending)
+        piece = both[len(self.context_text) :] if both.startswith(self.context_text) else self.tok.decode(self.pending)
         if piece.endswith("\ufffd") and len(self.pending) < 4:  # a UTF-8 character cut in two
             return ""
         start = len(self.text)
         self.text += piece
+        self.context = (self.context + self.pending)[-CONTEXT:]
+        self.context_text = self.tok.decode(self.context)
         self.pending = []
         for s in self.stop:  # only where the new piece could complete a stop string
             i = self.text.find(s, max(0, start - len(s) + 1))

@@ -18,6 +18,7 @@ import torch
 import minitf
 from minitf.config import ROPE_SCALING_DEFAULTS
 from minitf.export.hf import from_hf, load_pretrained, to_hf
+from tests.support import ROOT
 from tests.support.models import LLAMA
 
 V = 300  # the test tokenizer's vocabulary: every family's embedding is cut to it
@@ -334,3 +335,39 @@ def test_gemma3_as_the_hub_holds_it(tf, tok, tmp_path):
         from minitf.export.gguf import write_gguf
 
         write_gguf(model, tok, tmp_path / "g.gguf")
+
+
+def test_a_sentencepiece_model_without_endoftext_chats_as_transformers_does(tf, tmp_path):
+    """Mistral's, Llama 2's and Gemma's tokenizers are SentencePiece-style (▁ for spaces, no
+    <|endoftext|>): the model's own end of text separates documents, and minitf.chat's greedy answer
+    from Mistral v0.3's template is transformers' generate() from apply_chat_template."""
+    from tokenizers import SentencePieceBPETokenizer
+
+    from minitf.conversations.answer import chat as answer
+
+    sp = SentencePieceBPETokenizer()
+    text = "the quick brown fox jumps over the lazy dog. What is 17 plus 25? It is 42, of course. " * 40
+    sp.train_from_iterator([text], vocab_size=400, special_tokens=["<unk>", "<s>", "</s>", "[INST]", "[/INST]"])
+    templates = json.loads((ROOT / "tests" / "data" / "chat_templates.json").read_text(encoding="utf-8"))
+    path = tmp_path / "mistral"
+    torch.manual_seed(0)
+    config = tf.MistralConfig(**SMALL, vocab_size=sp.get_vocab_size(), num_hidden_layers=2, pad_token_id=0)
+    trained_like(tf.MistralForCausalLM(config)).save_pretrained(path)
+    (path / "tokenizer.json").write_text(sp._tokenizer.to_str())
+    spec = templates["mistral-v0.3"]
+    keys = {k: spec[k] for k in ("chat_template", "bos_token", "eos_token")}
+    (path / "tokenizer_config.json").write_text(json.dumps({**keys, "tokenizer_class": "PreTrainedTokenizerFast"}))
+    hf = tf.AutoModelForCausalLM.from_pretrained(path).eval()
+    model, tok = load_pretrained(path)
+    assert (tok.eot, tok.eot_id) == ("</s>", sp.token_to_id("</s>"))
+    messages = [{"role": "user", "content": "What is 17 plus 25?"}]
+    hf_tok = tf.AutoTokenizer.from_pretrained(str(path))
+    prompt = hf_tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert tok.chat_template.prompt_ids(tok, messages) == prompt
+    out = hf.generate(
+        torch.tensor([prompt]), max_new_tokens=12, do_sample=False, eos_token_id=tok.eot_id, pad_token_id=0
+    )
+    new = out[0, len(prompt) :].tolist()
+    theirs = hf_tok.decode(new[: new.index(tok.eot_id)] if tok.eot_id in new else new)
+    assert len(set(new)) > 2  # an answer of several tokens, not one repeated
+    assert answer(model.eval(), tok, messages, temperature=0, max_new_tokens=12) == theirs
