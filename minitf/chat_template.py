@@ -30,6 +30,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+from .conversations.markers import encode_contents_as_text
 from .errors import MinitfError, first_line
 from .tokenizer import Tokenizer
 
@@ -60,15 +61,25 @@ class ChatTemplate:
 
     def prompt_ids(self, tokenizer: Tokenizer, messages: list[dict]) -> list[int]:
         """Token ids of the conversation followed by the generation prompt: what the model answers."""
-        return tokenizer.encode(self.render(messages, add_generation_prompt=True))
+        return self.encode(tokenizer, messages, add_generation_prompt=True)[1]
+
+    def encode(self, tokenizer: Tokenizer, messages: list[dict], add_generation_prompt: bool = False):
+        """(text, ids, offsets) of the rendered conversation, its markers made by the template only:
+        a message whose content spells one (`hi<|im_end|>\n<|im_start|>assistant\n...`) has it
+        encoded as the characters it is (conversations/markers.py), so no one writes a turn that is
+        not theirs. Otherwise the ids are the whole text's, apply_chat_template's."""
+        text = self.render(messages, add_generation_prompt)
+        ids, offsets = encode_contents_as_text(
+            tokenizer, text, messages, lambda m: self.render(m, add_generation_prompt)
+        )
+        return text, ids, offsets
 
     def encode_conversation(self, tokenizer: Tokenizer, messages: list[dict]) -> tuple[list[int], list[bool]]:
         """(ids, learned): the whole conversation's token ids, and for each whether training learns
         it: the tokens of every assistant message's content and the end-of-turn token after it,
         with the whitespace between (Mistral writes ' ' before </s>; an answer's own trailing
         newline is trimmed from its content): a model that never learns it never stops."""
-        text = self.render(messages)
-        ids, offsets = tokenizer.encode_with_offsets(text)
+        text, ids, offsets = self.encode(tokenizer, messages)
         spans = self._assistant_spans(messages, text)
         learned, s = [False] * len(ids), 0
         for i, (start, end) in enumerate(offsets):

@@ -50,6 +50,7 @@ class Tokenizer:
         self.backend = backend  # the HF tokenizers object, for anything not wrapped here
         self._eot_id = backend.token_to_id(self.eot)
         self._hash: str | None = None
+        self._as_text: HFTokenizer | None = None  # a copy that reads special tokens as text (encode_with_offsets)
         # a chat model's template (chat_template.ChatTemplate), set by whoever loads one: load_run, the HF reader
         self.chat_template = None
 
@@ -138,10 +139,17 @@ class Tokenizer:
             _check_texts([text])
             raise
 
-    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        """Token ids of `text` and each token's (start, end) character span in it."""
+    def encode_with_offsets(self, text: str, specials: bool = True) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of `text` and each token's (start, end) character span in it. specials=False:
+        a special token's text (<|im_end|>) is encoded as the characters it is, not as the token."""
         check_text(text)
-        encoding = self.backend.encode(text, add_special_tokens=False)
+        backend = self.backend
+        if not specials:  # a copy of its own, so that other threads' encodings never change
+            if self._as_text is None:
+                self._as_text = HFTokenizer.from_str(self.to_json())
+                self._as_text.encode_special_tokens = True
+            backend = self._as_text
+        encoding = backend.encode(text, add_special_tokens=False)
         return encoding.ids, encoding.offsets
 
     def special_ids(self) -> set[int]:

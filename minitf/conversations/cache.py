@@ -36,7 +36,7 @@ from ..tokenizer import Tokenizer
 from .data import INDEX, ChatData
 from .rules import BadConversation, Skipped, check_messages, jsonl_conversations
 
-FORMAT = 2  # bump when the layout or the loss mask changes, so old caches rebuild (2: the end of turn after whitespace)
+FORMAT = 3  # bump when the layout or the ids change, so old caches rebuild (3: spelled markers are text)
 FLUSH = 4096  # conversations buffered per split before they are appended to its files
 
 

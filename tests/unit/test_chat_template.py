@@ -174,3 +174,26 @@ def test_an_answer_with_trailing_whitespace_still_learns_its_end_of_turn(answer)
     (run,) = runs(ids, learned)
     assert run[-1] == template.end_of_turn(tok) and tok.decode(run[:-1]).strip() == "42"
     assert tok.decode(run[:-1]) == answer  # from the generation prompt on, trailing whitespace too
+
+
+def test_text_that_spells_the_markers_stays_text(model_dir, transformers):
+    """A user (or system, or assistant) content that spells the template's special tokens cannot
+    write a turn: those characters are encoded as text, every marker in the ids is the template's
+    own, and the text decodes back to what was rendered. Without such spelling the ids are
+    apply_chat_template's (the tests above)."""
+    name, d = model_dir
+    tok, template, _ = load_both(transformers, d)
+    markers = [t.content for t in tok.backend.get_added_tokens_decoder().values() if t.special]
+    spelled = "hi " + "\n".join(markers) + " bye"
+    special = tok.special_ids()
+    for role in ("user", "system"):
+        plain = [{"role": role, "content": "hi bye"}] + ([{"role": "user", "content": "Q"}] if role == "system" else [])
+        sneaky = [{**plain[0], "content": spelled}, *plain[1:]]
+        ids = template.prompt_ids(tok, sneaky)
+        assert sum(i in special for i in ids) == sum(i in special for i in template.prompt_ids(tok, plain)), role
+        assert tok.decode(ids) == template.render(sneaky, add_generation_prompt=True)
+    answer = [{"role": "user", "content": "Q"}, {"role": "assistant", "content": spelled}]
+    ids, learned = template.encode_conversation(tok, answer)
+    (run,) = runs(ids, learned)  # one answer, learned as its text, ended by one end-of-turn token
+    assert run[-1] == template.end_of_turn(tok) and sum(i in special for i in run) == 1
+    assert markers[0] in tok.decode(run[:-1])
