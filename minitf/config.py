@@ -377,6 +377,9 @@ class ModelConfig(_Section):
         return self.n_kv_head or self.n_head
 
 
+# LoRA's settings beside its rank: set without a rank, they would do nothing
+LORA_KEYS = ("lora_alpha", "lora_targets", "lora_dropout")
+
 # the keys that shape rope_scaling, and the values that mean "not set"
 ROPE_SCALING_KEYS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_context")
 ROPE_SCALING_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name in ROPE_SCALING_KEYS}
@@ -494,6 +497,13 @@ class TrainConfig(_Section):
             raise ConfigError(
                 "train.lora_rank trains with AdamW (Muon is for whole matrices, not low-rank factors); "
                 "remove train.optimizer=muon"
+            )
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        idle = [k for k in LORA_KEYS if getattr(self, k) != defaults[k]] if not self.lora_rank else []
+        if idle:  # a setting that does nothing says so
+            raise ConfigError(
+                f"train.{idle[0]}={getattr(self, idle[0])} does nothing without train.lora_rank; set train.lora_rank "
+                f"(e.g. 16) to fine-tune with LoRA, or remove it"
             )
         if self.lora_rank and self.parallel == "fsdp":  # a frozen model needs no shards of optimizer state
             raise ConfigError("train.lora_rank does not support train.parallel=fsdp; use parallel=ddp")

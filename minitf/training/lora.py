@@ -50,6 +50,17 @@ def adapt(model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = t
             f"train.lora_targets={tc.lora_targets!r} names {', '.join(missing) or 'nothing'}, which is no linear "
             "layer of the model; name some of c_attn (q, k, v), attn.c_proj, c_fc, mlp.c_proj, c_proj (both)"
         )
+    adapted = [
+        m
+        for n, m in model.named_modules()
+        if isinstance(m, nn.Linear) and any(n == t or n.endswith("." + t) for t in targets)
+    ]
+    narrowest = min(min(m.in_features, m.out_features) for m in adapted)
+    if tc.lora_rank > narrowest:  # B A would be no lower in rank than W, and cost more than training W itself
+        raise MinitfError(
+            f"train.lora_rank={tc.lora_rank} is above the narrowest adapted layer's {narrowest} inputs or outputs; "
+            f"LoRA's rank is far below a layer's width (8 to 64 is usual)"
+        )
     config = LoraConfig(r=tc.lora_rank, lora_alpha=tc.lora_alpha, lora_dropout=tc.lora_dropout, target_modules=targets)
     model = inject_adapter_in_model(config, model, adapter_name=ADAPTER)  # in place; freezes the rest
     if dtype in (torch.bfloat16, torch.float16):

@@ -408,3 +408,11 @@ def test_lora_chooses_adamw_unless_muon_is_asked_for_by_name():
     assert minitf.load_config(None, []).train.optimizer == "muon"  # without LoRA: the recipe's own
     with pytest.raises(ConfigError, match=r"train.lora_rank trains with AdamW .*; remove train.optimizer=muon"):
         minitf.load_config(None, ["train.lora_rank=8", "train.optimizer=muon"])
+
+
+@pytest.mark.parametrize("setting", ["train.lora_alpha=32", "train.lora_targets=c_attn", "train.lora_dropout=0.1"])
+def test_a_lora_setting_without_a_rank_says_it_does_nothing(setting):
+    key = setting.split("=")[0]
+    with pytest.raises(ConfigError, match=f"{key}=.* does nothing without train.lora_rank"):
+        load_config(None, [setting])
+    load_config(None, [setting, "train.lora_rank=8"])  # with a rank: taken

@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+import minitf
 from minitf.config import ModelConfig, TrainConfig
 from minitf.model import Transformer
 from minitf.training import lora
@@ -91,3 +92,12 @@ def test_merged_model_runs_with_position_tables(positions):
     idx = torch.randint(0, 64, (2, 16))
     with torch.no_grad():
         assert torch.allclose(merged.eval()(idx)[0], adapted.eval()(idx)[0], atol=1e-5)
+
+
+def test_a_rank_above_a_layers_width_is_refused_before_any_adapter_is_made():
+    pytest.importorskip("peft", reason="LoRA needs the lora extra (pip install -e '.[lora]')")
+    model = minitf.Transformer(minitf.ModelConfig(vocab_size=100, n_embd=64, n_head=4, n_layer=1, block_size=16))
+    tc = minitf.load_config(None, ["train.lora_rank=1000000"]).train  # 6.8 GB and growing, before
+    with pytest.raises(minitf.MinitfError, match="train.lora_rank=1000000 is above the narrowest adapted layer's 64"):
+        lora.adapt(model, tc, log=lambda *a: None)
+    assert not lora.is_adapted(model)
