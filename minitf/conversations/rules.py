@@ -114,8 +114,8 @@ def jsonl_conversations(path: Path) -> Iterator[tuple[str, object]]:
             where = f"{path}:{number}"
             if not raw.strip():
                 continue
-            try:
-                line = raw.decode("utf-8")
+            try:  # a file's first line may start with the byte order mark Windows Notepad writes
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 yield where, BadConversation(where, f"invalid UTF-8 at byte {e.start} of the line")
                 continue
@@ -124,10 +124,25 @@ def jsonl_conversations(path: Path) -> Iterator[tuple[str, object]]:
             except ValueError as e:
                 yield where, BadConversation(where, f"invalid JSON ({e.msg} at column {e.colno})")
                 continue
+            except RecursionError:  # [[[[...]]]] 100,000 deep: Python's parser gives up
+                yield where, BadConversation(where, "invalid JSON (nested too deeply)")
+                continue
             if not isinstance(record, dict) or "messages" not in record:
                 yield where, BadConversation(where, 'each line must be a JSON object with a "messages" list')
                 continue
+            if _lone_surrogate(record["messages"]):  # "\ud800": valid JSON, but no text any tokenizer encodes
+                yield where, BadConversation(where, "a lone surrogate (\\ud800-\\udfff) that is no character")
+                continue
             yield where, record["messages"]
+
+
+def _lone_surrogate(value) -> bool:
+    """Whether a JSON value holds a string with a lone surrogate, which has no UTF-8 form."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _lines(f, path: Path) -> Iterator[bytes]:

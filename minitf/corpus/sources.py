@@ -127,7 +127,10 @@ class Source:
         self.empty: list[Path] = []
         self.aliases: list[tuple[Path, Path]] = []  # (a name skipped, the name of the same file that is read)
         if self.kind == "file":
-            self.files, self.empty, self.aliases = _text_files(self.spec)
+            # a directory means its *.txt, or for conversations its *.jsonl
+            self.files, self.empty, self.aliases = _text_files(
+                self.spec, "*.jsonl" if cfg.format == "chat" else "*.txt"
+            )
         elif self.kind == "repeats":  # generated once into the cache, then read as files
             self.files = repeats.repeats_files(cache_dir(), log)
         elif self.kind == "chat":  # the generated conversations (data.format=chat), likewise
@@ -298,21 +301,21 @@ def _split_blocks(blocks: Iterator[str], cut: int) -> list[Iterator[str]]:
     return [head(), tail()]
 
 
-def _text_files(spec: str) -> tuple[list[Path], list[Path], list[tuple[Path, Path]]]:
+def _text_files(spec: str, kind: str = "*.txt") -> tuple[list[Path], list[Path], list[tuple[Path, Path]]]:
     """file:<path|dir|glob> -> (non-empty files, empty files, (skipped name, kept name) of files
-    reached twice), sorted; a directory means its *.txt. A path that exists is taken as it is
-    written, so a name with glob characters in it (notes[1].txt) means that file, not a pattern."""
+    reached twice), sorted; a directory means its files of `kind`. A path that exists is taken as
+    it is written, so a name with glob characters in it (notes[1].txt) means that file, not a pattern."""
     p = Path(spec).expanduser()
     if p.is_dir():
-        found = _glob(os.path.join(glob.escape(str(p)), "**", "*.txt"))
+        found = _glob(os.path.join(glob.escape(str(p)), "**", kind))
     else:
         found = [str(p)] if p.is_file() else _glob(str(p))
     files, aliases = _once(found)
     if not files:
-        what = "is a directory with no *.txt files" if p.is_dir() else "matches no files"
+        what = f"is a directory with no {kind} files" if p.is_dir() else "matches no files"
         raise MinitfError(
-            f"data.source=file:{spec} {what}; point it at a UTF-8 text file, a directory "
-            f"of *.txt files or a glob such as 'file:notes/**/*.md'"
+            f"data.source=file:{spec} {what}; point it at a UTF-8 file, a directory "
+            f"of {kind} files or a glob such as 'file:notes/**/*.md'"
         )
     empty = [f for f in files if f.stat().st_size == 0]
     if len(empty) == len(files):

@@ -58,6 +58,8 @@ def test_a_malformed_conversation_is_one_line_naming_file_and_line(tmp_path, tok
         (b'{"messages": [', "invalid JSON"),
         (b'{"messages": "\xff\xfe"}', "invalid UTF-8"),
         (b"[1, 2]", 'a JSON object with a "messages" list'),
+        (b"[" * 100_000 + b"]" * 100_000, r"invalid JSON \(nested too deeply\)"),  # a RecursionError, before
+        (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "a lone surrogate"),
     ],
 )
 def test_bytes_that_are_not_a_conversation_name_the_line(tmp_path, tok, raw, why):
@@ -109,3 +111,20 @@ def test_the_generated_corpus_answers_are_right():
 def test_held_out_questions_are_the_val_split():
     every, held = chat_corpus.conversations(), chat_corpus.held_out(50, 0.1)
     assert len(held) == 50 and held[0] is every[5] and held[1] is every[15]  # one in ten, spread evenly
+
+
+def test_a_byte_order_mark_and_a_directory_of_jsonl_files_are_read(tmp_path, tok):
+    """What Windows Notepad writes (a UTF-8 BOM before the first line) is read, not refused; and a
+    directory given for conversations means its *.jsonl, as it means *.txt for text."""
+    folder = tmp_path / "chats"
+    folder.mkdir()
+    lines = [
+        json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}, GOOD["messages"][1]]}).encode()
+        for i in range(40)
+    ]
+    _write(folder / "a.jsonl", [b"\xef\xbb\xbf" + lines[0], *lines[1:20]])
+    _write(folder / "b.jsonl", lines[20:])
+    (folder / "notes.txt").write_text("not a conversation")
+    data = _prepare(folder, tok)
+    splits = data.meta["splits"]
+    assert splits["train"]["conversations"] + splits["val"]["conversations"] == 40
