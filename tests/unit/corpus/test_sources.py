@@ -148,7 +148,7 @@ def test_a_file_gone_or_unreadable_when_it_is_hashed_is_one_line(tmp_path, monke
     c = tmp_path / "c"
     write_docs(c, 2)
     listed = minitf.corpus.sources._text_files(str(c))
-    monkeypatch.setattr(minitf.corpus.sources, "_text_files", lambda spec: listed)
+    monkeypatch.setattr(minitf.corpus.sources, "_text_files", lambda spec, kind: listed)
     (c / "doc01.txt").unlink()  # between the listing and the hashing
     with pytest.raises(MinitfError, match=f"^could not read {c / 'doc01.txt'}: No such file or directory; is"):
         Source(DataConfig(source=f"file:{c}"))
