@@ -811,7 +811,7 @@ def halves_loss(net, ids):
 
 def zero_heads(layer, heads):
     """Ablate heads of a layer: a hook on its output projection zeroes their columns of its input."""
-    D = net.config.head_dim
+    D = net.config.head_size
 
     def hook(module, args):
         x = args[0].clone()  # (B, T, C): every head's output side by side, head h in columns h*D .. (h+1)*D
