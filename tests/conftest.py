@@ -25,6 +25,9 @@ from tests.support.runs import QUIET, poison, tiny_config
 # benchmark larger models, and the GPU script's dry run took 65 s on two threads, 79 s on one.
 torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
 
+# where every extra is installed (.ci/run's main run), a test that skips for a missing one fails
+pytest_plugins = ["tests.support.extras"]
+
 
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
