@@ -61,6 +61,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
 def _converse(model, tok, settings, start: list[dict], stop) -> None:
     """Read messages until /quit, end of input or Ctrl-C at the prompt; answer each in turn."""
     messages, lines = list(start), stdin_prompts()
+    piped = not sys.stdin.isatty()  # no one typed the questions: each is shown before its answer
     while True:
         try:
             line = next(lines)
@@ -73,6 +74,8 @@ def _converse(model, tok, settings, start: list[dict], stop) -> None:
             messages = list(start) if command == "/reset" else messages
             print({"/reset": "[a new conversation]", "/help": COMMANDS}.get(command, ""), file=sys.stderr)
             continue
+        if piped:  # on stderr, as the typed prompt is: stdout stays the answers alone, for a pipe to read
+            print(f"> {line}", file=sys.stderr, flush=True)
         answer = _answer(model, tok, [*messages, {"role": "user", "content": line}], settings, stop)
         if answer is not None and not answer.strip():  # a conversation's turns have text (conversations/rules.py)
             print("[an empty answer: that turn is left out of the conversation]", file=sys.stderr)

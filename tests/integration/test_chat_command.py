@@ -68,6 +68,8 @@ def test_turns_reset_and_system_prompt(chat_run, loaded):
     assert out.returncode == 0, out.stderr
     assert out.stdout == f"{a1}\n{a2}\n{fresh}\n"  # nothing after /quit
     assert "/reset" in out.stderr and "a new conversation" in out.stderr
+    # piped: each question is shown (on stderr, where a typed prompt is) before its answer
+    assert [line for line in out.stderr.splitlines() if line.startswith("> ")] == [f"> {Q1}", f"> {Q2}", f"> {Q2}"]
 
 
 def test_the_script_is_the_command(chat_run):
