@@ -86,6 +86,8 @@ def say_how_it_ended(session: Session) -> None:
             session.log(note)
     if short is None and reason in (budget.OUT_OF_TIME, "max_steps"):  # the short note says it already
         session.log(f"to train longer: {budget.train_longer(session.run_dir, tc, reason == budget.OUT_OF_TIME)}")
+    if reason.startswith("interrupted"):  # Ctrl-C, or a scheduler's SIGTERM: the checkpoint is the step just saved
+        session.log(f"to go on from step {session.step}: minitf train --resume {shlex.quote(str(session.run_dir))}")
     chat = session.data.tokenizer.chat_template is not None  # a chat model: its template came with the data
     use = "talk to it: minitf chat" if chat else "sample from it: minitf generate"
     session.log(f"run directory: {session.run_dir}\n{use} --run {shlex.quote(str(session.run_dir))}")

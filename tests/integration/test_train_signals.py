@@ -3,6 +3,7 @@ between any two writes resumes exactly."""
 
 import contextlib
 import os
+import re
 import select
 import signal
 import subprocess
@@ -77,6 +78,7 @@ def test_stop_signals_save_and_exit_0_and_the_run_is_locked_meanwhile(tmp_path, 
     assert proc.returncode == 0, err[-1500:]
     assert f"received {sig}: finishing this step, saving a checkpoint" in out
     assert f"(interrupted by {sig})" in out
+    assert re.search(r"to go on from step \d+: minitf train --resume \S+", out)  # as a normal stop says how to go on
     step = torch.load(run / "state.pt", weights_only=True)["step"]
     assert step > 0 and ckpt.weights_step(run / "model.safetensors") == step
     # the stop evaluates, unless the step before it was an evaluation step
