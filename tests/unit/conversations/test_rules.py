@@ -128,3 +128,19 @@ def test_a_byte_order_mark_and_a_directory_of_jsonl_files_are_read(tmp_path, tok
     data = _prepare(folder, tok)
     splits = data.meta["splits"]
     assert splits["train"]["conversations"] + splits["val"]["conversations"] == 40
+
+
+def test_a_file_edited_at_the_same_size_rebuilds_the_cache(tmp_path, tok):
+    """The chat cache's key holds the files' content hash (corpus/sources.py's fingerprint), as the
+    text cache's does: an edit that keeps the size, and even the modification time, is not reused."""
+    import os
+
+    lines = [json.dumps({"messages": [{"role": "user", "content": f"Hi {i}"}, GOOD["messages"][1]]}) for i in range(40)]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    before = _prepare(path, tok)
+    stat = path.stat()
+    path.write_text(path.read_text().replace("Hi 7", "Hi 8"))  # the same size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time
+    after = _prepare(path, tok)
+    assert after.meta["fingerprint"] != before.meta["fingerprint"]
