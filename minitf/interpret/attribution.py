@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..errors import MinitfError
 from ..model import Transformer
 from ..system.runtime import eval_mode
 from .checks import as_batch, index, refuse
@@ -78,6 +79,12 @@ def attribute(
     part prefers one over the other, the usual question: "Mary" over "John"). budget: the bytes
     the pass may hold (memory.py; default memory.BUDGET).
     """
+    if model.config.sandwich_norm:  # Gemma: each sub-layer's output is normalised before it is added
+        raise MinitfError(
+            "attribute splits a logit into the heads' and FFNs' shares of the residual stream, which "
+            "model.sandwich_norm (Gemma) normalises before adding: those shares no longer sum to the logit; "
+            "ablate or patch the heads instead"
+        )
     ids = as_batch(model, ids)  # (1, T)
     if ids.size(0) != 1:
         raise refuse("ids", f"a batch of {ids.size(0)} sequences", "one sequence (T,): ids[i]")

@@ -371,3 +371,33 @@ def test_a_sentencepiece_model_without_endoftext_chats_as_transformers_does(tf, 
     theirs = hf_tok.decode(new[: new.index(tok.eot_id)] if tok.eot_id in new else new)
     assert len(set(new)) > 2  # an answer of several tokens, not one repeated
     assert answer(model.eval(), tok, messages, temperature=0, max_new_tokens=12) == theirs
+
+
+@pytest.mark.parametrize(
+    "arch, config",
+    [("Qwen3", dict(head_dim=32)), ("Gemma3", dict(sliding_window=8, num_hidden_layers=3, pad_token_id=0))],
+)
+def test_inspect_and_interpret_a_downloaded_family(tf, tok, arch, config):
+    """minitf.inspect and minitf.interpret run the model's own modules on an imported model: the
+    inspected logits are the forward pass's (Gemma's norms after each sub-layer included), heads are
+    scored and ablated; attribution, whose shares must sum to the logit, refuses Gemma's sandwich norms."""
+    from minitf import interpret
+
+    model = from_hf(build(tf, arch, tok, **SMALL, **config)).eval()
+    ids = tok.encode("the quick brown fox jumps over the lazy dog; ROMEO: O love, sweet night! 12345 " * 2)[:40]
+    ins = minitf.inspect(model, tok, ids)
+    torch.testing.assert_close(ins.logits, logits(model, ids), atol=1e-4, rtol=0)
+    assert ins.layers[0].q.shape == (4, 40, model.config.head_size)
+    scores = interpret.head_scores(model, interpret.repeated_tokens(model.config.vocab_size, 8, 2, seed=0))
+    assert set(scores) >= {"previous_token", "induction"}
+    ablated = interpret.ablate(model, torch.tensor(ids), heads=[(0, 1)])
+    torch.testing.assert_close(ablated.logits_before[0], logits(model, ids), atol=1e-4, rtol=0)
+    assert (ablated.logits_after - ablated.logits_before).abs().max() > 1e-3  # the head did something
+    if model.config.sandwich_norm:
+        with pytest.raises(minitf.MinitfError, match="sandwich_norm"):
+            interpret.attribute(model, ids, token=ids[-1])
+    else:
+        parts = interpret.attribute(model, ids, token=ids[-1])
+        assert (
+            abs(parts.total() - parts.logit) < 1e-3 and abs(parts.logit - float(logits(model, ids)[-1, ids[-1]])) < 1e-3
+        )
