@@ -30,7 +30,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from .conversations.markers import encode_contents_as_text
+from .conversations.markers import content_spans, encode_contents_as_text
 from .errors import MinitfError, first_line
 from .tokenizer import Tokenizer
 
@@ -100,30 +100,41 @@ class ChatTemplate:
 
     def _assistant_spans(self, messages: list[dict], text: str) -> list[tuple[int, int]]:
         """What the model is asked to write for each assistant message (character spans of `text`):
-        everything from the end of the generation prompt the conversation so far renders to, when
-        the whole text starts with that prompt (ChatML, Llama 3, Qwen3), to the end of the
-        message's content; otherwise its content alone, found after the last answer. So whatever a
+        everything from the end of the generation prompt before it (ChatML, Llama 3, Qwen3: found
+        in the text), or of what the conversation so far renders to (a template without one), to
+        the end of the message's content; otherwise its content alone, found after the last answer. So whatever a
         template writes between its generation prompt and the answer is learned too: Qwen3's empty
         <think></think> block before its last answer, which the model must write itself when it
         answers from the generation prompt."""
-        spans, cursor = [], 0
+        spans, cursor, prompt = [], 0, self.generation_prompt
+        exact = content_spans(messages, text, self.render) or {}  # each content's place, where it can be told
         for i, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
-            prompt = self.render(messages[:i], add_generation_prompt=True)
-            begin = None
-            if text.startswith(prompt) and len(prompt) >= cursor:
-                cursor = begin = len(prompt)
             content = message["content"].strip()  # templates may trim (Llama 3's | trim)
-            start = text.find(content, cursor)
+            start = text.find(content, exact[i][0] if i in exact else cursor)
             if start < 0:
                 raise MinitfError(
                     f"the chat template does not write assistant message {i + 1}'s content as it is; "
                     f"minitf learns an answer from where its text appears in the rendered conversation"
                 )
-            spans.append((start if begin is None else begin, start + len(content)))
+            g = text.rfind(prompt, cursor, start) if prompt else -1  # one render for all: linear in the messages
+            if g >= 0:
+                begin = g + len(prompt)
+            else:  # a template with no generation prompt (Mistral's): what the conversation so far renders to
+                so_far = self.render(messages[:i], add_generation_prompt=True)
+                begin = len(so_far) if text.startswith(so_far) and cursor <= len(so_far) <= start else start
+            spans.append((begin, start + len(content)))
             cursor = start + len(content)
         return spans
+
+    @functools.cached_property
+    def generation_prompt(self) -> str:
+        """What add_generation_prompt writes after a conversation (ChatML's "<|im_start|>assistant\\n"),
+        found by rendering one message with and without it; "" for a template that writes none."""
+        probe = [{"role": "user", "content": "Hi"}]
+        bare, prompted = self.render(probe), self.render(probe, add_generation_prompt=True)
+        return prompted[len(bare) :] if prompted.startswith(bare) else ""
 
     @functools.lru_cache(maxsize=4)  # noqa: B019 (a template lives as long as its model)
     def end_of_turn(self, tokenizer: Tokenizer) -> int:

@@ -10,6 +10,7 @@ keeps the ids of the whole text, which are transformers' apply_chat_template's.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 
@@ -31,7 +32,8 @@ def encode_contents_as_text(
     if spans is None:  # the template rewrites a content: minitf cannot tell it from the template's text
         refuse_spelled_markers(tokenizer, messages)
         return ids, offsets
-    spelled = [(a, b) for a, b in spans if any(i in special and a <= s < b for i, (s, _) in zip(ids, offsets))]
+    marks = [s for i, (s, _) in zip(ids, offsets) if i in special]  # where special tokens start, in order
+    spelled = [(a, b) for a, b in sorted(spans.values()) if bisect.bisect_left(marks, a) < bisect.bisect_left(marks, b)]
     if not spelled:
         return ids, offsets
     ids, offsets, pos = [], [], 0
@@ -43,26 +45,28 @@ def encode_contents_as_text(
     return ids, offsets
 
 
-def content_spans(messages: list[dict], text: str, render: Callable[[list[dict]], str]):
-    """Each message's content as a (start, end) span of `text`, found by rendering the conversation
-    with each content replaced by a placeholder: the text between them is the template's. None
-    where a content is not written as it is (or stripped, as Llama 3's template trims it)."""
+def content_spans(messages: list[dict], text: str, render: Callable[[list[dict]], str]) -> dict | None:
+    """{message index: its content's (start, end) span of `text`} for each message the template
+    writes, found by rendering the conversation with each content replaced by a placeholder: the
+    text between them is the template's. None where a content is not written as it is (or
+    stripped, as Llama 3's template trims it)."""
     if not all(isinstance(m.get("content"), str) for m in messages):
         return None
     try:
         pieces = PLACEHOLDER.split(render([{**m, "content": f"\ue000{i}\ue001"} for i, m in enumerate(messages)]))
     except MinitfError:
         return None
-    spans, pos = [], 0
+    spans, pos = {}, 0
     for k in range(0, len(pieces) - 1, 2):  # the template's text, then a content, in turn
         if not text.startswith(pieces[k], pos):
             return None
         pos += len(pieces[k])
-        content = messages[int(pieces[k + 1])]["content"]
+        i = int(pieces[k + 1])
+        content = messages[i]["content"]
         written = next((c for c in (content, content.strip()) if text.startswith(c, pos)), None)
         if written is None:
             return None
-        spans.append((pos, pos + len(written)))
+        spans[i] = (pos, pos + len(written))
         pos += len(written)
     return spans if text[pos:] == pieces[-1] else None
 

@@ -25,6 +25,8 @@ from ..errors import MinitfError
 
 ROLES = ("system", "user", "assistant")
 MAX_LINE_BYTES = 64 << 20  # one conversation; a longer line is not a conversation but a broken file
+# one conversation's turns: more is not a conversation a model of any context learns from
+MAX_MESSAGES = 10_000
 
 
 class BadConversation(MinitfError):
@@ -44,6 +46,10 @@ def check_messages(messages, where: str) -> list[dict]:
         raise messages
     if not isinstance(messages, list) or not messages:
         raise BadConversation(where, '"messages" must be a non-empty list of {"role", "content"} objects')
+    if len(messages) > MAX_MESSAGES:
+        raise BadConversation(
+            where, f"{len(messages):,} messages, more than the {MAX_MESSAGES:,} a conversation may hold"
+        )
     out = []
     for i, m in enumerate(messages):
         what = f"message {i + 1}"

@@ -197,3 +197,33 @@ def test_text_that_spells_the_markers_stays_text(model_dir, transformers):
     (run,) = runs(ids, learned)  # one answer, learned as its text, ended by one end-of-turn token
     assert run[-1] == template.end_of_turn(tok) and sum(i in special for i in run) == 1
     assert markers[0] in tok.decode(run[:-1])
+
+
+def test_encoding_a_conversation_renders_it_a_fixed_number_of_times(monkeypatch):
+    """Linear in its messages: the template is rendered as often for 200 messages as for 10 (it was
+    once per answer, each render as long as the conversation: 4,000 messages took 3.5 s, 100,000
+    never finished)."""
+    from minitf.chat_template import add_chat_tokens, chatml
+
+    tok = add_chat_tokens(minitf.Tokenizer.train([make_play(0)], 300))
+    template = chatml()
+    calls = []
+    render = ChatTemplate.render
+    monkeypatch.setattr(ChatTemplate, "render", lambda self, *a, **k: calls.append(1) or render(self, *a, **k))
+
+    def renders(n: int) -> int:
+        calls.clear()
+        turns = [{"role": r, "content": f"{r} {i}"} for i in range(n // 2) for r in ("user", "assistant")]
+        template.encode_conversation(tok, turns)
+        return len(calls)
+
+    renders(2)  # the template's own probes (its generation prompt, its end of turn), once
+    assert renders(10) == renders(200) <= 3
+
+
+def test_a_conversation_of_more_messages_than_the_bound_is_one_line():
+    from minitf.conversations.rules import MAX_MESSAGES, BadConversation, check_messages
+
+    turns = [{"role": r, "content": "x"} for _ in range(MAX_MESSAGES // 2 + 1) for r in ("user", "assistant")]
+    with pytest.raises(BadConversation, match=f"chats.jsonl:3: {len(turns):,} messages, more than the 10,000"):
+        check_messages(turns, "chats.jsonl:3")
