@@ -110,6 +110,11 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
                 split.add(ids, learned, _longest_turn(learned), origins.of(where), answers)
                 bar.update(len(ids))
         splits = {s: w.close() for s, w in writers.items()}
+        if skipped and not any(counts["conversations"] for counts in splits.values()):  # why: the reasons
+            raise MinitfError(
+                f"data.source={cfg.source}: every conversation was skipped as invalid: {skipped.summary()}; "
+                f"fix the file (one OpenAI-style messages object per line)"
+            )
         for s, counts in splits.items():
             if not counts["conversations"]:
                 raise MinitfError(

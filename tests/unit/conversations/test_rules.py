@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+import minitf
 from minitf.chat_template import add_chat_tokens, chatml
 from minitf.config import DataConfig
 from minitf.conversations.cache import prepare_chat_data
@@ -144,3 +145,14 @@ def test_a_file_edited_at_the_same_size_rebuilds_the_cache(tmp_path, tok):
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time
     after = _prepare(path, tok)
     assert after.meta["fingerprint"] != before.meta["fingerprint"]
+
+
+def test_when_every_line_is_skipped_the_error_says_how_many_and_why(tmp_path, tok):
+    lines = [b"not json"] * 5 + [json.dumps({"messages": BAD["unknown role"]}).encode()]
+    path = _write(tmp_path / "c.jsonl", lines)
+    with pytest.raises(minitf.MinitfError) as e:
+        _prepare(path, tok, skip_invalid=True)
+    assert "every conversation was skipped as invalid: skipped 6 invalid conversation(s): 5 invalid JSON" in str(
+        e.value
+    )
+    assert "has the unknown role 'robot' (first at" in str(e.value) and "\n" not in str(e.value)
