@@ -15,7 +15,10 @@ import torch
 import minitf
 from minitf.chat_template import add_chat_tokens, chatml
 
-hub = pytest.importorskip("huggingface_hub", reason="huggingface_hub is not installed (pip install -e '.[hf]')")
+# the module itself: a plain `import huggingface_hub` does not load its constants in every version
+constants = pytest.importorskip(
+    "huggingface_hub.constants", reason="huggingface_hub is not installed (pip install -e '.[hf]')"
+)
 
 REPO = "local-org/tiny-qwen3"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -26,8 +29,8 @@ def cache(tmp_path, monkeypatch):
     """An empty hub cache, offline, in this process (huggingface_hub read its settings at import)."""
     path = tmp_path / "hub"
     path.mkdir()
-    monkeypatch.setattr(hub.constants, "HF_HUB_CACHE", str(path))
-    monkeypatch.setattr(hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(path))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_CACHE", str(path))  # and in the processes the tests start
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return path
