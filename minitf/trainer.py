@@ -119,6 +119,9 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
     say_how_it_ended(session)
     if session.procs.world > 1:
         dist.barrier()
+        # DDP's reducer holds the process group: let it go first, while every rank is still here. Left
+        # to go at return, after the group, its gloo threads could wait forever for a rank already gone
+        session.model = session.raw_model
         dist.destroy_process_group()
     return session.run_dir
 
