@@ -93,7 +93,7 @@ def _minitf_state(
         params = {k for k, _ in Transformer(cfg).named_parameters()}  # a tied head is listed once, as wte
     out = {}
     for name, hf_names, w in hf_weights(TABLES[fmt], cfg.n_layer):
-        if name is not None and name not in params:
+        if name not in params:
             continue  # a bias of a model without biases, a tied head: nothing of minitf's to fill
         optional = w.optional is True or (bool(w.optional) and not config.get(w.optional, False))
         absent = [n for n in hf_names if n not in state and not optional]
@@ -101,7 +101,7 @@ def _minitf_state(
         parts = [_read(state.pop(n), n, where) if n in state else torch.zeros(expected[n]) for n in hf_names]
         t = None if absent else w.hf_layout.join(parts, hf_names, cfg).float()
         del parts  # the parts in the file's dtype go before the next is read
-        if name is not None and t is not None:
+        if t is not None:
             out[name] = t
     return out
 

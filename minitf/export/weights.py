@@ -38,7 +38,7 @@ from .layouts import (
 class Weight:
     """One minitf tensor and the tensors that hold it in a format."""
 
-    minitf: str | None  # its state-dict name (a layer's without "blocks.{i}."); None: minitf has no such weight
+    minitf: str  # its state-dict name (a layer's without "blocks.{i}.")
     hf: tuple[str, ...]  # HF's names (a layer's without its prefix), one per part of hf_layout
     gguf: tuple[str, ...]  # llama.cpp's names (a layer's without "blk.{i}."), one per part of gguf_layout
     hf_layout: Layout = WHOLE
@@ -374,20 +374,17 @@ def minitf_tensors(model: Transformer) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def minitf_name(w: Weight, layer: int | None = None) -> str | None:
+def minitf_name(w: Weight, layer: int | None = None) -> str:
     """w's name in minitf's state dict, in block `layer` (None: a weight of the model's, not a layer's)."""
-    return w.minitf if w.minitf is None or layer is None else f"blocks.{layer}.{w.minitf}"
+    return w.minitf if layer is None else f"blocks.{layer}.{w.minitf}"
 
 
 def exported(
-    w: Weight, name: str | None, tensors: dict[str, torch.Tensor], table: Table, layout: Layout, cfg: ModelConfig
+    w: Weight, name: str, tensors: dict[str, torch.Tensor], table: Table, layout: Layout, cfg: ModelConfig
 ) -> list[torch.Tensor]:
     """The format's tensors for w, whose minitf tensor is `name` (minitf_name's), as
     `layout`'s parts: made from the model's own tensor; from zeros for a bias the model lacks where
-    the format always has biases; by the layout alone for a weight minitf has none of (name None);
-    none ([]) where neither minitf nor the format has it."""
-    if name is None:
-        return layout.split(None, cfg)
+    the format always has biases; none ([]) where neither minitf nor the format has it."""
     if name in tensors:
         t = tensors[name]
     elif table.zero_biases and name.endswith(".bias"):
@@ -397,7 +394,7 @@ def exported(
     return layout.split(t, cfg)
 
 
-def hf_weights(table: Table, n_layer: int) -> Iterator[tuple[str | None, tuple[str, ...], Weight]]:
+def hf_weights(table: Table, n_layer: int) -> Iterator[tuple[str, tuple[str, ...], Weight]]:
     """(minitf's name, HF's names, the weight) for every weight of an n_layer model, in the order
     HF tensors are read and written: layer by layer, then the embeddings, the final norm and head."""
     for i in range(n_layer):
