@@ -9,6 +9,7 @@ At the prompt: /reset starts a new conversation (the system prompt kept), /help 
 /quit (or Ctrl-D) ends. Ctrl-C during an answer stops it (that question and its half answer are
 left out of the conversation); Ctrl-C at the prompt ends. Sampling settings default to the run's
 sample.* (config.yaml), as for minitf generate; with --seed, each answer is minitf.chat's for it.
+On a terminal, control characters an answer holds are shown escaped (\x1b; cli/terminal.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import sys
 
 from minitf.cli.common import add_device_argument, newest_run, stdin_prompts
+from minitf.cli.terminal import for_stdout
 from minitf.conversations.answer import chat_stream
 from minitf.errors import ConfigError, MinitfError
 from minitf.export.hf import describe_weights, load_model
@@ -90,7 +92,7 @@ def _answer(model, tok, messages: list[dict], settings, stop) -> str | None:
     try:
         pieces = chat_stream(model, tok, messages, settings, stop=stop)
         for piece in pieces:
-            print(piece, end="", flush=True)
+            print(for_stdout(piece), end="", flush=True)  # ESC and its kind shown, on a terminal
             text += piece
         print(flush=True)
         return text

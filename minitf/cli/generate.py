@@ -5,6 +5,8 @@ minitf generate --run runs/shakespeare --prompt $'Juliet.\n' --max-new-tokens 20
 minitf generate --temperature 0 --num-samples 1        # greedy
 echo "To be" | minitf generate --interactive           # one prompt per input line
 minitf generate --prompt-file scene.txt                # a long, multi-line prompt
+
+On a terminal, control characters in the text are shown escaped (\x1b; cli/terminal.py); piped, exact.
 """
 
 import argparse
@@ -12,6 +14,7 @@ import sys
 import time
 
 from minitf.cli.common import add_device_argument, newest_run, read_prompt, stdin_prompts
+from minitf.cli.terminal import for_stdout
 from minitf.errors import ConfigError
 from minitf.export.hf import describe_weights, load_model
 from minitf.generate import check_num_samples, generate, sample_settings, stream
@@ -69,10 +72,10 @@ def _sample(model, tok, prompt: str, settings, args: argparse.Namespace, echo: s
     t0, info = time.time(), {}
     opts = dict(stop=args.stop, compile=args.compile)
     if args.stream and args.num_samples == 1:  # one sample can be printed piece by piece
-        print(echo, end="", flush=True)
+        print(for_stdout(echo), end="", flush=True)
         text = ""
         for piece in stream(model, tok, prompt, settings, info=info, **opts):
-            print(piece, end="", flush=True)
+            print(for_stdout(piece), end="", flush=True)  # ESC and its kind shown, on a terminal
             text += piece
         print()
     else:
@@ -81,7 +84,7 @@ def _sample(model, tok, prompt: str, settings, args: argparse.Namespace, echo: s
         for i, text in enumerate(texts):
             if args.num_samples > 1:
                 print(f"---------- sample {i + 1} ----------")
-            print(echo + text)
+            print(for_stdout(echo + text))
     if args.verbose:
         n = sum(info["tokens"])  # as sampled (re-encoding the text can merge or split tokens)
         print(f"[{n} tokens in {time.time() - t0:.2f}s: {n / (time.time() - t0):.1f} tokens/s]", file=sys.stderr)

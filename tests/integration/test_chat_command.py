@@ -133,3 +133,23 @@ def test_stdin_that_is_not_utf8_is_said_and_skipped(chat_run, monkeypatch, capsy
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\xff\xfe\n"), encoding="utf-8"))
     chat_command.main(["--run", str(chat_run), "--device", "cpu", "--max-new-tokens", "3"])
     assert "input line 1 is not valid UTF-8" in capsys.readouterr().err
+
+
+def test_an_answers_control_characters_are_shown_on_a_terminal_and_exact_in_a_pipe(chat_run, monkeypatch):
+    """An answer that writes ESC sequences (clear the screen, set the title, the clipboard), a
+    carriage return or a bidi override reaches a terminal as escapes; a pipe gets the bytes."""
+    real = chat_command.chat_stream
+    written = "\x1b[2J\x1b]0;owned\x07\x1b]52;c;ZWNobyBoaQ==\x07a\rb\u202ec\x9b"
+
+    def writes_controls(*args, **kw):
+        yield from real(*args, **kw)
+        yield written
+
+    monkeypatch.setattr(chat_command, "chat_stream", writes_controls)
+    args = ["--run", str(chat_run), "--device", "cpu", "--temperature", "0", "--max-new-tokens", "4"]
+    shown = command("chat", *args, stdin=Q1 + "\n", tty=True)
+    piped = command("chat", *args, stdin=Q1 + "\n")
+    assert shown.returncode == piped.returncode == 0, shown.stderr
+    assert piped.stdout.endswith(written + "\n")
+    escaped = "\\x1b[2J\\x1b]0;owned\\x07\\x1b]52;c;ZWNobyBoaQ==\\x07a\\rb\\u202ec\\x9b"
+    assert shown.stdout.endswith(escaped + "\n") and piped.stdout[: -len(written) - 1] == shown.stdout[: -len(escaped) - 1]

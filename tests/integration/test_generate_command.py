@@ -334,3 +334,16 @@ def test_generate_reads_a_run_with_unknown_training_keys(tiny_run, tmp_path):
     assert r.returncode == 0, r.stderr[-800:]
     assert f"warning: {run / 'config.yaml'}: leaving out 'train.newer_schedule', unknown to this minitf" in r.stderr
     assert "UserWarning" not in r.stderr and "Traceback" not in r.stderr  # one line, minitf's own form
+
+
+def test_control_characters_are_shown_on_a_terminal_and_exact_in_a_pipe(tiny_run):
+    """The text (prompt and sample) reaches a terminal with ESC and its kind escaped, newlines as
+    they are; piped, every character exactly as generated, streamed or not."""
+    prompt = "ROMEO:\x1b]0;title\x07\n\u202eA\tB\r"
+    for stream in ([], ["--stream"]):
+        args = ["--run", str(tiny_run), "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "8", *stream]
+        piped, shown = gen(*args), command("generate", *args, tty=True)
+        assert piped.returncode == shown.returncode == 0, shown.stderr
+        assert piped.stdout.startswith(prompt)
+        assert shown.stdout.startswith("ROMEO:\\x1b]0;title\\x07\n\\u202eA\tB\\r")
+        assert shown.stdout[len("ROMEO:\\x1b]0;title\\x07\n\\u202eA\tB\\r") :] == piped.stdout[len(prompt) :]

@@ -18,20 +18,28 @@ def script(*args, **kw) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=ROOT, timeout=300, **kw)
 
 
-def command(name: str, *args, cwd=ROOT, stdin: str | bytes = b"") -> subprocess.CompletedProcess:
+class _Terminal(io.StringIO):
+    """stdout as a command sees a terminal: isatty() is True."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def command(name: str, *args, cwd=ROOT, stdin: str | bytes = b"", tty: bool = False) -> subprocess.CompletedProcess:
     """`minitf name *args` run in this process as script("scripts/<name>.py", *args) runs it in its
     own (every script is run_main over the command's main, as tests/unit/test_cli.py checks): in
     cwd, stdin piped in, its stdout and stderr as text, its exit code. Starting a process costs ~2 s
     of importing torch; what needs one (a signal, a kill, a terminal, a fresh interpreter) uses script().
     An exception the command lets out fails the test here, where its process would have printed a traceback.
     minitf train's allocator setting (runtime.keep_freed_memory) is left out: it is process-wide and
-    permanent, so in this process it would outlive the command (test_train.py checks it in a child)."""
+    permanent, so in this process it would outlive the command (test_train.py checks it in a child).
+    tty=True: stdout says it is a terminal, as it does when a user runs the command at a prompt."""
     from unittest import mock
 
     from minitf.cli import main
     from minitf.system import runtime
 
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _Terminal() if tty else io.StringIO(), io.StringIO()
     piped = io.TextIOWrapper(io.BytesIO(stdin.encode() if isinstance(stdin, str) else stdin), encoding="utf-8")
     here, handler, real_stdin = os.getcwd(), signal.getsignal(signal.SIGINT), sys.stdin
     code = 0
