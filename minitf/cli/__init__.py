@@ -6,7 +6,8 @@ are thin fronts to the same functions. A command's module is imported only when 
 
 The commands: `train`, `generate`, `chat`, `evaluate`, `explore`, `attention`, `plot`, `heads`,
 `export`, `export_gguf`, `serve`, `bench` and `speedrun`; beside them `common` (what the commands
-share: a run to load, --device, the one-line errors) and `start` (Ctrl-C while the command starts).
+share: a run to load, --device, the one-line errors), `start` (Ctrl-C while the command starts) and
+`terminal` (a model's control characters shown escaped on a terminal).
 """
 
 from __future__ import annotations
