@@ -92,6 +92,7 @@ def atomic_write_dir(path: str | Path, write) -> None:
 def _failure(path: Path, e: BaseException, kept: str, beside: bool = False) -> MinitfError:
     """The one line for a write that failed: the path, the cause, and what is left of the old file
     (kept). beside: the temporary file itself could not be made next to the path."""
+    e = _os_error(e) or e  # torch.save's RuntimeError ("unexpected pos ...") over the OSError that caused it
     cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
     if beside:
         cause = (
@@ -99,6 +100,15 @@ def _failure(path: Path, e: BaseException, kept: str, beside: bool = False) -> M
             f"target first, then renames it: write to another directory"
         )
     return MinitfError(f"could not write {path}: {cause}; {kept}")
+
+
+def _os_error(e: BaseException | None) -> OSError | None:
+    """The OSError that e is, or that it was raised while handling (a few links down, at most)."""
+    for _ in range(4):
+        if e is None or isinstance(e, OSError):
+            return e
+        e = e.__cause__ or e.__context__
+    return None
 
 
 def refuse_symlink(path: Path) -> None:

@@ -94,7 +94,12 @@ def write_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) ->
 
 def write_state(run_dir: Path, state: dict, step: int) -> None:
     """The commit point: state.pt, written whole or not at all."""
-    atomic_write(run_dir / STATE, lambda tmp: torch.save({**state, "step": step}, tmp))
+    atomic_write(run_dir / STATE, lambda tmp: _torch_save({**state, "step": step}, tmp))
+
+
+def _torch_save(obj: dict, path: Path) -> None:
+    with open(path, "wb") as f:  # through Python's file: a full disk is its OSError, not torch's "unexpected pos"
+        torch.save(obj, f)
 
 
 def read_state(run_dir: Path, needs: str = "model") -> dict:
