@@ -43,3 +43,26 @@ def test_messages_to_a_base_run_or_out_of_order_are_one_line(chat_ex, tiny_run):
     with pytest.raises(minitf.ConfigError, match="must end with a user message"):
         with chat_ex.generation({"messages": [*MESSAGES, {"role": "assistant", "content": "7"}]}):
             pass
+
+
+def test_an_answer_ends_where_the_context_does(chat_ex):
+    """A conversation that leaves 2 tokens of the model's context gets an answer of at most 2,
+    whatever max_new_tokens asks ("context", the page says the context is full): past it the
+    window would slide the conversation's start out of what the model reads."""
+    block, tok = chat_ex.cfg.model.block_size, chat_ex.tok
+    words = "one two three four five six seven eight nine ten".split()
+    content, n = "", 0
+    while True:  # the longest question that leaves at least 2 tokens for the answer
+        longer = f"{content} {words[n % len(words)]}".strip()
+        if len(tok.chat_template.prompt_ids(tok, [{"role": "user", "content": longer}])) > block - 2:
+            break
+        content, n = longer, n + 1
+    messages = [{"role": "user", "content": content}]
+    room = block - len(tok.chat_template.prompt_ids(tok, messages))
+    with chat_ex.generation({"messages": messages, "temperature": 0, "max_new_tokens": 50}) as events:
+        events = list(events)
+    sampled = [e["token"]["id"] for e in events if "token" in e]
+    assert 2 <= room <= 3 and len(sampled) <= room
+    ended = sampled[-1] == tok.chat_template.end_of_turn(tok)
+    assert events[-1] == {"done": "eot" if ended else "context"}
+    assert ended or len(sampled) == room

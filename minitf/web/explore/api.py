@@ -16,6 +16,7 @@ minitf.interpret's (interpret_views.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 from pathlib import Path
@@ -107,10 +108,11 @@ class Explorer:
     def generation(self, body: dict):
         """Check a generate request, take a slot, and give its events (see `_events`); the slot is
         given back, and generation stops, when the `with` block ends (the page may have gone)."""
-        ids, settings = self._chat_request(body) if "messages" in body else self._generation_request(body)
+        chat = "messages" in body
+        ids, settings = self._chat_request(body) if chat else self._generation_request(body)
         if not self.slots.acquire(blocking=False):
             raise Busy(f"{MAX_GENERATIONS} generations are running already; wait for one to finish")
-        events = self._events(ids, settings)
+        events = self._events(ids, settings, chat)
         try:
             yield events
         finally:
@@ -149,7 +151,9 @@ class Explorer:
         settings = self._settings(body)
         if "max_new_tokens" in body and settings.max_new_tokens > MAX_NEW_TOKENS:
             raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
-        return ids, settings
+        # an answer ends where the context does: past it the window would slide the conversation's start
+        # (its system prompt, its template) out of what the model reads; _events says "context" then
+        return ids, dataclasses.replace(settings, max_new_tokens=min(settings.max_new_tokens, block - n))
 
     def _settings(self, body: dict):
         """The run's sample settings with those the body gives (any of SETTINGS) in their place."""
@@ -160,11 +164,12 @@ class Explorer:
                 given[name] = None if nullable and body[name] is None else field(body, name, kind, *bounds)
         return sample_settings(self.cfg.sample, **given)  # ConfigError (one line) for bad values
 
-    def _events(self, ids: list[int], settings):
+    def _events(self, ids: list[int], settings, chat: bool):
         """{"prompt": tokens}, then {"token": ...} per sampled token (text, label, probability, top-5), then
-        {"done": reason}: "eot" (the model ended the document) or "length" (max_new_tokens)."""
+        {"done": reason}: "eot" (the model ended the document or its turn), "length" (max_new_tokens),
+        or "context" (a chat's answer filled the model's block_size)."""
         yield {"prompt": [{"id": i, "text": self.tok.decode([i]), "label": self.label(i)} for i in ids]}
-        reason, template = "length", self.tok.chat_template
+        reason, template, length = "length", self.tok.chat_template, len(ids)
         ends = (template.end_of_turn(self.tok),) if template is not None else ()
         for t in token_steps(self.model, self.tok, ids, settings, ends=ends):  # load_run checked the vocabulary
             yield {
@@ -177,6 +182,9 @@ class Explorer:
                 }
             }
             reason = "eot" if t.id == self.tok.eot_id or t.id in ends else reason
+            length += 1
+        if chat and reason == "length" and length >= self.cfg.model.block_size:
+            reason = "context"
         yield {"done": reason}
 
     def label(self, token: int) -> str:

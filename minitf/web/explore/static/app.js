@@ -47,7 +47,7 @@ async function loadRun() {
   $("prompt").maxLength = run.limits.prompt_chars;
   $("max_new_tokens").max = run.limits.max_new_tokens;
   for (const name of SETTINGS) $(name).value = c.sample[name] ?? "";
-  if (run.chat) startChat();
+  if (run.chat) startChat(run.limits.block_size);
   drawLoss((await getJSON("/api/metrics")).points);
 }
 
@@ -87,8 +87,10 @@ function svgEl(tag, attrs, text = "") {
 
 // ---- generation, streamed as NDJSON: one event per line ----
 // ---- a chat run: the page keeps the conversation, the server renders it with the run's template ----
-function startChat() {
+function startChat(block) {
   state.chat = true;
+  // a turn's answer is short beside the context: half of it leaves the other half to the conversation
+  $("max_new_tokens").value = Math.min(Number($("max_new_tokens").value) || block, Math.floor(block / 2));
   $("chat").hidden = false; $("reset").hidden = false;
   $("generate-title").textContent = "Chat";
   $("go").textContent = "Send";
@@ -164,7 +166,8 @@ function handleEvent(event) {
   if (event.done) {
     const n = state.ids.length - document.querySelectorAll("#tokens .prompt").length;
     const ended = state.chat ? "the model ended its turn" : "the model ended the document";
-    $("status").textContent = `${n} tokens, ${event.done === "eot" ? ended : "max new tokens reached"}`;
+    const why = { eot: ended, context: "the model's context is full (/reset or shorten)" }[event.done];
+    $("status").textContent = `${n} tokens, ${why || "max new tokens reached"}`;
     if (state.chat) { say("user", $("prompt").value); say("assistant", state.answer); $("prompt").value = ""; }
   }
 }
