@@ -217,7 +217,9 @@ class DataConfig(_Section):
     )
     skip_invalid: bool = key(False, "chat: skip (and count) malformed conversations instead of stopping")
     vocab_size: int = key(4096, "byte-level BPE vocabulary trained on the corpus (at least 257)")
-    val_fraction: float = key(0.1, "share of the text held out for validation, in (0, 0.5]")
+    val_fraction: float = key(
+        0.1, "share of the text held out for validation, in (0, 0.5]; conversations may take 0 (none held out)"
+    )
     text_field: str = key("text", "column holding the text in hf: datasets")
     streaming: bool = key(False, "stream hf: datasets instead of downloading them whole")
     max_documents: int | None = key(None, "cap on documents read from a source (null: all)")
@@ -228,8 +230,9 @@ class DataConfig(_Section):
             raise ConfigError(
                 f"data.vocab_size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}"
             )
-        if not 0 < self.val_fraction <= 0.5:
-            raise ConfigError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction}")
+        if not (0 < self.val_fraction <= 0.5 or (self.val_fraction == 0 and self.format == "chat")):
+            zero = " (0, nothing held out, is for conversations: data.format=chat)" if self.val_fraction == 0 else ""
+            raise ConfigError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction}{zero}")
         self._positive("max_documents", "num_proc")
         if (self.source == "chat") != (self.format == "chat") and self.source in ("chat", "shakespeare", "repeats"):
             raise ConfigError(
@@ -419,8 +422,8 @@ class TrainConfig(_Section):
     eval_batches: int = key(10, "batches per evaluation")
     eval_metric: Literal["exact_answers"] | None = key(
         None,
-        "a metric each evaluation adds to the loss: exact_answers, the generated chat corpus's held-out "
-        "questions answered exactly (data.source=chat; the chat recipe sets it)",
+        "a metric each evaluation adds to the loss: exact_answers, held-out questions answered exactly "
+        '(the generated chat corpus\'s, or conversations that give an "answer"; the chat recipe sets it)',
     )
     ckpt_every: int = key(250, "steps between checkpoints (and at the end, and on Ctrl-C or SIGTERM)")
     log_every: int = key(10, "steps between steps.jsonl rows (loss, LR) and progress-bar updates")

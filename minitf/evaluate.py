@@ -40,7 +40,7 @@ def evaluate(model, data, cfg: Config, device, autocast, metric=None) -> dict:
             out[split] = sum(loss * n for loss, n in zip(losses, counts)) / max(sum(counts), 1)
         if metric is not None:
             with autocast:
-                out["metric"] = metric.compute(model, data.tokenizer, cfg)
+                out["metric"] = metric.compute(model, data, cfg)
     out["val_bpb"] = bits_per_byte(out["val"], data.bytes_per_token("val"))
     return out
 

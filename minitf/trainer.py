@@ -31,6 +31,7 @@ import torch.nn as nn
 from . import budget
 from .config import Config
 from .conversations.metrics import Metric, eval_metric
+from .conversations.sft import template_tokens
 from .data import TokenData
 from .errors import MinitfError
 from .evaluate import evaluate
@@ -97,7 +98,8 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         fit_started = time.time() if budget.applies(cfg, resume, procs.world) else None
         if fit_started is not None:  # the timed steps are paid from the budget
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
-        model = lora.adapt(model, cfg.train, log, dtype)  # train.lora_rank: peft's adapters train, the rest is frozen
+        # train.lora_rank: peft's adapters train (and a chat template's new tokens' rows), the rest is frozen
+        model = lora.adapt(model, cfg.train, log, dtype, template_tokens(data.tokenizer))
         model.checkpoint_blocks = cfg.train.activation_checkpointing
         if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
             fsdp.shard(model, device, dtype)
@@ -115,7 +117,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         session.meter.step_last, session.t0 = session.step, fit_started or time.time()
 
         if not finished(session):
-            _loop(session, on_eval, eval_metric(cfg, log))
+            _loop(session, on_eval, eval_metric(cfg, session.data, log))
     say_how_it_ended(session)
     if session.procs.world > 1:
         dist.barrier()

@@ -9,9 +9,13 @@ once; each split is stored as three flat files beside meta.json:
     train.idx    per conversation: where it starts, its longest turn, and where it came from
                  (file and line, or dataset row), so a problem found later names its line
 
+and questions.jsonl: held-out conversations with an answer to check (a line's "answer"; every
+conversation of the generated corpus), up to their last question, which train.eval_metric asks.
+
 Conversations are streamed a batch at a time, so memory stays bounded whatever the corpus size;
 the directory is built under a temporary name and renamed when complete, as text caches are.
-Conversation i is held out for val by the same even spread as documents (corpus/split.py).
+Conversation i is held out for val by the same even spread as documents (corpus/split.py);
+with data.val_fraction=0 none is, and the val numbers are the training conversations' own.
 """
 
 from __future__ import annotations
@@ -33,10 +37,10 @@ from ..corpus.token_cache import cache_build, give_back_freed_memory, progress
 from ..data import SPLITS, CacheError, token_dtype
 from ..errors import MinitfError
 from ..tokenizer import Tokenizer
-from .data import INDEX, ChatData
+from .data import INDEX, QUESTIONS, ChatData
 from .rules import BadConversation, Skipped, check_messages, jsonl_conversations
 
-FORMAT = 3  # bump when the layout or the ids change, so old caches rebuild (3: spelled markers are text)
+FORMAT = 4  # bump when the layout or the ids change, so old caches rebuild (4: questions.jsonl)
 FLUSH = 4096  # conversations buffered per split before they are appended to its files
 
 
@@ -66,15 +70,18 @@ def prepare_chat_data(cfg: DataConfig, tokenizer: Tokenizer, template: ChatTempl
     return ChatData(out, tokenizer, log, skip_long=cfg.skip_invalid)
 
 
-def _conversations(source: Source, cfg: DataConfig, log) -> Iterator[tuple[str, object]]:
-    """(where, messages) of every conversation of the source, in order, up to data.max_documents."""
+def _conversations(source: Source, cfg: DataConfig, log) -> Iterator[tuple[str, object, str | None]]:
+    """(where, messages, answer) of every conversation of the source, in order, up to
+    data.max_documents; answer: what counts as right for its last question, where one is given."""
 
     def every():
         if source.kind == "hf":
             ds = load_hf(source.spec, cfg, source.local, column="messages", text=False)
-            for row, messages in enumerate(ds.select_columns(["messages"]).iter(batch_size=256)):
-                for i, m in enumerate(messages["messages"]):
-                    yield f"{cfg.source} row {row * 256 + i}", m
+            columns = ["messages", "answer"] if "answer" in ds.column_names else ["messages"]
+            for row, batch in enumerate(ds.select_columns(columns).iter(batch_size=256)):
+                answers = batch.get("answer") or [None] * len(batch["messages"])
+                for i, (m, answer) in enumerate(zip(batch["messages"], answers)):
+                    yield f"{cfg.source} row {row * 256 + i}", m, answer if isinstance(answer, str) else None
             return
         if source.kind not in ("file", "chat"):
             raise MinitfError(
@@ -95,8 +102,9 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
     with cache_build(out) as tmp:
         writers = {s: _SplitWriter(tmp, s, dtype) for s in SPLITS}
         skipped, is_val, origins = Skipped(), val_rule(None, cfg.val_fraction), _Origins()
+        questions = _Questions(every=cfg.source == "chat")  # the generated corpus's answers are all exact
         with progress(None, "tokenizing conversations") as bar:
-            for i, (where, messages) in enumerate(conversations):
+            for i, (where, messages, answer) in enumerate(conversations):
                 try:
                     messages = check_messages(messages, where)
                 except BadConversation as bad:
@@ -106,8 +114,12 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
                     continue
                 ids, learned = template.encode_conversation(tok, messages)
                 answers = sum(len(m["content"].encode("utf-8")) for m in messages if m["role"] == "assistant")
-                split = writers["val" if is_val(i) else "train"]
-                split.add(ids, learned, _longest_turn(learned), origins.of(where), answers)
+                held = cfg.val_fraction > 0 and is_val(i)
+                writers["val" if held else "train"].add(
+                    ids, learned, _longest_turn(learned), origins.of(where), answers
+                )
+                if held or cfg.val_fraction == 0:  # nothing held out: the training conversations are asked
+                    questions.add(messages, answer)
                 bar.update(len(ids))
         splits = {s: w.close() for s, w in writers.items()}
         if skipped and not any(counts["conversations"] for counts in splits.values()):  # why: the reasons
@@ -116,13 +128,13 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
                 f"fix the file (one OpenAI-style messages object per line)"
             )
         for s, counts in splits.items():
-            if not counts["conversations"]:
+            if not counts["conversations"] and (s == "train" or cfg.val_fraction > 0):
                 raise MinitfError(
                     f"data.source={cfg.source}: the {s} split holds no conversation; give more conversations "
                     f"or another data.val_fraction"
                 )
         meta = {**key, "vocab_size": tok.vocab_size, "dtype": dtype.name, "splits": splits, "files": origins.files}
-        meta["skipped"] = dict(skipped)
+        meta["skipped"], meta["questions"] = dict(skipped), questions.save(tmp)
         tok.save(tmp / "tokenizer.json")
         template.save(tmp)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -135,6 +147,25 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
         f"{time.perf_counter() - t0:.1f} s: train {tr['conversations']:,} ({tr['tokens']:,} tokens, "
         f"{tr['learned']:,} learned), val {va['conversations']:,} ({va['tokens']:,}, {va['learned']:,})"
     )
+
+
+class _Questions:
+    """Held-out conversations with an answer to check, up to their last question, and that answer
+    (the line's "answer"; with every=True, the conversation's own last answer): at most KEPT."""
+
+    KEPT = 1000  # each evaluation asks the first 100 (conversations/metrics.py)
+
+    def __init__(self, every: bool):
+        self.every, self.kept = every, []
+
+    def add(self, messages: list[dict], answer: str | None) -> None:
+        if len(self.kept) < self.KEPT and (answer is not None or self.every):
+            *before, last = messages  # a checked conversation ends with the assistant's answer
+            self.kept.append({"messages": before, "answer": last["content"] if answer is None else answer})
+
+    def save(self, folder: Path) -> int:
+        (folder / QUESTIONS).write_text("".join(json.dumps(q) + "\n" for q in self.kept), encoding="utf-8")
+        return len(self.kept)
 
 
 def _longest_turn(learned: list[bool]) -> int:

@@ -11,7 +11,8 @@ Packing several conversations into a row would waste less compute on padding but
 block-diagonal mask, which the flash kernels do not take.
 
 The ids come from the chat token cache that conversations/cache.py builds once (<split>.bin, .mask,
-.idx and meta.json), checked on opening as text caches are.
+.idx and meta.json), checked on opening as text caches are. With data.val_fraction=0 nothing is
+held out, and the val split reads the training conversations (said when the cache opens).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ..tokenizer import Tokenizer
 # per conversation in <split>.idx: first token, tokens, the longest stretch without an answer or
 # of one answer (what must fit in block_size), and where it came from (meta.json's files, line)
 INDEX = np.dtype([("start", "<i8"), ("length", "<i8"), ("longest", "<i8"), ("file", "<i8"), ("line", "<i8")])
+QUESTIONS = "questions.jsonl"  # held-out conversations up to their last question, and its right answer
 
 
 class ChatData:
@@ -40,11 +42,16 @@ class ChatData:
         self.tokenizer = tokenizer or Tokenizer.load(self.path / "tokenizer.json")
         if self.tokenizer.vocab_size != self.meta["vocab_size"]:
             raise CacheError(self.path, f"its ids are for a vocabulary of {self.meta['vocab_size']}")
-        self.index = {s: np.fromfile(self.path / f"{s}.idx", INDEX) for s in SPLITS}
+        held = self.meta["splits"]["val"]["conversations"] > 0
+        self.files = {"train": "train", "val": "val" if held else "train"}  # each split's files
+        self.index = {s: np.fromfile(self.path / f"{s}.idx", INDEX) for s in set(self.files.values())}
+        if not held:
+            log("data: data.val_fraction=0: nothing is held out, so the val numbers are the training conversations'")
+        self.questions = _read_questions(self.path)
 
     def bytes_per_token(self, split: str) -> float:
         """UTF-8 bytes of the answers per learned token (bits per byte are of the answers)."""
-        counts = self.meta["splits"][split]
+        counts = self.meta["splits"][self.files[split]]
         return counts["bytes"] / max(counts["learned"], 1)
 
     def batch_words(self, rows: int, block_size: int) -> str:
@@ -54,7 +61,7 @@ class ChatData:
     def check_fits(self, block_size: int) -> None:
         """Every turn fits in block_size (else it is an error naming its file and line); the
         conversations longer than block_size + 1 are counted and said: their tail is not learned."""
-        for split in SPLITS:
+        for split in self.index:
             index = self.index[split]
             over = np.flatnonzero(index["longest"] > block_size)
             if len(over) and self.skip_long and len(over) < len(index):  # data.skip_invalid
@@ -90,6 +97,7 @@ class ChatData:
         device: str | torch.device = "cpu",
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """batch_size random conversations: x (B, T) and y (B, T), T <= block_size, int64."""
+        split = self.files[split]
         index = self.index[split]
         picks = torch.randint(len(index), (batch_size,), generator=generator, device=generator.device).tolist()
         rows = [index[i] for i in picks]
@@ -106,6 +114,18 @@ class ChatData:
         x = torch.from_numpy(xy[:, :-1].copy())  # (B, T)
         y = torch.from_numpy(np.where(learned[:, 1:], xy[:, 1:], IGNORE))  # (B, T): only answers count
         return to_device(x, y, device)
+
+
+def _read_questions(path: Path) -> list[dict]:
+    """questions.jsonl: [{"messages": the conversation up to its last question, "answer": text}]."""
+    try:
+        lines = (path / QUESTIONS).read_text(encoding="utf-8").splitlines()
+        questions = [json.loads(line) for line in lines]
+        if not all(isinstance(q["messages"], list) and isinstance(q["answer"], str) for q in questions):
+            raise ValueError("a question without messages or answer")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CacheError(path, f"{QUESTIONS}: {type(e).__name__}: {e}") from None
+    return questions
 
 
 def _read_meta(path: Path) -> dict:

@@ -1,9 +1,11 @@
 """Metrics a recipe adds to each evaluation beside the held-out loss (train.eval_metric).
 
-exact_answers: the share of the generated chat corpus's held-out questions that the model answers
-exactly, greedily, from the question (`val_exact`, and `val_exact_<task>` per task in
-metrics.jsonl). The loss says how likely the right answer is; this says whether the model gives it.
-The trainer looks the metric up here and hands it to evaluate(), which calls it and knows no more.
+exact_answers: the share of held-out questions that the model answers exactly, greedily, from the
+conversation before the answer (`val_exact`, and for the generated chat corpus `val_exact_<task>`
+per task, in metrics.jsonl). The questions are those the chat token cache kept: every held-out
+conversation of the generated corpus, and those of a user's file that give an "answer" to check.
+The loss says how likely the right answer is; this says whether the model gives it. The trainer
+looks the metric up here and hands it to evaluate(), which calls it and knows no more.
 """
 
 from __future__ import annotations
@@ -16,34 +18,39 @@ from ..corpus import chat_corpus
 from .answer import exact_match
 
 QUESTIONS = 100  # held-out questions asked at each evaluation
+LONGEST_ANSWER = 64  # tokens an answer may take: the most a question's right answer is granted
 
 
 @dataclass(frozen=True)
 class Metric:
-    """compute(model, tokenizer, cfg) -> {name: value} for metrics.jsonl; words(values) -> the
+    """compute(model, data, cfg) -> {name: value} for metrics.jsonl; words(values) -> the
     progress line's few words."""
 
     compute: Callable[..., dict[str, float]]
     words: Callable[[dict[str, float]], str]
 
 
-def exact_answers(model, tokenizer, cfg: Config) -> dict[str, float]:
-    """val_exact (all tasks) and val_exact_<task>: the share of held-out questions answered exactly."""
-    questions = chat_corpus.held_out(QUESTIONS, cfg.data.val_fraction)
-    shares = exact_match(model, tokenizer, questions, chat_corpus.task_of)
+def exact_answers(model, data, cfg: Config) -> dict[str, float]:
+    """val_exact (all questions) and val_exact_<task>: the share of held-out questions answered exactly."""
+    tok, asked = data.tokenizer, data.questions[:QUESTIONS]
+    conversations = [[*q["messages"], {"role": "assistant", "content": q["answer"]}] for q in asked]
+    longest = max(len(tok.encode(q["answer"])) for q in asked)  # room for the answer and its end of turn
+    task_of = chat_corpus.task_of if cfg.data.source == "chat" else None
+    shares = exact_match(model, tok, conversations, task_of, max_new_tokens=min(max(12, longest + 2), LONGEST_ANSWER))
     return {"val_exact" if task == "all" else f"val_exact_{task}": share for task, share in shares.items()}
 
 
-METRICS = {"exact_answers": Metric(exact_answers, lambda v: f"answers exactly right {v['val_exact']:.0%}")}
+METRICS = {"exact_answers": Metric(exact_answers, lambda v: f"answers exactly right {v.get('val_exact', 0):.0%}")}
 
 
-def eval_metric(cfg: Config, log: Callable) -> Metric | None:
+def eval_metric(cfg: Config, data, log: Callable) -> Metric | None:
     """The metric train.eval_metric names, or None; one the data cannot give is said once, and off."""
     name = cfg.train.eval_metric
-    if name is not None and cfg.data.source != "chat":  # the held-out questions are the generated corpus's
+    if name is not None and not getattr(data, "questions", None):  # text, or conversations with no answer to check
         log(
-            f"train.eval_metric={name} asks the generated chat corpus's held-out questions, which "
-            f"data.source={cfg.data.source} does not hold: it is not computed (set train.eval_metric=null)"
+            f"train.eval_metric={name} asks held-out questions with an answer to check, and data.source="
+            f'{cfg.data.source} holds none: it is not computed (give conversations an "answer", as '
+            f'{{"messages": [...], "answer": "42"}}, or set train.eval_metric=null)'
         )
         return None
     return None if name is None else METRICS[name]

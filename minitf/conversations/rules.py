@@ -9,9 +9,12 @@ One conversation per line, as OpenAI's fine-tuning files and most chat datasets 
 
 The roles go: an optional system message first, then user and assistant in turn, ending with the
 assistant. Content is a non-empty string (or OpenAI's list of {"type": "text", "text": ...} parts,
-joined); other keys of a message (name, ...) are ignored. A conversation that breaks a rule is
-an error naming its file and line (`BadConversation`), unless data.skip_invalid is set: then it
-is skipped, and the skipped ones are counted by reason and said.
+joined); other keys of a message (name, ...) are ignored. A line may also give `"answer"`: the
+exact text that counts as right for its last question (`{"messages": [...], "answer": "42"}`);
+held out, such conversations are asked at every evaluation (train.eval_metric=exact_answers).
+A conversation that breaks a rule is an error naming its file and line (`BadConversation`),
+unless data.skip_invalid is set: then it is skipped, and the skipped ones are counted by reason
+and said.
 """
 
 from __future__ import annotations
@@ -111,10 +114,11 @@ def _text(content) -> str | None:
     return None
 
 
-def jsonl_conversations(path: Path) -> Iterator[tuple[str, object]]:
-    """("file:line", messages) for each non-blank line of a JSONL file, read a line at a time; for a
-    line that is not UTF-8, not JSON or holds no "messages", a BadConversation in place of the
-    messages (check_messages raises it, or data.skip_invalid counts it)."""
+def jsonl_conversations(path: Path) -> Iterator[tuple[str, object, str | None]]:
+    """("file:line", messages, answer) for each non-blank line of a JSONL file, read a line at a
+    time (answer: the line's "answer", or None); for a line that is not UTF-8, not JSON, holds no
+    "messages" or an answer that is not text, a BadConversation in place of the messages
+    (check_messages raises it, or data.skip_invalid counts it)."""
     with open(path, "rb") as f:
         for number, raw in enumerate(_lines(f, path), start=1):
             where = f"{path}:{number}"
@@ -123,23 +127,28 @@ def jsonl_conversations(path: Path) -> Iterator[tuple[str, object]]:
             try:  # a file's first line may start with the byte order mark Windows Notepad writes
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as e:
-                yield where, BadConversation(where, f"invalid UTF-8 at byte {e.start} of the line")
+                yield where, BadConversation(where, f"invalid UTF-8 at byte {e.start} of the line"), None
                 continue
             try:
                 record = json.loads(line)
             except ValueError as e:
-                yield where, BadConversation(where, f"invalid JSON ({e.msg} at column {e.colno})")
+                yield where, BadConversation(where, f"invalid JSON ({e.msg} at column {e.colno})"), None
                 continue
             except RecursionError:  # [[[[...]]]] 100,000 deep: Python's parser gives up
-                yield where, BadConversation(where, "invalid JSON (nested too deeply)")
+                yield where, BadConversation(where, "invalid JSON (nested too deeply)"), None
                 continue
             if not isinstance(record, dict) or "messages" not in record:
-                yield where, BadConversation(where, 'each line must be a JSON object with a "messages" list')
+                yield where, BadConversation(where, 'each line must be a JSON object with a "messages" list'), None
                 continue
-            if _lone_surrogate(record["messages"]):  # "\ud800": valid JSON, but no text any tokenizer encodes
-                yield where, BadConversation(where, "a lone surrogate (\\ud800-\\udfff) that is no character")
+            if _lone_surrogate(record):  # "\ud800": valid JSON, but no text any tokenizer encodes
+                yield where, BadConversation(where, "a lone surrogate (\\ud800-\\udfff) that is no character"), None
                 continue
-            yield where, record["messages"]
+            answer = record.get("answer")
+            if answer is not None and not (isinstance(answer, str) and answer.strip()):
+                why = '"answer" must be the text its last question is answered with, e.g. "answer": "42"'
+                yield where, BadConversation(where, why), None
+                continue
+            yield where, record["messages"], answer
 
 
 def _lone_surrogate(value) -> bool:

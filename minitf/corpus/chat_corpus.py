@@ -24,7 +24,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .generated import generated_files
-from .split import val_rule
 
 VERSION = 1  # the generator's version: its folder, and so its token cache, changes with it
 FILES, PER_FILE = 10, 2_000  # 20,000 conversations, about 2 MB
@@ -88,9 +87,3 @@ def task_of(question: str) -> str:
     if question.startswith("What is the last"):
         return "last"
     return "bigger" if question.startswith("Which") else "add"
-
-
-def held_out(n: int, val_fraction: float) -> list[list[dict]]:
-    """The first n conversations of the val split (as the token cache splits them), to ask."""
-    is_val = val_rule(None, val_fraction)
-    return [c for i, c in enumerate(conversations()) if is_val(i)][:n]

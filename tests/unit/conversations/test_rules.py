@@ -109,11 +109,6 @@ def test_the_generated_corpus_answers_are_right():
     assert seen == set(chat_corpus.TASKS)
 
 
-def test_held_out_questions_are_the_val_split():
-    every, held = chat_corpus.conversations(), chat_corpus.held_out(50, 0.1)
-    assert len(held) == 50 and held[0] is every[5] and held[1] is every[15]  # one in ten, spread evenly
-
-
 def test_a_byte_order_mark_and_a_directory_of_jsonl_files_are_read(tmp_path, tok):
     """What Windows Notepad writes (a UTF-8 BOM before the first line) is read, not refused; and a
     directory given for conversations means its *.jsonl, as it means *.txt for text."""
