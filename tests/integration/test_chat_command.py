@@ -152,4 +152,6 @@ def test_an_answers_control_characters_are_shown_on_a_terminal_and_exact_in_a_pi
     assert shown.returncode == piped.returncode == 0, shown.stderr
     assert piped.stdout.endswith(written + "\n")
     escaped = "\\x1b[2J\\x1b]0;owned\\x07\\x1b]52;c;ZWNobyBoaQ==\\x07a\\rb\\u202ec\\x9b"
-    assert shown.stdout.endswith(escaped + "\n") and piped.stdout[: -len(written) - 1] == shown.stdout[: -len(escaped) - 1]
+    assert (
+        shown.stdout.endswith(escaped + "\n") and piped.stdout[: -len(written) - 1] == shown.stdout[: -len(escaped) - 1]
+    )

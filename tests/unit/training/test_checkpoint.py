@@ -2,9 +2,8 @@
 
 import re
 
-import torch
-
 import pytest
+import torch
 
 from minitf.errors import MinitfError
 from minitf.training.checkpoint import lock_run_dir
