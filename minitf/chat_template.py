@@ -17,21 +17,21 @@ only the assistant's tokens, its content and the end-of-turn token after it (the
 `encode_conversation`); the rest is context the model reads but is never asked to write.
 
 A downloaded Llama or Qwen3 directory brings its own template (tokenizer_config.json's
-`chat_template`), a small Jinja program. Every template, ChatML included, is rendered here as
+`chat_template`), a small Jinja program. Every template, ChatML included, is rendered as
 transformers renders it (a sandboxed Jinja environment with the same options and helpers), so the
 token ids equal `AutoTokenizer.apply_chat_template`'s. A template is untrusted code from a
-download: the sandbox lets it read the messages and nothing else.
+download: the sandbox lets it read the messages and nothing else, and it runs in a process of its
+own, bounded in time, text and memory (conversations/bounded.py).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-from datetime import datetime
 from pathlib import Path
 
+from .conversations.bounded import InProcess, Worker, describe
 from .conversations.markers import content_spans, encode_contents_as_text
-from .errors import MinitfError, first_line
+from .errors import MinitfError
 from .tokenizer import Tokenizer
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -43,21 +43,25 @@ CHATML = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 TEMPLATE_FILE = "chat_template.jinja"  # in a run directory (and in transformers' own saves)
+MAX_TEMPLATE_BYTES = 1 << 20  # a real one is a few kilobytes
 
 
 class ChatTemplate:
-    """A chat template (Jinja source) and the special tokens it may name (bos_token, eos_token)."""
+    """A chat template (Jinja source), the special tokens it may name (bos_token, eos_token), and
+    where it came from (a file, for the errors that name it)."""
 
-    def __init__(self, source: str, special: dict[str, str] | None = None):
-        self.source, self.special = source, dict(special or {})
-        self._program = _compile(source)
+    def __init__(self, source: str, special: dict[str, str] | None = None, origin: str | None = None):
+        self.source, self.special, self.name = source, dict(special or {}), describe(origin)
+        # ours renders here; any other (code from a download) in a worker process, bounded
+        self.renderer = (InProcess if source == CHATML else Worker)(source, self.special, self.name)
 
     def render(self, messages: list[dict], add_generation_prompt: bool = False) -> str:
         """The conversation as one text, as the model sees it."""
-        try:
-            return self._program.render(messages=messages, add_generation_prompt=add_generation_prompt, **self.special)
-        except Exception as e:  # a template's raise_exception, or a template error
-            raise MinitfError(f"the chat template refused the conversation ({first_line(e, 160)})") from None
+        return self.renderer.render(messages, add_generation_prompt)
+
+    def cancelled_by(self, cancelled):
+        """A block whose renders (in this thread) stop once cancelled() is true: a client gone."""
+        return self.renderer.cancelled_by(cancelled)
 
     def prompt_ids(self, tokenizer: Tokenizer, messages: list[dict]) -> list[int]:
         """Token ids of the conversation followed by the generation prompt: what the model answers."""
@@ -151,7 +155,10 @@ class ChatTemplate:
         eos = self.special.get("eos_token")
         if eos is not None and tokenizer.backend.token_to_id(eos) is not None:
             return tokenizer.backend.token_to_id(eos)
-        raise MinitfError("the chat template writes no special token after an answer, so no answer could end")
+        raise MinitfError(
+            f"{self.name} writes no special token after an answer, so no answer could end: it is not a chat "
+            f"template (one ends each turn with a special token, as ChatML's {IM_END}); use the model's own"
+        )
 
     def save(self, directory: Path) -> None:
         (Path(directory) / TEMPLATE_FILE).write_text(self.source, encoding="utf-8")
@@ -180,9 +187,9 @@ def load_template(directory: Path, config: dict | None = None) -> ChatTemplate |
     `config` is the parsed tokenizer_config.json, when the caller has read it (bounded) already."""
     directory = Path(directory)
     config = config or {}
-    source = None
-    if (directory / TEMPLATE_FILE).is_file():
-        source = (directory / TEMPLATE_FILE).read_text(encoding="utf-8")
+    source, origin = None, directory / "tokenizer_config.json"
+    if (directory / TEMPLATE_FILE).exists() or (directory / TEMPLATE_FILE).is_symlink():
+        source, origin = _read_template(directory / TEMPLATE_FILE), directory / TEMPLATE_FILE
     elif isinstance(config.get("chat_template"), str):
         source = config["chat_template"]
     elif isinstance(config.get("chat_template"), list):  # [{"name": "default", "template": ...}, ...]
@@ -196,40 +203,24 @@ def load_template(directory: Path, config: dict | None = None) -> ChatTemplate |
         value = value.get("content") if isinstance(value, dict) else value
         if isinstance(value, str):
             special[key] = value
-    return ChatTemplate(source, special)
+    return ChatTemplate(source, special, str(origin))
 
 
-@functools.lru_cache(maxsize=8)
-def _compile(source: str):
-    """The template compiled as transformers compiles it: a sandbox that cannot reach Python's
-    internals, trim_blocks and lstrip_blocks, loop controls, and the helpers templates call."""
-    import jinja2
-    from jinja2.ext import Extension, loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Generation(Extension):  # {% generation %}...{% endgeneration %}: its body, as it is
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller):
-            return caller()
-
-    def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
-
-    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals.update(
-        raise_exception=raise_exception, strftime_now=lambda fmt: datetime.now().strftime(fmt), dict=dict
-    )
+def _read_template(path: Path) -> str:
+    """A chat_template.jinja's text: a regular file (a FIFO would never end) of UTF-8, or one line."""
+    if not path.is_file():
+        raise MinitfError(
+            f"{path} is not a regular file (a FIFO, a device, a folder or a broken link); put the "
+            f"model's chat template there as text, or remove it"
+        )
     try:
-        return env.from_string(source)
-    except jinja2.exceptions.TemplateError as e:
-        raise MinitfError(f"the chat template is not valid Jinja ({first_line(e, 160)})") from None
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TEMPLATE_BYTES + 1)
+    except OSError as e:
+        raise MinitfError(f"cannot read {path} ({e.strerror or e}); fix its permissions") from None
+    if len(raw) > MAX_TEMPLATE_BYTES:
+        raise MinitfError(f"{path} is over {MAX_TEMPLATE_BYTES >> 20} MiB, not a chat template; fetch the model again")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MinitfError(f"{path} is not UTF-8 text (byte {e.start:,}); save the chat template as UTF-8") from None

@@ -29,7 +29,7 @@ def chat(
     messages: list[dict],
     settings: SampleConfig | None = None,
     *,
-    template: ChatTemplate | None = None,
+    template: ChatTemplate | str | None = None,
     stop=None,
     num_samples: int = 1,
     use_cache: bool = True,
@@ -39,7 +39,8 @@ def chat(
 ):
     """The assistant's answer to `messages` (a list of num_samples answers when > 1). Settings and
     overrides are generate's (max_new_tokens, temperature, top_k, top_p, repetition_penalty,
-    seed); the answer ends at the template's end-of-turn token, max_new_tokens or a stop string."""
+    seed); the answer ends at the template's end-of-turn token, max_new_tokens or a stop string.
+    `template` (a ChatTemplate, or a Jinja source) stands in for the model's own."""
     ids, ends, settings = _prepare("chat", model, tokenizer, messages, template, stop, num_samples, settings, overrides)
     out = [""] * num_samples
     for step in text_steps(model, tokenizer, ids, settings, stop, num_samples, use_cache, compile, info, ends):
@@ -53,7 +54,7 @@ def chat_stream(
     messages: list[dict],
     settings: SampleConfig | None = None,
     *,
-    template: ChatTemplate | None = None,
+    template: ChatTemplate | str | None = None,
     stop=None,
     use_cache: bool = True,
     compile: bool = False,
@@ -70,6 +71,12 @@ def chat_stream(
 def _prepare(fn, model, tokenizer, messages, template, stop, num_samples, settings, overrides):
     """(prompt ids, end-of-turn ids, settings) of a chat call, every argument checked."""
     check_arguments(fn, model, tokenizer, "", stop, num_samples)
+    if isinstance(template, str):
+        template = ChatTemplate(template, origin=f"{fn}()'s template argument")
+    elif template is not None and not isinstance(template, ChatTemplate):
+        raise ConfigError(
+            f"{fn}(): template must be a ChatTemplate or a Jinja source (a str), got {type(template).__name__}"
+        )
     template = template or getattr(tokenizer, "chat_template", None)
     if template is None:
         raise MinitfError(

@@ -19,8 +19,17 @@ LAYERS = [
     {"errors", "config", "system", "budget"},
     {"tokenizer"},  # text -> ids
     # the token cache's format as batches (data.py owns it; corpus/ writes it); a conversation's rules,
-    # its template and loss mask, its contents kept as text, and its batches
-    {"data", "chat_template", "conversations.rules", "conversations.data", "conversations.markers"},
+    # its template and loss mask, the template's sandbox and bounded worker, its contents kept as text,
+    # and its batches
+    {
+        "data",
+        "chat_template",
+        "conversations.rules",
+        "conversations.data",
+        "conversations.markers",
+        "conversations.sandbox",
+        "conversations.bounded",
+    },
     {"corpus"},  # where text comes from, tokenized once into data.py's token cache: nothing above it
     {"conversations.cache"},  # conversations tokenized once, read through corpus/'s sources
     {"positions", "attention", "fast", "kv_cache", "sampling"},  # the parts of a model and of sampling
