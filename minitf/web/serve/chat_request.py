@@ -7,7 +7,9 @@ follow a training conversation's rules (conversations/rules.py: known roles, non
 system first if at all, user and assistant taking turns) and end with the user's message, the
 one to answer; a conversation that leaves no room for an answer in block_size is refused
 (context_length_exceeded). A run with no template answers 404 "not a chat model", as OpenAI's API
-answers for a completions-only model.
+answers for a completions-only model. A downloaded template renders in a worker process within its
+bounds (conversations/bounded.py; past one, a 400 naming it), ended as soon as `cancelled()` is
+true (the client went away, the server is stopping): the request is then Cancelled.
 
 - max_tokens or max_completion_tokens (its newer name; one of the two): 1 to the server's
   --max-tokens; left out: the run's sample.max_new_tokens. temperature, top_p, seed, stop, n,
@@ -17,8 +19,10 @@ answers for a completions-only model.
 
 from __future__ import annotations
 
+from ...conversations.bounded import RenderCancelled
 from ...conversations.rules import BadConversation, check_question
 from ..fields import flag
+from .engine import Cancelled
 from .request import (
     KNOWN,
     MAX_CHOICES,
@@ -48,13 +52,14 @@ def not_a_chat_model() -> APIError:
     )
 
 
-def parse_chat(requests: Requests, body: dict) -> Request:
-    """The chat request as a Request of one prompt (the templated conversation), or APIError."""
+def parse_chat(requests: Requests, body: dict, cancelled=lambda: False) -> Request:
+    """The chat request as a Request of one prompt (the templated conversation), or APIError;
+    Cancelled once cancelled() is true while the template renders."""
     with api_errors():
-        return _parse(requests, body)
+        return _parse(requests, body, cancelled)
 
 
-def _parse(requests: Requests, body: dict) -> Request:
+def _parse(requests: Requests, body: dict, cancelled) -> Request:
     template = getattr(requests.tok, "chat_template", None)
     if template is None:  # whatever else the request says
         check_model(body.get("model"), requests.name)
@@ -62,7 +67,11 @@ def _parse(requests: Requests, body: dict) -> Request:
     check_fields(body, CHAT_KNOWN, requests.name, required={"model", "messages"})
     unsupported(body)
     messages = checked_messages(body["messages"])
-    ids = template.prompt_ids(requests.tok, messages)
+    try:
+        with template.cancelled_by(cancelled):
+            ids, end = template.prompt_ids(requests.tok, messages), template.end_of_turn(requests.tok)
+    except RenderCancelled as e:
+        raise Cancelled(str(e)) from None
     if len(ids) >= requests.block:
         raise bad(
             "messages",
@@ -89,7 +98,7 @@ def _parse(requests: Requests, body: dict) -> Request:
         logprobs=(top or 0) if logprobs else None,
         echo=False,
         include_usage=usage_option(body, stream),
-        ends=(template.end_of_turn(requests.tok),),
+        ends=(end,),
     )
 
 

@@ -85,11 +85,12 @@ class Completions:
 
     # ---- /v1/chat/completions
 
-    def parse_chat(self, body: dict) -> Request:
+    def parse_chat(self, body: dict, cancelled: Callable[[], bool] = lambda: False) -> Request:
         """The chat request, checked (chat_request.py); a run with no chat template answers 404
-        "not a chat model", as OpenAI's API answers for a completions-only model. In a slot, as parse."""
+        "not a chat model", as OpenAI's API answers for a completions-only model. In a slot, as parse;
+        cancelled() is asked while the template renders (Cancelled)."""
         with self.engine.slot():
-            return parse_chat(self.requests, body)
+            return parse_chat(self.requests, body, cancelled)
 
     def chat(self, req: Request, cancelled: Callable[[], bool] = lambda: False) -> dict:
         """The whole chat.completion."""

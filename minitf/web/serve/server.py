@@ -11,9 +11,10 @@ Ctrl-C or SIGTERM). What each route answers is completions.py's.
     POST /tokenize, /detokenize     text to token ids and back (lm-evaluation-harness asks for these)
     GET  /docs                      the endpoints, as an OpenAPI page
 
-A client that closes its connection stops its completion at the next token, streamed or not. A
-server that is stopping answers new requests 503 and ends each open stream with an error event and
-[DONE]. Binds 127.0.0.1 unless told otherwise, and then answers only requests whose Host names this
+A client that closes its connection stops its completion at the next token, streamed or not, and
+a chat's template render at once (it runs in a worker process: conversations/bounded.py). A server
+that is stopping does the same, answers new requests 503 and ends each open stream with an error
+event and [DONE]. Binds 127.0.0.1 unless told otherwise, and then answers only requests whose Host names this
 machine (a guard against DNS rebinding); every POST must be JSON, which keeps a web page from posting
 to the server without asking first (CORS). With an api_key, every request must carry it
 (Authorization: Bearer KEY, as OpenAI clients send their key), or is answered 401.
@@ -111,7 +112,8 @@ def completions_app(api: Completions, limits: Limits, stopping: threading.Event,
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
         """A chat run's answer to a conversation (streamed as completions are); a base run: 404, not a chat model."""
-        req = await run_in_threadpool(api.parse_chat, await body(request))
+        fields = await body(request)  # then the template renders, ended if the client leaves or the server stops
+        req = await watched(request, lambda gone: api.parse_chat(fields, _cancelled(stopping, gone)))
         return await answer(request, req, api.chat, api.chat_stream)
 
     @app.get("/tokenizer_info")
