@@ -212,8 +212,10 @@ class DataConfig(_Section):
         "shakespeare",
         "the corpus: shakespeare, file:PATH (a file or directory), hf:DATASET, repeats or chat (generated)",
     )
-    format: Literal["text", "chat"] = key(
-        "text", "text: documents to continue; chat: conversations (JSONL messages) to fine-tune on (docs/chat.md)"
+    format: Literal["text", "chat", "rl"] = key(
+        "text",
+        "text: documents to continue; chat: conversations (JSONL messages) to fine-tune on (docs/chat.md); "
+        "rl: their questions, answered by the model and rewarded (docs/rl.md)",
     )
     skip_invalid: bool = key(False, "chat: skip (and count) malformed conversations instead of stopping")
     vocab_size: int = key(4096, "byte-level BPE vocabulary trained on the corpus (at least 257)")
@@ -230,11 +232,11 @@ class DataConfig(_Section):
             raise ConfigError(
                 f"data.vocab_size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}"
             )
-        if not (0 < self.val_fraction <= 0.5 or (self.val_fraction == 0 and self.format == "chat")):
+        if not (0 < self.val_fraction <= 0.5 or (self.val_fraction == 0 and self.format != "text")):
             zero = " (0, nothing held out, is for conversations: data.format=chat)" if self.val_fraction == 0 else ""
             raise ConfigError(f"data.val_fraction must be in (0, 0.5], got {self.val_fraction}{zero}")
         self._positive("max_documents", "num_proc")
-        if (self.source == "chat") != (self.format == "chat") and self.source in ("chat", "shakespeare", "repeats"):
+        if (self.source == "chat") != (self.format != "text") and self.source in ("chat", "shakespeare", "repeats"):
             raise ConfigError(
                 f"data.source={self.source} is {'conversations' if self.source == 'chat' else 'text'} but "
                 f"data.format={self.format}; fine-tune on conversations with --config chat"
@@ -420,10 +422,11 @@ class TrainConfig(_Section):
     grad_clip: float = key(1.0, "clip the gradient's global norm to this (0: off; the norm is still logged)")
     eval_every: int = key(250, "steps between evaluations (val loss, bits per byte, a sample)")
     eval_batches: int = key(10, "batches per evaluation")
-    eval_metric: Literal["exact_answers"] | None = key(
+    eval_metric: Literal["exact_answers", "rewards"] | None = key(
         None,
         "a metric each evaluation adds to the loss: exact_answers, held-out questions answered exactly "
-        '(the generated chat corpus\'s, or conversations that give an "answer"; the chat recipe sets it)',
+        '(the generated chat corpus\'s, or conversations that give an "answer"; the chat recipe sets it); '
+        "rewards: those and the rewards since the last evaluation (data.format=rl)",
     )
     ckpt_every: int = key(250, "steps between checkpoints (and at the end, and on Ctrl-C or SIGTERM)")
     log_every: int = key(10, "steps between steps.jsonl rows (loss, LR) and progress-bar updates")
@@ -572,12 +575,28 @@ class SampleConfig(_Section):
 
 
 @dataclass
+class RLConfig(_Section):
+    """Reinforcement learning (data.format=rl, docs/rl.md): answers sampled in groups and rewarded."""
+
+    _section = "rl"
+    group_size: int = key(8, "answers sampled per prompt; train.batch_size (answers per micro-batch) is a multiple")
+    answer_tokens: int = key(16, "the most tokens a sampled answer may take")
+    reward: str = key("exact", "exact (the answer is the prompt's expected answer) or module:function (docs/rl.md)")
+
+    def validate(self) -> None:
+        self._positive("answer_tokens")
+        if self.group_size < 2:  # one answer has nothing to be compared with: its advantage is always 0
+            raise ConfigError(f"rl.group_size must be at least 2 (answers compared in a group), got {self.group_size}")
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
     # the dotted keys a recipe, a dict or an override set ("model.n_layer"), as opposed to the
     # defaults: a value the user chose is kept where minitf would otherwise choose one (the
     # budget's depth, a fine-tune's rates). Not a field, nor annotated (code that reads the

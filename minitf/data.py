@@ -67,8 +67,10 @@ class TokenData:
         block_size: int,
         generator: torch.Generator,
         device: str | torch.device = "cpu",
+        policy=None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """batch_size random windows of the split: x (B, T) and y = x shifted left by one, int64."""
+        """batch_size random windows of the split: x (B, T) and y = x shifted left by one, int64.
+        (policy, the model being trained, is for data that samples from it: rl/rollouts.py.)"""
         dtype = np.dtype(self.meta["dtype"])
         # Plain reads, not a memmap: pages read through a long-lived map count as this process's
         # memory, so a big split would creep into RAM over a long run (a fresh map per batch, as

@@ -40,6 +40,7 @@ from .export.architecture import export_words
 from .fast.lm_loss import IGNORE
 from .model import Transformer
 from .optim import lr_at, make_optimizer, schedule_progress, set_lr
+from .rl.grpo import policy_loss
 from .run_dir import TOKENIZER, is_run_dir, load_run
 from .system import runtime
 from .tokenizer import Tokenizer
@@ -208,12 +209,15 @@ def forward_backward(session: Session) -> tuple[torch.Tensor, torch.Tensor]:
     tc, model, raw_model = session.cfg.train, session.model, session.raw_model
     loss_sum = None
     batches = [session.next_batch() for _ in range(tc.grad_accum)]  # (B, T) ids, and the next token of each
-    shares = token_weights([y for _, y in batches], session.procs.world)  # each micro-batch's share of the loss
-    session.meter.count(sum(x.numel() for x, _ in batches) * session.procs.world)  # the positions this step ran
-    for micro, ((x, y), share) in enumerate(zip(batches, shares)):
+    shares = token_weights([b[1] for b in batches], session.procs.world)  # each micro-batch's share of the loss
+    session.meter.count(sum(b[0].numel() for b in batches) * session.procs.world)  # the positions this step ran
+    for micro, ((x, y, *advantages), share) in enumerate(zip(batches, shares)):
         sync = session.procs.world == 1 or micro == tc.grad_accum - 1
         with fsdp.micro_batch(model, raw_model, sync), session.autocast:
-            _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
+            if advantages:  # answers the model sampled (data.format=rl): each one's tokens weighed by its advantage
+                loss = policy_loss(model, x, y, *advantages)
+            else:
+                _, loss = model(x, y, logits=False)  # the loss alone: the fused head where it applies (lm_loss)
             loss = loss * share
         session.scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()

@@ -10,7 +10,8 @@ once; each split is stored as three flat files beside meta.json:
                  (file and line, or dataset row), so a problem found later names its line
 
 and questions.jsonl: held-out conversations with an answer to check (a line's "answer"; every
-conversation of the generated corpus), up to their last question, which train.eval_metric asks.
+conversation of the generated corpus), up to their last question, which train.eval_metric asks;
+prompts.jsonl: the training ones, which reinforcement learning answers (data.format=rl).
 
 Conversations are streamed a batch at a time, so memory stays bounded whatever the corpus size;
 the directory is built under a temporary name and renamed when complete, as text caches are.
@@ -37,10 +38,10 @@ from ..corpus.token_cache import cache_build, give_back_freed_memory, progress
 from ..data import SPLITS, CacheError, token_dtype
 from ..errors import MinitfError
 from ..tokenizer import Tokenizer
-from .data import INDEX, QUESTIONS, ChatData
+from .data import INDEX, PROMPTS, QUESTIONS, ChatData
 from .rules import BadConversation, Skipped, check_messages, jsonl_conversations
 
-FORMAT = 4  # bump when the layout or the ids change, so old caches rebuild (4: questions.jsonl)
+FORMAT = 5  # bump when the layout or the ids change, so old caches rebuild (5: questions and prompts)
 FLUSH = 4096  # conversations buffered per split before they are appended to its files
 
 
@@ -118,8 +119,9 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
                 writers["val" if held else "train"].add(
                     ids, learned, _longest_turn(learned), origins.of(where), answers
                 )
+                questions.add(messages, answer, "train")
                 if held or cfg.val_fraction == 0:  # nothing held out: the training conversations are asked
-                    questions.add(messages, answer)
+                    questions.add(messages, answer, "val")
                 bar.update(len(ids))
         splits = {s: w.close() for s, w in writers.items()}
         if skipped and not any(counts["conversations"] for counts in splits.values()):  # why: the reasons
@@ -150,22 +152,24 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
 
 
 class _Questions:
-    """Held-out conversations with an answer to check, up to their last question, and that answer
-    (the line's "answer"; with every=True, the conversation's own last answer): at most KEPT."""
+    """Conversations with an answer to check, up to their last question, and that answer (the
+    line's "answer"; with every=True, the conversation's own last answer): the held-out ones that
+    evaluation asks (at most KEPT), and the training ones, the prompts RL answers (data.format=rl)."""
 
-    KEPT = 1000  # each evaluation asks the first 100 (conversations/metrics.py)
+    KEPT = {"val": 1000, "train": 200_000}  # each evaluation asks the first 100 (conversations/metrics.py)
 
     def __init__(self, every: bool):
-        self.every, self.kept = every, []
+        self.every, self.kept = every, {"val": [], "train": []}
 
-    def add(self, messages: list[dict], answer: str | None) -> None:
-        if len(self.kept) < self.KEPT and (answer is not None or self.every):
+    def add(self, messages: list[dict], answer: str | None, split: str) -> None:
+        if len(self.kept[split]) < self.KEPT[split] and (answer is not None or self.every):
             *before, last = messages  # a checked conversation ends with the assistant's answer
-            self.kept.append({"messages": before, "answer": last["content"] if answer is None else answer})
+            self.kept[split].append({"messages": before, "answer": last["content"] if answer is None else answer})
 
-    def save(self, folder: Path) -> int:
-        (folder / QUESTIONS).write_text("".join(json.dumps(q) + "\n" for q in self.kept), encoding="utf-8")
-        return len(self.kept)
+    def save(self, folder: Path) -> dict[str, int]:
+        for split, name in (("val", QUESTIONS), ("train", PROMPTS)):
+            (folder / name).write_text("".join(json.dumps(q) + "\n" for q in self.kept[split]), encoding="utf-8")
+        return {split: len(kept) for split, kept in self.kept.items()}
 
 
 def _longest_turn(learned: list[bool]) -> int:

@@ -31,6 +31,7 @@ from ..tokenizer import Tokenizer
 # of one answer (what must fit in block_size), and where it came from (meta.json's files, line)
 INDEX = np.dtype([("start", "<i8"), ("length", "<i8"), ("longest", "<i8"), ("file", "<i8"), ("line", "<i8")])
 QUESTIONS = "questions.jsonl"  # held-out conversations up to their last question, and its right answer
+PROMPTS = "prompts.jsonl"  # the same of the training conversations: what reinforcement learning answers
 
 
 class ChatData:
@@ -47,7 +48,7 @@ class ChatData:
         self.index = {s: np.fromfile(self.path / f"{s}.idx", INDEX) for s in set(self.files.values())}
         if not held:
             log("data: data.val_fraction=0: nothing is held out, so the val numbers are the training conversations'")
-        self.questions = _read_questions(self.path)
+        self.questions, self.prompts = _read_questions(self.path / QUESTIONS), _read_questions(self.path / PROMPTS)
 
     def bytes_per_token(self, split: str) -> float:
         """UTF-8 bytes of the answers per learned token (bits per byte are of the answers)."""
@@ -95,8 +96,10 @@ class ChatData:
         block_size: int,
         generator: torch.Generator,
         device: str | torch.device = "cpu",
+        policy=None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """batch_size random conversations: x (B, T) and y (B, T), T <= block_size, int64."""
+        """batch_size random conversations: x (B, T) and y (B, T), T <= block_size, int64. policy
+        (the model being trained) is for data that samples from it (rl/rollouts.py), not read here."""
         split = self.files[split]
         index = self.index[split]
         picks = torch.randint(len(index), (batch_size,), generator=generator, device=generator.device).tolist()
@@ -117,14 +120,13 @@ class ChatData:
 
 
 def _read_questions(path: Path) -> list[dict]:
-    """questions.jsonl: [{"messages": the conversation up to its last question, "answer": text}]."""
+    """questions.jsonl or prompts.jsonl: [{"messages": a conversation up to its last question, "answer": text}]."""
     try:
-        lines = (path / QUESTIONS).read_text(encoding="utf-8").splitlines()
-        questions = [json.loads(line) for line in lines]
+        questions = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         if not all(isinstance(q["messages"], list) and isinstance(q["answer"], str) for q in questions):
             raise ValueError("a question without messages or answer")
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CacheError(path, f"{QUESTIONS}: {type(e).__name__}: {e}") from None
+        raise CacheError(path.parent, f"{path.name}: {type(e).__name__}: {e}") from None
     return questions
 
 

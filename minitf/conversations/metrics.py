@@ -40,12 +40,28 @@ def exact_answers(model, data, cfg: Config) -> dict[str, float]:
     return {"val_exact" if task == "all" else f"val_exact_{task}": share for task, share in shares.items()}
 
 
-METRICS = {"exact_answers": Metric(exact_answers, lambda v: f"answers exactly right {v.get('val_exact', 0):.0%}")}
+def rewards(model, data, cfg: Config) -> dict[str, float]:
+    """exact_answers, and what the sampled answers' rewards did since the last evaluation (data.format=rl):
+    reward_mean, groups_rewarded, groups_learning and answer_tokens (rl/rollouts.py, Tally)."""
+    return {**exact_answers(model, data, cfg), **data.tally.take()}
+
+
+def _reward_words(v: dict[str, float]) -> str:
+    return f"reward {v.get('reward_mean', 0):.2f} | answers exactly right {v.get('val_exact', 0):.0%}"
+
+
+METRICS = {
+    "exact_answers": Metric(exact_answers, lambda v: f"answers exactly right {v.get('val_exact', 0):.0%}"),
+    "rewards": Metric(rewards, _reward_words),
+}
 
 
 def eval_metric(cfg: Config, data, log: Callable) -> Metric | None:
     """The metric train.eval_metric names, or None; one the data cannot give is said once, and off."""
     name = cfg.train.eval_metric
+    if name == "rewards" and not hasattr(data, "tally"):
+        log("train.eval_metric=rewards is for data.format=rl, which samples answers: it is not computed")
+        return None
     if name is not None and not getattr(data, "questions", None):  # text, or conversations with no answer to check
         log(
             f"train.eval_metric={name} asks held-out questions with an answer to check, and data.source="

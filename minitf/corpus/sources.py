@@ -129,7 +129,7 @@ class Source:
         if self.kind == "file":
             # a directory means its *.txt, or for conversations its *.jsonl
             self.files, self.empty, self.aliases = _text_files(
-                self.spec, "*.jsonl" if cfg.format == "chat" else "*.txt"
+                self.spec, "*.txt" if cfg.format == "text" else "*.jsonl"
             )
         elif self.kind == "repeats":  # generated once into the cache, then read as files
             self.files = repeats.repeats_files(cache_dir(), log)

@@ -111,8 +111,8 @@ class Session:
             if not self.prefetched:
                 self.gen_before_prefetch = None
             return batch
-        return self.data.get_batch(
-            "train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen, self.device
+        return self.data.get_batch(  # policy: the model, which data.format=rl samples its answers from
+            "train", self.cfg.train.batch_size, self.cfg.model.block_size, self.batch_gen, self.device, self.raw_model
         )
 
     def prefetch(self, micro_batches: int) -> None:
@@ -120,8 +120,8 @@ class Session:
         while the device still computes this step, before the host waits for its statistics. A
         checkpoint keeps the batch generator as it was before them (`batch_state`), so a resume
         draws them again: the batches, and so the run, are the same with or without this."""
-        if self.device.type not in PREFETCH_ON or self.prefetched:
-            return
+        if self.device.type not in PREFETCH_ON or self.prefetched or getattr(self.data, "SAMPLED", False):
+            return  # answers sampled ahead would be the weights' before this step's update: not on-policy
         self.gen_before_prefetch = self.batch_gen.get_state()
         self.prefetched = [self.next_batch() for _ in range(micro_batches)]
 

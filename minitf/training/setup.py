@@ -102,7 +102,7 @@ def token_data(cfg: Config, procs: runtime.Dist, tokenizer: Tokenizer | None, lo
     A split too small for one batch is said now, not at the first evaluation."""
 
     def prepare():
-        return data_format(cfg).prepare(cfg.data, tokenizer, log)
+        return data_format(cfg).prepare(cfg, tokenizer, log)
 
     if procs.main:
         data = prepare()

@@ -36,7 +36,8 @@ LAYERS = [
     {"model"},  # Transformer = embeddings + positions + blocks + head
     {"generation", "run_dir"},  # generation's arguments and stop strings; a run directory read
     {"optim"},  # optimizers and the schedule: nothing of a run's machinery
-    {"training", "conversations.sft"},  # a run's set-up steps, session, checkpoints, FSDP, logs; a chat fine-tune's
+    # a run's set-up steps, session, checkpoints, FSDP, logs; a chat fine-tune's; RL's update, rewards and rollouts
+    {"training", "conversations.sft", "rl"},
     # what is done with a model and a run
     {
         "trainer",
