@@ -10,6 +10,11 @@ average token, and its logit starts at an average logit. A random row of the ini
 be an outlier the model has never seen, and a row of zeros gives every new token the same
 direction; the mean is what Hugging Face's resize_token_embeddings uses too. The run keeps its
 template as chat_template.jinja beside tokenizer.json.
+
+Under LoRA (train.lora_rank) the model is frozen but its adapters, so ChatML's two rows would keep
+the mean, and the model could never learn to end its turn: `template_tokens` names them, and their
+rows train beside the adapters (training/lora.py). A model that brought its own template has rows for
+its markers, trained with it, and nothing more trains.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from ..chat_template import IM_END, IM_START, add_chat_tokens, chatml, load_template
+from ..chat_template import CHATML, IM_END, IM_START, add_chat_tokens, chatml, load_template
 from ..config import Config
 from ..errors import ConfigError, MinitfError
 from ..model import Transformer
@@ -74,6 +79,16 @@ def grow_vocab(model: Transformer, vocab_size: int) -> Transformer:
         state[name] = rows
     grown = Transformer.holding(dataclasses.replace(model.config, vocab_size=vocab_size), state)
     return grown.train(model.training)
+
+
+def template_tokens(tokenizer: Tokenizer) -> list[int]:
+    """The ids of the tokens minitf gave a chat run for its template, whose rows must learn even
+    where nothing else does (LoRA): ChatML's two markers when the run's template is minitf's ChatML
+    (a base model's, added by chat_model); [] for a model with a template of its own, or no chat."""
+    template = tokenizer.chat_template
+    if template is None or template.source != CHATML:
+        return []
+    return [tokenizer.backend.token_to_id(IM_START), tokenizer.backend.token_to_id(IM_END)]
 
 
 def _end_word(tokenizer: Tokenizer) -> str:

@@ -12,12 +12,25 @@ What is saved: state.pt holds the adapted model's own state (the frozen weights 
 (model.safetensors, best.safetensors, snapshots) holds the merged weights W + (alpha / r) B A
 under the plain model's names (`merged_model`), so generate, serve, export and every other reader of
 the run load an ordinary model and never meet peft.
+
+A chat template's new tokens (`tokens`: ChatML's two markers, which a base model has never seen,
+conversations/sft.py) train too, or the model could never learn to write <|im_end|> and end its
+turn: their rows of the embedding, and of the head (the same rows when it is tied, its own when
+not), are read from a small trainable copy (`TokenRows`, a torch parametrization) and every other
+row stays frozen, bit for bit. peft's own `trainable_token_indices` does not fit a Transformer: it
+wraps the embedding alone (peft learns of a tied head from a transformers config, which a
+Transformer has not), and the fused loss reads `lm_head.weight` itself, past any wrapper. The head
+is no LoRA target: tied, its adapter could be saved in no file apart from the embedding; untied,
+the fused loss would read its matrix past the adapter, which would never train.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.nn as nn
+from torch.nn.utils import parametrize
 
 from ..config import TrainConfig
 from ..errors import MinitfError
@@ -29,8 +42,11 @@ NO_PEFT = (
 )
 
 
-def adapt(model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = torch.float32) -> Transformer:
-    """model with LoRA adapters on tc.lora_targets and everything else frozen; unchanged when
+def adapt(
+    model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = torch.float32, tokens: Sequence[int] = ()
+) -> Transformer:
+    """model with LoRA adapters on tc.lora_targets and everything else frozen but the rows of
+    `tokens` (a chat template's new tokens) in the embedding and head; unchanged when
     train.lora_rank is 0. Says the trainable parameter count.
 
     Under a 16-bit autocast (dtype: the training's, resolved) the frozen weights of the adapted
@@ -43,12 +59,45 @@ def adapt(model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = t
     except ImportError:
         raise MinitfError(NO_PEFT) from None
     targets = [t.strip() for t in tc.lora_targets.split(",")]
+    _check_targets(model, tc, targets)
+    config = LoraConfig(r=tc.lora_rank, lora_alpha=tc.lora_alpha, lora_dropout=tc.lora_dropout, target_modules=targets)
+    model = inject_adapter_in_model(config, model, adapter_name=ADAPTER)  # in place; freezes the rest
+    if dtype in (torch.bfloat16, torch.float16):
+        for name, module in model.named_modules():
+            if name.endswith(".base_layer") and isinstance(module, nn.Linear):  # frozen, read through autocast
+                module.weight.data = module.weight.data.to(dtype)
+    rows = ""
+    if tokens:
+        train_rows(model, list(tokens))
+        rows = f", and the rows of tokens {', '.join(map(str, tokens))} (the chat template's)"
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in dict.fromkeys(model.parameters()))  # tied weights once
+    log(
+        f"LoRA (peft): rank {tc.lora_rank}, alpha {tc.lora_alpha:g} on {', '.join(targets)}{rows}: "
+        f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%), trained by AdamW"
+    )
+    return model
+
+
+def _check_targets(model: Transformer, tc: TrainConfig, targets: list[str]) -> None:
+    """Refuse targets that are no linear layer, the LM head, or a rank as wide as a layer, before
+    any adapter is made."""
     linears = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in linears)]  # peft's rule
     if missing:
         raise MinitfError(
             f"train.lora_targets={tc.lora_targets!r} names {', '.join(missing) or 'nothing'}, which is no linear "
             "layer of the model; name some of c_attn (q, k, v), attn.c_proj, c_fc, mlp.c_proj, c_proj (both)"
+        )
+    if "lm_head" in targets:
+        why = (
+            "tied to the token embedding (model.tie_embeddings=true), so no saved file could hold its adapter"
+            if model.config.tie_embeddings
+            else "read whole by the training loss (the fused head), past any adapter, which would never train"
+        )
+        raise MinitfError(
+            f"train.lora_targets={tc.lora_targets!r} names lm_head, {why}; remove lm_head (LoRA adapts the "
+            "blocks' layers, and the rows of a chat template's new tokens train anyway)"
         )
     adapted = [
         m
@@ -61,19 +110,30 @@ def adapt(model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = t
             f"train.lora_rank={tc.lora_rank} is above the narrowest adapted layer's {narrowest} inputs or outputs; "
             f"LoRA's rank is far below a layer's width (8 to 64 is usual)"
         )
-    config = LoraConfig(r=tc.lora_rank, lora_alpha=tc.lora_alpha, lora_dropout=tc.lora_dropout, target_modules=targets)
-    model = inject_adapter_in_model(config, model, adapter_name=ADAPTER)  # in place; freezes the rest
-    if dtype in (torch.bfloat16, torch.float16):
-        for name, module in model.named_modules():
-            if name.endswith(".base_layer") and isinstance(module, nn.Linear):  # frozen, read through autocast
-                module.weight.data = module.weight.data.to(dtype)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    total = sum(p.numel() for p in dict.fromkeys(model.parameters()))  # tied weights once
-    log(
-        f"LoRA (peft): rank {tc.lora_rank}, alpha {tc.lora_alpha:g} on {', '.join(targets)}: "
-        f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%), trained by AdamW"
-    )
-    return model
+
+
+class TokenRows(nn.Module):
+    """A parametrization of a frozen (V, C) embedding or head matrix: the rows of `ids` come from
+    `rows`, a trainable float32 copy (k, C); the others are the matrix's own, never changed."""
+
+    def __init__(self, weight: torch.Tensor, ids: list[int]):
+        super().__init__()
+        self.register_buffer("ids", torch.tensor(ids, device=weight.device), persistent=False)
+        self.rows = nn.Parameter(weight.detach()[self.ids].float())  # (k, C): indexing copies
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight.index_copy(0, self.ids, self.rows.to(weight.dtype))  # (V, C), a new tensor
+
+
+def train_rows(model: Transformer, ids: list[int]) -> None:
+    """The rows of ids train, in the embedding and the head: one TokenRows for both when the head
+    is tied (so it stays the embedding), one each when it is not. Each step then builds the whole
+    matrix afresh, as peft's trainable tokens do: the price of the head's rows learning."""
+    rows = TokenRows(model.wte.weight, ids)
+    parametrize.register_parametrization(model.wte, "weight", rows)
+    if not model.config.tie_embeddings:
+        rows = TokenRows(model.lm_head.weight, ids)
+    parametrize.register_parametrization(model.lm_head, "weight", rows)  # tied: the same rows, the same original
 
 
 def is_adapted(model: nn.Module) -> bool:
@@ -83,7 +143,8 @@ def is_adapted(model: nn.Module) -> bool:
 @torch.no_grad()
 def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """The adapted model's weights with each adapter folded in, under the plain model's names:
-    blocks.0.attn.c_attn.base_layer.weight + its delta -> blocks.0.attn.c_attn.weight."""
+    blocks.0.attn.c_attn.base_layer.weight + its delta -> blocks.0.attn.c_attn.weight, and
+    wte.parametrizations.weight.original with its trained rows -> wte.weight."""
     from peft.tuners.lora import LoraLayer
 
     deltas = {
@@ -91,10 +152,17 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         for name, module in model.named_modules()
         if isinstance(module, LoraLayer)
     }
+    with_rows = {  # the matrix as the model reads it: the frozen rows and the trained ones (TokenRows)
+        f"{name}.parametrizations.weight.original": module.weight
+        for name, module in model.named_modules()
+        if parametrize.is_parametrized(module, "weight")
+    }
     merged = {}
     for key, value in model.state_dict().items():
-        if ".lora_" in key:  # lora_A, lora_B (and peft's lora_dropout has no state)
+        if ".lora_" in key or ".parametrizations.weight.0." in key:  # lora_A, lora_B; TokenRows' rows
             continue
+        value = with_rows.get(key, value)
+        key = key.replace(".parametrizations.weight.original", ".weight")
         # in float32, whatever the frozen weights are stored in (adapt): the readers' weights are float32
         merged[key.replace(".base_layer.", ".")] = value.float() + deltas[key].float() if key in deltas else value
     return merged

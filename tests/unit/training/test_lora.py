@@ -101,3 +101,63 @@ def test_a_rank_above_a_layers_width_is_refused_before_any_adapter_is_made():
     with pytest.raises(minitf.MinitfError, match="train.lora_rank=1000000 is above the narrowest adapted layer's 64"):
         lora.adapt(model, tc, log=lambda *a: None)
     assert not lora.is_adapted(model)
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_a_chat_templates_new_rows_train_and_every_other_row_stays_bit_for_bit(tmp_path, tied):
+    """Under LoRA the rows of the template's new tokens learn, in the embedding and the head (the
+    same rows when tied), through AdamW with weight decay; every other row is the base's, bit for
+    bit, and the saved file holds the trained rows, its head the embedding itself when tied."""
+    from safetensors.torch import load_file
+
+    from minitf.optim import make_optimizer
+    from minitf.run_dir import load_weights
+    from minitf.training.checkpoint import save_weights
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=66, n_layer=1, n_head=2, n_embd=32, block_size=16, tie_embeddings=tied)
+    base = Transformer(cfg)
+    if not tied:  # an untied head starts at zero: a trained one has rows of its own
+        with torch.no_grad():
+            base.lm_head.weight[:66].normal_(0, 0.02)
+    new = [64, 65]  # ChatML's two markers, after a 64-token vocabulary
+    tc = TrainConfig(optimizer="adamw", lora_rank=4, lora_alpha=8.0, lr=1e-2, weight_decay=0.1)
+    lines = []
+    model = lora.adapt(copy.deepcopy(base), tc, log=lines.append, tokens=new)
+    assert "and the rows of tokens 64, 65" in lines[0], lines
+    optimizer = make_optimizer(model, tc, torch.device("cpu"))
+    for _ in range(3):  # conversations: 64 read (its embedding row learns), 65 predicted (its head row learns)
+        x, y = torch.randint(0, 64, (4, 16)), torch.full((4, 16), 65)
+        x[:, ::4] = torch.tensor(new).repeat(2)  # both new tokens read
+        _, loss = model(x, y, logits=False)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    save_weights(model, tmp_path / "model.safetensors", step=3)
+    plain = Transformer(cfg)
+    load_weights(plain, tmp_path / "model.safetensors")  # as every reader of the run does
+    for name in ("wte", "lm_head"):
+        before, after = getattr(base, name).weight, getattr(plain, name).weight
+        assert not torch.equal(after[64], before[64]) and not torch.equal(after[65], before[65]), name
+        assert torch.equal(after[:64], before[:64]) and torch.equal(after[66:], before[66:]), name
+    if tied:  # the file holds the matrix once; the model read from it has its head tied to it again
+        assert list(load_file(tmp_path / "model.safetensors")).count("lm_head.weight") == 1
+        assert "wte.weight" not in load_file(tmp_path / "model.safetensors")
+        assert plain.lm_head.weight is plain.wte.weight
+    frozen = model.wte.parametrizations.weight.original
+    assert torch.equal(frozen, base.wte.weight) and not frozen.requires_grad  # the frozen matrix itself untouched
+
+
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_lora_on_the_lm_head_is_refused_in_one_line(tied):
+    """Tied, the head's adapter could be saved in no file apart from the embedding; untied, the
+    fused loss reads the head's matrix past the adapter, which would never train."""
+    model = Transformer(ModelConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=32, block_size=16, tie_embeddings=tied))
+    tc = TrainConfig(optimizer="adamw", lora_rank=4, lora_targets="c_attn,lm_head")
+    with pytest.raises(minitf.MinitfError) as e:
+        lora.adapt(model, tc, log=str)
+    message = str(e.value)
+    assert message.startswith("train.lora_targets='c_attn,lm_head' names lm_head, ") and "\n" not in message
+    assert "remove lm_head" in message
+    assert ("model.tie_embeddings=true" in message) == tied
+    assert not lora.is_adapted(model)
