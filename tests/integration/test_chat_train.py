@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 import minitf
+from minitf.conversations.sft import template_tokens
 from minitf.run_dir import load_run
 from minitf.training import lora
 from minitf.training.metrics import METRICS, read_rows
@@ -18,6 +19,7 @@ from tests.support.processes import script
 from tests.support.runs import QUIET, train_with_snapshot
 
 LORA = ("train.lora_rank=4", "train.lora_alpha=8", "train.lora_dropout=0.1")  # AdamW: chosen by LoRA itself
+EMBEDDING = "lm_head.weight"  # a tied embedding's one name in a weights file
 
 
 @pytest.fixture(scope="module")
@@ -84,26 +86,55 @@ def test_sft_resumes_bit_identically(tmp_path, chat_run, chats, monkeypatch, met
     start = load_file(chat_run / "model.safetensors")
     final = load_file(resumed / "model.safetensors")
     assert not torch.equal(start["blocks.0.attn.c_attn.weight"], final["blocks.0.attn.c_attn.weight"])
+    if method:  # LoRA: ChatML's two rows learned, and resumed bit for bit; every other row is the base's
+        new = template_tokens(load_run(resumed)[1])
+        before, after = start[EMBEDDING], final[EMBEDDING]
+        assert all(not torch.equal(before[i], after[i]) for i in new)
+        assert torch.equal(before[: new[0]], after[: new[0]]) and torch.equal(before[new[-1] + 1 :], after[new[-1] + 1 :])
 
 
-def test_lora_trains_only_its_adapters_and_says_how_many(tmp_path, chat_run, chats):
+def test_lora_trains_its_adapters_and_the_templates_rows_and_says_how_many(tmp_path, chat_run, chats):
     pytest.importorskip("peft", reason="LoRA needs the lora extra (pip install -e '.[lora]')")
     lines = []
     run = minitf.train(sft_config(tmp_path / "run", chat_run, chats, *LORA), log=lines.append)
-    model, _, cfg = load_run(chat_run)
-    # rank 4 on every linear layer of the blocks: A is (4, in), B (out, 4)
+    model, tokenizer, cfg = load_run(chat_run)
+    # rank 4 on every linear layer of the blocks: A is (4, in), B (out, 4); and ChatML's two rows (tied head)
     adapted = [m for name, m in model.named_modules() if name.startswith("blocks.") and isinstance(m, torch.nn.Linear)]
-    expected = sum(4 * (m.in_features + m.out_features) for m in adapted)
+    expected = sum(4 * (m.in_features + m.out_features) for m in adapted) + 2 * cfg.model.n_embd
     said = [line for line in lines if line.startswith("LoRA (peft)")]
     assert said and f"{expected:,} trainable parameters of" in said[0], lines
-    # only the adapters moved: every weight outside the adapted layers is the base's, bit for bit
+    assert "and the rows of tokens 300, 301 (the chat template's)" in said[0]
+    # only the adapters and the two rows moved: every other weight is the base's, bit for bit
     base, merged = load_file(chat_run / "model.safetensors"), load_file(run / "model.safetensors")
     assert base.keys() == merged.keys()
     changed = {k for k in base if not torch.equal(base[k], merged[k])}
-    assert changed and all(k.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight")) for k in changed), changed
+    blocks = {k for k in changed if k.endswith(("c_attn.weight", "c_proj.weight", "c_fc.weight"))}
+    assert blocks and changed == blocks | {EMBEDDING}, changed
+    rows = [i for i in range(len(base[EMBEDDING])) if not torch.equal(base[EMBEDDING][i], merged[EMBEDDING][i])]
+    assert rows == template_tokens(tokenizer) == [300, 301]
     state = torch.load(run / "state.pt", weights_only=True)
     adam = state["optimizer"]["state"]
-    assert sum(s["exp_avg"].numel() for s in adam.values()) == expected  # AdamW's moments: adapters only
+    assert sum(s["exp_avg"].numel() for s in adam.values()) == expected  # AdamW's moments: adapters and rows only
+
+
+def test_a_lora_chat_run_from_a_base_model_learns_to_end_its_turn(tmp_path, tiny_run):
+    """A base model has no ChatML tokens: the run adds them, and under LoRA their rows must learn or
+    no answer could end (before, <|im_end|>'s head row stayed at the mean, as <|im_start|>'s did, and
+    greedy decoding chose <|im_start|> at every step: the answer ran to max_new_tokens). One
+    conversation, a few steps: the answer begins as it should and ends. (How much of "hello" comes
+    out is not the point: the 30-step base's frozen rows and norms give its words small logits.)"""
+    pytest.importorskip("peft", reason="LoRA needs the lora extra (pip install -e '.[lora]')")
+    chats = tmp_path / "hi.jsonl"
+    talk = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    chats.write_text((json.dumps(talk) + "\n") * 16)
+    overrides = ("train.max_steps=40", "train.ckpt_every=40", "train.lr=1e-2", "train.min_lr=1e-3")
+    run = minitf.train(sft_config(tmp_path / "run", tiny_run, chats, *LORA, *overrides), **QUIET)
+    model, tokenizer, _ = load_run(run)
+    assert tokenizer.vocab_size == load_run(tiny_run)[1].vocab_size + 2  # the run added ChatML's two tokens
+    info = {}
+    answer = minitf.chat(model, tokenizer, talk["messages"][:1], temperature=0, max_new_tokens=20, info=info)
+    assert answer and "hello".startswith(answer), answer
+    assert info["tokens"][0] <= len(tokenizer.encode("hello")) + 1, (answer, info)  # ended by <|im_end|>
 
 
 def test_lora_merged_weights_give_the_adapted_models_logits(chat_run):
