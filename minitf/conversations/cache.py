@@ -39,9 +39,9 @@ from ..data import SPLITS, CacheError, token_dtype
 from ..errors import MinitfError
 from ..tokenizer import Tokenizer
 from .data import INDEX, PROMPTS, QUESTIONS, ChatData
-from .rules import BadConversation, Skipped, check_messages, jsonl_conversations
+from .rules import BadConversation, Skipped, check_messages, check_question, jsonl_conversations
 
-FORMAT = 5  # bump when the layout or the ids change, so old caches rebuild (5: questions and prompts)
+FORMAT = 7  # bump when the layout or the ids change, so old caches rebuild (6: questions and every prompt)
 FLUSH = 4096  # conversations buffered per split before they are appended to its files
 
 
@@ -103,10 +103,14 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
     with cache_build(out) as tmp:
         writers = {s: _SplitWriter(tmp, s, dtype) for s in SPLITS}
         skipped, is_val, origins = Skipped(), val_rule(None, cfg.val_fraction), _Origins()
-        questions = _Questions(every=cfg.source == "chat")  # the generated corpus's answers are all exact
+        questions, generated = _Questions(cfg.val_fraction), cfg.source == "chat"  # its answers are all exact
         with progress(None, "tokenizing conversations") as bar:
             for i, (where, messages, answer) in enumerate(conversations):
+                split = "val" if cfg.val_fraction > 0 and is_val(i) else "train"
                 try:
+                    if cfg.format == "rl" and _asks(messages):  # a question alone: RL answers it, none to imitate
+                        questions.add(check_question(messages, where), answer, split)
+                        continue
                     messages = check_messages(messages, where)
                 except BadConversation as bad:
                     if not cfg.skip_invalid:
@@ -115,13 +119,8 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
                     continue
                 ids, learned = template.encode_conversation(tok, messages)
                 answers = sum(len(m["content"].encode("utf-8")) for m in messages if m["role"] == "assistant")
-                held = cfg.val_fraction > 0 and is_val(i)
-                writers["val" if held else "train"].add(
-                    ids, learned, _longest_turn(learned), origins.of(where), answers
-                )
-                questions.add(messages, answer, "train")
-                if held or cfg.val_fraction == 0:  # nothing held out: the training conversations are asked
-                    questions.add(messages, answer, "val")
+                writers[split].add(ids, learned, _longest_turn(learned), origins.of(where), answers)
+                questions.add(messages[:-1], messages[-1]["content"] if generated else answer, split)
                 bar.update(len(ids))
         splits = {s: w.close() for s, w in writers.items()}
         if skipped and not any(counts["conversations"] for counts in splits.values()):  # why: the reasons
@@ -131,8 +130,9 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
             )
         for s, counts in splits.items():
             if not counts["conversations"] and (s == "train" or cfg.val_fraction > 0):
+                whole = " whole (with its answer, whose loss evaluation measures)" if cfg.format == "rl" else ""
                 raise MinitfError(
-                    f"data.source={cfg.source}: the {s} split holds no conversation; give more conversations "
+                    f"data.source={cfg.source}: the {s} split holds no{whole} conversation; give more conversations "
                     f"or another data.val_fraction"
                 )
         meta = {**key, "vocab_size": tok.vocab_size, "dtype": dtype.name, "splits": splits, "files": origins.files}
@@ -152,24 +152,37 @@ def _build(conversations, cfg: DataConfig, tok: Tokenizer, template: ChatTemplat
 
 
 class _Questions:
-    """Conversations with an answer to check, up to their last question, and that answer (the
-    line's "answer"; with every=True, the conversation's own last answer): the held-out ones that
-    evaluation asks (at most KEPT), and the training ones, the prompts RL answers (data.format=rl)."""
+    """Conversations up to their last question, with the answer to check (the line's "answer"; for
+    the generated corpus, the conversation's own last answer): the held-out ones that give one,
+    which evaluation asks (at most KEPT), and every training one, the prompts RL answers
+    (data.format=rl; "answer" None where the line gives none: a reward of your own may need none).
+    With data.val_fraction=0 nothing is held out, and evaluation asks the training ones."""
 
     KEPT = {"val": 1000, "train": 200_000}  # each evaluation asks the first 100 (conversations/metrics.py)
 
-    def __init__(self, every: bool):
-        self.every, self.kept = every, {"val": [], "train": []}
+    def __init__(self, val_fraction: float):
+        self.val_fraction, self.kept = val_fraction, {"val": [], "train": []}
 
-    def add(self, messages: list[dict], answer: str | None, split: str) -> None:
-        if len(self.kept[split]) < self.KEPT[split] and (answer is not None or self.every):
-            *before, last = messages  # a checked conversation ends with the assistant's answer
-            self.kept[split].append({"messages": before, "answer": last["content"] if answer is None else answer})
+    def add(self, question: list[dict], answer: str | None, split: str) -> None:
+        """question: the conversation up to and with the question, the user's message."""
+        for s in (split, "val") if self.val_fraction == 0 else (split,):
+            if len(self.kept[s]) < self.KEPT[s] and (answer is not None or s == "train"):
+                self.kept[s].append({"messages": question, "answer": answer})
 
     def save(self, folder: Path) -> dict[str, int]:
         for split, name in (("val", QUESTIONS), ("train", PROMPTS)):
             (folder / name).write_text("".join(json.dumps(q) + "\n" for q in self.kept[split]), encoding="utf-8")
         return {split: len(kept) for split, kept in self.kept.items()}
+
+
+def _asks(messages) -> bool:
+    """Whether a line's messages end with the user's question (a prompt, with no answer to imitate)."""
+    return (
+        isinstance(messages, list)
+        and bool(messages)
+        and isinstance(messages[-1], dict)
+        and messages[-1].get("role") == "user"
+    )
 
 
 def _longest_turn(learned: list[bool]) -> int:

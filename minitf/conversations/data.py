@@ -48,7 +48,8 @@ class ChatData:
         self.index = {s: np.fromfile(self.path / f"{s}.idx", INDEX) for s in set(self.files.values())}
         if not held:
             log("data: data.val_fraction=0: nothing is held out, so the val numbers are the training conversations'")
-        self.questions, self.prompts = _read_questions(self.path / QUESTIONS), _read_questions(self.path / PROMPTS)
+        self.questions = [q for q in _read_questions(self.path / QUESTIONS) if q["answer"] is not None]
+        self.prompts = _read_questions(self.path / PROMPTS)  # RL's: "answer" None where a line gives none
 
     def bytes_per_token(self, split: str) -> float:
         """UTF-8 bytes of the answers per learned token (bits per byte are of the answers)."""
@@ -120,10 +121,10 @@ class ChatData:
 
 
 def _read_questions(path: Path) -> list[dict]:
-    """questions.jsonl or prompts.jsonl: [{"messages": a conversation up to its last question, "answer": text}]."""
+    """questions.jsonl or prompts.jsonl: [{"messages": a conversation up to its question, "answer": text or None}]."""
     try:
         questions = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-        if not all(isinstance(q["messages"], list) and isinstance(q["answer"], str) for q in questions):
+        if not all(isinstance(q["messages"], list) and isinstance(q["answer"], (str, type(None))) for q in questions):
             raise ValueError("a question without messages or answer")
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CacheError(path.parent, f"{path.name}: {type(e).__name__}: {e}") from None

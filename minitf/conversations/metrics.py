@@ -43,7 +43,8 @@ def exact_answers(model, data, cfg: Config) -> dict[str, float]:
 def rewards(model, data, cfg: Config) -> dict[str, float]:
     """exact_answers, and what the sampled answers' rewards did since the last evaluation (data.format=rl):
     reward_mean, groups_rewarded, groups_learning and answer_tokens (rl/rollouts.py, Tally)."""
-    return {**exact_answers(model, data, cfg), **data.tally.take()}
+    asked = exact_answers(model, data, cfg) if data.questions else {}  # held-out lines that give an answer
+    return {**asked, **data.tally.take()}
 
 
 def _reward_words(v: dict[str, float]) -> str:
@@ -59,7 +60,9 @@ METRICS = {
 def eval_metric(cfg: Config, data, log: Callable) -> Metric | None:
     """The metric train.eval_metric names, or None; one the data cannot give is said once, and off."""
     name = cfg.train.eval_metric
-    if name == "rewards" and not hasattr(data, "tally"):
+    if name == "rewards":
+        if hasattr(data, "tally"):
+            return METRICS[name]
         log("train.eval_metric=rewards is for data.format=rl, which samples answers: it is not computed")
         return None
     if name is not None and not getattr(data, "questions", None):  # text, or conversations with no answer to check

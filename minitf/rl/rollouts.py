@@ -50,14 +50,15 @@ class RolloutData:
             )
         template = self.tokenizer.chat_template
         self.end = template.end_of_turn(self.tokenizer)
-        self.prompts = [
-            (q["messages"], q["answer"], template.prompt_ids(self.tokenizer, q["messages"])) for q in chat.prompts
-        ]
-        if not self.prompts:
+        checked = [q for q in chat.prompts if q["answer"] is not None or cfg.rl.reward != "exact"]
+        if not checked:  # exact compares with an expected answer: without one every reward would be 0
             raise MinitfError(
-                f"data.source={cfg.data.source} holds no prompt with an answer to check; give each line an "
-                f'"answer" ({{"messages": [...], "answer": "42"}}), or use data.source=chat'
+                f"data.source={cfg.data.source} holds no prompt with an answer to check, which rl.reward=exact "
+                f'needs; give lines an "answer" ({{"messages": [...], "answer": "42"}}), or a reward of your own'
             )
+        self.prompts = [
+            (q["messages"], q["answer"], template.prompt_ids(self.tokenizer, q["messages"])) for q in checked
+        ]
         self.questions, self.tally = chat.questions, Tally()
 
     def bytes_per_token(self, split: str) -> float:

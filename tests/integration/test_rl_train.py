@@ -127,3 +127,20 @@ def test_your_own_prompts_with_answers(tmp_path, chat_run):
     (last,) = [r for r in read_rows(run / METRICS) if "val_loss" in r]
     assert "reward_mean" in last and "val_exact" in last
     assert any("prompts x 4 sampled answers of up to 8 tokens" in str(line) for line in lines)
+
+
+def test_prompts_without_an_answer_need_a_reward_of_your_own(tmp_path, chat_run):
+    path = tmp_path / "plain.jsonl"
+    line = {"messages": [{"role": "user", "content": "Say hi"}, {"role": "assistant", "content": "hi"}]}
+    path.write_text((json.dumps(line) + "\n") * 20)
+    r = command(
+        "train",
+        "--config",
+        "rl",
+        *rl_overrides(tmp_path / "a", chat_run, f"data.source=file:{path}", "rl.reward=exact"),
+    )
+    assert r.returncode == 2 and "holds no prompt with an answer to check, which rl.reward=exact needs" in r.stderr
+    run = minitf.train(rl_config(tmp_path / "b", chat_run, f"data.source=file:{path}", "train.max_steps=1"), **QUIET)
+    assert [r["step"] for r in read_rows(run / METRICS) if "reward_mean" in r] == [
+        1
+    ]  # shorter's rewards: no answer needed

@@ -37,11 +37,12 @@ def sums(n: int, answer_every: int = 3) -> list[dict]:
     return rows
 
 
-def prepare(tmp_path, tok, rows, logged=None, **keys):
+def prepare(tmp_path, tok, rows, logged=None, data_format="chat", **keys):
+    tmp_path.mkdir(exist_ok=True)
     path = tmp_path / "chats.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     log = logged.append if logged is not None else lambda line: None
-    return prepare_chat_data(DataConfig(source=f"file:{path}", format="chat", **keys), tok, chatml(), log=log)
+    return prepare_chat_data(DataConfig(source=f"file:{path}", format=data_format, **keys), tok, chatml(), log=log)
 
 
 def test_the_generated_corpus_asks_every_held_out_conversation(tok):
@@ -50,6 +51,8 @@ def test_the_generated_corpus_asks_every_held_out_conversation(tok):
     held = [c for i, c in enumerate(every[:100]) if is_val(i)]
     assert len(held) == 10 and held[0] is every[5] and held[1] is every[15]  # one in ten, spread evenly
     assert data.questions == [{"messages": c[:-1], "answer": c[-1]["content"]} for c in held]
+    trained = [c for i, c in enumerate(every[:100]) if not is_val(i)]  # RL's prompts: never a held-out one
+    assert data.prompts == [{"messages": c[:-1], "answer": c[-1]["content"]} for c in trained]
 
 
 def test_a_users_file_is_asked_its_held_out_lines_with_an_answer(tmp_path, tok):
@@ -62,7 +65,6 @@ def test_a_users_file_is_asked_its_held_out_lines_with_an_answer(tmp_path, tok):
         if is_val(i) and "answer" in r
     ]
     assert want and data.questions == want  # lines 5, 15, 25, ...: those of them that give an answer
-    (tmp_path / "none").mkdir()
     assert prepare(tmp_path / "none", tok, sums(60, answer_every=10**9)).questions == []  # no answer: nothing to ask
 
 
@@ -93,3 +95,22 @@ def test_val_fraction_zero_holds_nothing_out_and_says_so(tmp_path, tok):
     assert [q["answer"] for q in data.questions] == [str(i + 2) for i in range(0, 30, 3)]  # asked of training lines
     with pytest.raises(minitf.ConfigError, match=r"0, nothing held out, is for conversations: data.format=chat"):
         DataConfig(val_fraction=0).validate()
+
+
+def test_rl_takes_questions_alone_beside_whole_conversations(tmp_path, tok):
+    """data.format=rl: a line that ends with the user's question is a prompt to answer (with its
+    "answer", or none for a reward of your own), never tokenized for imitation; for fine-tuning
+    (data.format=chat) the same line is a conversation with no answer, one line naming it."""
+    rows = sums(30)
+    asks = [{"messages": [{"role": "user", "content": f"Name a number bigger than {n}."}]} for n in range(10)]
+    rows = rows[:10] + asks + rows[10:]
+    data = prepare(tmp_path, tok, rows, data_format="rl")
+    conversations = data.meta["splits"]["train"]["conversations"] + data.meta["splits"]["val"]["conversations"]
+    assert conversations == 30  # the questions alone are not imitated
+    is_val = val_rule(None, 0.1)
+    asked = [r["messages"] for i, r in enumerate(rows) if "Name" in r["messages"][-1]["content"] and not is_val(i)]
+    assert [
+        p["messages"] for p in data.prompts if p["answer"] is None and "Name" in p["messages"][-1]["content"]
+    ] == asked
+    with pytest.raises(BadConversation, match=r"chats.jsonl:11: it has no assistant turn"):
+        prepare(tmp_path / "chat", tok, rows)
