@@ -73,6 +73,9 @@ def test_an_rl_run_steps_and_reports_its_rewards(tmp_path, chat_run):
     start, end = load_file(chat_run / "model.safetensors"), load_file(run / "model.safetensors")
     assert any(not torch.equal(start[k], end[k]) for k in start)  # it learned something
     assert load_run(run)[1].chat_template is not None  # still a chat model: minitf chat talks to it
+    from minitf.web.explore.api import Explorer  # the explorer's run panel draws the reward beside the loss
+
+    assert Explorer(run).loss_curve()["points"][-1]["reward_mean"] == last["reward_mean"]
 
 
 def test_rl_resumes_bit_identically(tmp_path, chat_run, monkeypatch):

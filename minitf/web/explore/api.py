@@ -42,7 +42,7 @@ MAX_PROMPT_CHARS = 4000
 MAX_NEW_TOKENS = 1000
 MAX_GENERATIONS = 4  # at once, all tabs together: each costs a KV cache and a share of the CPU
 DIGITS = 6  # decimals sent for every number: well below what a page can show, small JSON
-CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr")
+CURVE = ("step", "train_loss", "val_loss", "val_bpb", "lr", "val_exact", "reward_mean")
 RULES = ("temperature", "top_k", "top_p", "repetition_penalty")  # the settings that shape one step's distribution
 MAX_SHOWN = 100  # tokens listed per distribution or lens layer at most
 MAX_TABLE = 65536  # position-table numbers sent beyond the window's own rows (a table of block_size x width)
@@ -99,7 +99,8 @@ class Explorer:
         }
 
     def loss_curve(self) -> dict:
-        """The evaluations in metrics.jsonl: step, train and val loss, val bits per byte, lr."""
+        """The evaluations in metrics.jsonl: step, train and val loss, val bits per byte, lr; a chat
+        run's held-out exact answers, and an RL run's mean reward (data.format=rl)."""
         rows = read_rows(self.run_dir / METRICS)
         points = [{k: r[k] for k in CURVE if isinstance(r.get(k), (int, float))} for r in rows]
         return {"points": [p for p in points if "step" in p]}

@@ -48,13 +48,19 @@ async function loadRun() {
   $("max_new_tokens").max = run.limits.max_new_tokens;
   for (const name of SETTINGS) $(name).value = c.sample[name] ?? "";
   if (run.chat) startChat(run.limits.block_size);
-  drawLoss((await getJSON("/api/metrics")).points);
+  const points = (await getJSON("/api/metrics")).points;
+  drawCurves($("loss"), points, [["train_loss", "#2563eb"], ["val_loss", "#ea580c"]]);
+  // a chat run's held-out exact answers, and an RL run's mean reward of its sampled answers
+  const answers = [["reward_mean", "#16a34a"], ["val_exact", "#7c3aed"]].filter(([k]) => points.some((p) => k in p));
+  if (answers.length) {
+    $("answers").hidden = $("answers-title").hidden = false;
+    drawCurves($("answers"), points, answers);
+  }
 }
 
-function drawLoss(points) {
+function drawCurves(svg, points, series) {
   // T: a strip above the plot for the legend, which can then never sit on a curve
-  const svg = $("loss"), W = 320, H = 180, L = 34, B = 22, T = 22;
-  const series = [["train_loss", "#2563eb"], ["val_loss", "#ea580c"]];
+  const W = 320, H = 180, L = 34, B = 22, T = 22;
   const all = points.flatMap((p) => series.map(([k]) => p[k]).filter((v) => v !== undefined));
   if (!all.length) { svg.append(svgEl("text", { x: 10, y: 20 }, "no evaluations in metrics.jsonl yet")); return; }
   const steps = points.map((p) => p.step), s0 = Math.min(...steps), s1 = Math.max(...steps, s0 + 1);
