@@ -53,6 +53,8 @@ def test_refuses_to_overwrite_or_mismatch(tmp_path, corpus, run_4_steps):
         r"model.n_layer=2\)",
     ):
         minitf.train(tiny_config(run, corpus, "model.n_layer=3"), resume=True, log=lambda *a: None)
+    with pytest.raises(minitf.ConfigError, match=r"--resume cannot change train.lora_rank \(the run was trained with "):
+        minitf.train(tiny_config(run, corpus, "train.lora_rank=4"), resume=True, log=lambda *a: None)  # another rank
     with pytest.raises(MinitfError, match="no checkpoint to resume"):
         minitf.train(tiny_config(tmp_path / "new", corpus), resume=True, log=lambda *a: None)
     (tmp_path / "afile").write_text("x")
