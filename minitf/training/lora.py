@@ -5,13 +5,15 @@ each targeted nn.Linear becomes a peft layer computing W x + (alpha / r) B A x, 
 only A (r x in) and B (out x r, zero at first, so step 0 is the pretrained model) trained. The
 model stays a Transformer, so the loop, evaluation and the checkpoint code do not change: the
 optimizer gets only the parameters that require a gradient (optim.make_optimizer), and AdamW's two
-moments are kept for the adapters alone, which is where LoRA saves memory.
+moments are kept for the adapters alone (and a template's new rows, below), which is where LoRA
+saves memory.
 
 What is saved: state.pt holds the adapted model's own state (the frozen weights under peft's
-`base_layer` names beside the adapters), so a resume continues bit for bit. Every safetensors file
-(model.safetensors, best.safetensors, snapshots) holds the merged weights W + (alpha / r) B A
-under the plain model's names (`merged_model`), so generate, serve, export and every other reader of
-the run load an ordinary model and never meet peft.
+`base_layer` names beside the adapters, and the new tokens' rows below), so a resume continues bit
+for bit. Every safetensors file (model.safetensors, best.safetensors, snapshots) holds the merged
+weights W + (alpha / r) B A, and the embedding with its trained rows, under the plain model's names
+(`merged_model`), so generate, serve, export and every other reader of the run load an ordinary
+model and never meet peft.
 
 A chat template's new tokens (`tokens`: ChatML's two markers, which a base model has never seen,
 conversations/sft.py) train too, or the model could never learn to write <|im_end|> and end its

@@ -90,7 +90,8 @@ def test_sft_resumes_bit_identically(tmp_path, chat_run, chats, monkeypatch, met
         new = template_tokens(load_run(resumed)[1])
         before, after = start[EMBEDDING], final[EMBEDDING]
         assert all(not torch.equal(before[i], after[i]) for i in new)
-        assert torch.equal(before[: new[0]], after[: new[0]]) and torch.equal(before[new[-1] + 1 :], after[new[-1] + 1 :])
+        first, last = new[0], new[-1]
+        assert torch.equal(before[:first], after[:first]) and torch.equal(before[last + 1 :], after[last + 1 :])
 
 
 def test_lora_trains_its_adapters_and_the_templates_rows_and_says_how_many(tmp_path, chat_run, chats):
