@@ -112,7 +112,7 @@ class RandomTokens:
     def __init__(self, shape: dict):
         self.B, self.T, self.V = shape["batch"], shape["model"]["block_size"], shape["model"]["vocab_size"]
 
-    def get_batch(self, split, batch_size, block_size, generator, device):
+    def get_batch(self, split, batch_size, block_size, generator, device, policy=None):
         xy = torch.randint(0, self.V, (self.B, self.T + 1), generator=generator)  # (B, T + 1)
         return xy[:, :-1], xy[:, 1:]
 
