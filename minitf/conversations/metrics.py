@@ -42,9 +42,10 @@ def exact_answers(model, data, cfg: Config) -> dict[str, float]:
 
 def rewards(model, data, cfg: Config) -> dict[str, float]:
     """exact_answers, and what the sampled answers' rewards did since the last evaluation (data.format=rl):
-    reward_mean, groups_rewarded, groups_learning and answer_tokens (rl/rollouts.py, Tally)."""
+    reward_mean, groups_rewarded, groups_learning and answer_tokens (rl/rollouts.py, Tally); and
+    `watched`, the groups a few fixed prompts get now (the explorer shows them, evaluation by evaluation)."""
     asked = exact_answers(model, data, cfg) if data.questions else {}  # held-out lines that give an answer
-    return {**asked, **data.tally.take()}
+    return {**asked, **data.tally.take(), "watched": data.watch(model)}
 
 
 def _reward_words(v: dict[str, float]) -> str:

@@ -34,6 +34,9 @@ from .grpo import group_advantages
 from .rewards import reward_function, score
 
 
+WATCHED = 3  # prompts whose groups every evaluation samples again, with the same seed: the policy moving
+
+
 class RolloutData:
     """The prompts of a chat token cache, answered by the policy in groups (get_batch(..., policy))."""
 
@@ -102,6 +105,25 @@ class RolloutData:
         self.tally.add(rewards, [len(a) for _, a in rows])
         x, y = _pack(rows, self.tokenizer.eot_id)
         return x.to(device), y.to(device), group_advantages(rewards).flatten().to(device)  # (B,) advantages
+
+
+    def watch(self, policy) -> list[dict]:
+        """The groups of the first WATCHED prompts, sampled now with one seed: each answer as text
+        and tokens, its reward and its advantage (every token of an answer gets the answer's)."""
+        out = []
+        for messages, expected, ids in self.prompts[:WATCHED]:
+            sampler = torch.Generator(next(policy.parameters()).device).manual_seed(0)
+            answers = sample_group(policy, ids, self.group, self.answer_tokens, self.end, sampler)
+            kept = [a[:-1] if a[-1] == self.end else a for a in answers]  # the end of turn is no text
+            texts = [self.tokenizer.decode(a) for a in kept]
+            rewards = [score(self.reward, self.reward_name, messages, t, expected) for t in texts]
+            advantages = group_advantages(torch.tensor([rewards], dtype=torch.float64))[0].tolist()
+            group = [
+                {"text": t, "tokens": [self.tokenizer.decode([i]) for i in a], "reward": r, "advantage": round(v, 4)}
+                for t, a, r, v in zip(texts, kept, rewards, advantages)
+            ]
+            out.append({"prompt": messages[-1]["content"], "expected": expected, "answers": group})
+        return out
 
 
 @torch.inference_mode()

@@ -75,7 +75,17 @@ def test_an_rl_run_steps_and_reports_its_rewards(tmp_path, chat_run):
     assert load_run(run)[1].chat_template is not None  # still a chat model: minitf chat talks to it
     from minitf.web.explore.api import Explorer  # the explorer's run panel draws the reward beside the loss
 
-    assert Explorer(run).loss_curve()["points"][-1]["reward_mean"] == last["reward_mean"]
+    curve = Explorer(run).loss_curve()
+    assert curve["points"][-1]["reward_mean"] == last["reward_mean"]
+    # the watched prompts' groups at that evaluation: each answer's advantage is its reward less the group's mean
+    ((step, groups),) = [(w["step"], w["groups"]) for w in curve["watched"]]
+    assert step == 4 and len(groups) == 3
+    for group in groups:
+        rewards = [a["reward"] for a in group["answers"]]
+        assert len(rewards) == 4 and all(r == 1 / (1 + len(a["text"])) for r, a in zip(rewards, group["answers"]))
+        mean = sum(rewards) / 4
+        assert [a["advantage"] for a in group["answers"]] == [round(r - mean, 4) for r in rewards]
+        assert all("".join(a["tokens"]) == a["text"] for a in group["answers"])
 
 
 def test_rl_resumes_bit_identically(tmp_path, chat_run, monkeypatch):

@@ -103,7 +103,9 @@ class Explorer:
         run's held-out exact answers, and an RL run's mean reward (data.format=rl)."""
         rows = read_rows(self.run_dir / METRICS)
         points = [{k: r[k] for k in CURVE if isinstance(r.get(k), (int, float))} for r in rows]
-        return {"points": [p for p in points if "step" in p]}
+        # an RL run's sampled groups of a few fixed prompts at each evaluation (rl/rollouts.py, watch)
+        watched = [{"step": r["step"], "groups": r["watched"]} for r in rows if isinstance(r.get("watched"), list)]
+        return {"points": [p for p in points if "step" in p], "watched": watched}
 
     @contextlib.contextmanager
     def generation(self, body: dict):

@@ -48,7 +48,7 @@ async function loadRun() {
   $("max_new_tokens").max = run.limits.max_new_tokens;
   for (const name of SETTINGS) $(name).value = c.sample[name] ?? "";
   if (run.chat) startChat(run.limits.block_size);
-  const points = (await getJSON("/api/metrics")).points;
+  const metrics = await getJSON("/api/metrics"), points = metrics.points;
   drawCurves($("loss"), points, [["train_loss", "#2563eb"], ["val_loss", "#ea580c"]]);
   // a chat run's held-out exact answers, and an RL run's mean reward of its sampled answers
   const answers = [["reward_mean", "#16a34a"], ["val_exact", "#7c3aed"]].filter(([k]) => points.some((p) => k in p));
@@ -56,6 +56,33 @@ async function loadRun() {
     $("answers").hidden = $("answers-title").hidden = false;
     drawCurves($("answers"), points, answers);
   }
+  if (metrics.watched.length) showWatched(metrics.watched);
+}
+
+// an RL run: a few fixed prompts' groups at each evaluation, each answer shaded by its advantage
+function showWatched(watched) {
+  $("watched").hidden = $("watched-title").hidden = false;
+  const select = $("watched-step");
+  watched.forEach((w, i) => select.append(el("option", { value: String(i) }, `step ${w.step}`)));
+  select.value = String(watched.length - 1);
+  const draw = () => {
+    const boxes = watched[Number(select.value)].groups.map((g) => {
+      const box = el("div", { className: "group" });
+      box.append(el("p", { className: "prompt" }, g.expected === null ? g.prompt : `${g.prompt} (expected: ${g.expected})`));
+      for (const a of g.answers) {
+        const row = el("p", { className: "answer" }), shade = Math.min(1, Math.abs(a.advantage)) * 0.45;
+        row.style.background = a.advantage > 0 ? `rgba(22,163,74,${shade})` : `rgba(220,38,38,${shade})`;
+        row.title = `tokens: ${a.tokens.join(" | ")}`;
+        row.append(el("b", {}, `${a.advantage >= 0 ? "+" : ""}${a.advantage.toFixed(2)} `), el("span", {}, a.text || "(empty)"),
+                   el("span", { className: "hint" }, `  reward ${a.reward}`));
+        box.append(row);
+      }
+      return box;
+    });
+    $("watched-groups").replaceChildren(...boxes);
+  };
+  select.addEventListener("change", draw);
+  draw();
 }
 
 function drawCurves(svg, points, series) {
