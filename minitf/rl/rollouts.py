@@ -33,7 +33,6 @@ from ..system.runtime import eval_mode
 from .grpo import group_advantages
 from .rewards import reward_function, score
 
-
 WATCHED = 3  # prompts whose groups every evaluation samples again, with the same seed: the policy moving
 
 
@@ -105,7 +104,6 @@ class RolloutData:
         self.tally.add(rewards, [len(a) for _, a in rows])
         x, y = _pack(rows, self.tokenizer.eot_id)
         return x.to(device), y.to(device), group_advantages(rewards).flatten().to(device)  # (B,) advantages
-
 
     def watch(self, policy) -> list[dict]:
         """The groups of the first WATCHED prompts, sampled now with one seed: each answer as text
