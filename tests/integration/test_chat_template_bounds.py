@@ -9,7 +9,6 @@ import pickle
 import threading
 import time
 
-import psutil
 import pytest
 
 from minitf.chat_template import ChatTemplate
@@ -17,6 +16,7 @@ from minitf.conversations import bounded, sandbox
 from minitf.conversations.bounded import RenderCancelled
 from minitf.errors import MinitfError
 from tests.support import ROOT
+from tests.support.processes import pid_exists
 
 TEMPLATES = json.loads((ROOT / "tests" / "data" / "chat_templates.json").read_text(encoding="utf-8"))
 ORIGIN = "/models/x/chat_template.jinja"
@@ -59,7 +59,7 @@ def test_the_worker_starts_again_after_it_is_ended():
     first = template.renderer.pid
     with pytest.raises(MinitfError, match="^the chat template ran past 1 s"):
         template.render([{"role": "user", "content": "spin"}])
-    assert template.renderer.pid is None and not psutil.pid_exists(first)
+    assert template.renderer.pid is None and not pid_exists(first)
     assert template.render([{"role": "user", "content": "again"}]) == "again"
     assert template.renderer.pid not in (None, first)
 
@@ -118,7 +118,7 @@ def test_a_render_is_cancelled_by_ending_its_worker(monkeypatch):
     stop.set()
     thread.join(30)
     assert not thread.is_alive() and "was cancelled" in str(outcome["error"])
-    assert not psutil.pid_exists(pid) and template.renderer.pid is None
+    assert not pid_exists(pid) and template.renderer.pid is None
     assert template.render([{"role": "user", "content": "next"}]) == "next"
 
 

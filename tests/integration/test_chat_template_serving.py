@@ -12,14 +12,13 @@ import sys
 import threading
 import time
 
-import psutil
 import pytest
 
 from minitf.chat_template import CHATML, TEMPLATE_FILE
 from minitf.conversations import bounded
 from minitf.web.serve import Completions, CompletionServer
 from tests.support import ROOT
-from tests.support.processes import command, default_sigint
+from tests.support.processes import child_pids, command, default_sigint, pid_exists
 from tests.support.runs import copy_run
 from tests.support.serving import raw, serving
 
@@ -51,7 +50,7 @@ def started(template) -> int:
 
 def ended(template, pid: int) -> bool:
     for _ in range(3000):
-        if template.renderer.pid is None and not psutil.pid_exists(pid):
+        if template.renderer.pid is None and not pid_exists(pid):
             return True
         time.sleep(0.01)
     return False
@@ -119,12 +118,11 @@ def test_one_sigterm_stops_minitf_serve_mid_render(chat_run, tmp_path):
         host, port = p.stdout.readline().split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=120)
         conn.request("POST", "/v1/chat/completions", ask(run.name, "spin"), {"Content-Type": "application/json"})
-        server = psutil.Process(p.pid)
         for _ in range(3000):  # the render's worker is under way
-            if server.children():
+            if child_pids(p.pid):
                 break
             time.sleep(0.01)
-        assert server.children(), "the render never started a worker"
+        assert child_pids(p.pid), "the render never started a worker"
         p.send_signal(signal.SIGTERM)
         start = time.monotonic()
         out, err = p.communicate(timeout=60)

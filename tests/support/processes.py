@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 from . import ROOT
@@ -114,3 +115,27 @@ def leave_gloo() -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process of this id exists (a zombie not yet reaped too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: it exists
+        return True
+    return True
+
+
+def child_pids(pid: int) -> list[int]:
+    """The ids of pid's child processes, read from /proc (Linux): no extra package for it."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state_and_ppid = stat.read_text().rsplit(")", 1)[1].split()[:2]  # after "(name)": state, ppid
+        except (OSError, IndexError):  # ended while it was read
+            continue
+        if int(state_and_ppid[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
