@@ -33,9 +33,10 @@ RUNAWAY = {  # each hung (or filled) the process that rendered it, which was min
         "{% macro f(n) %}{% if n < 60 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}{{ f(0) }}",
         "ran past 1 s",
     ),
+    # its memory passes 1 GiB after about a second of copying: on a slow machine the time bound comes first
     "a string doubled": (
         "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
-        "needed more than 1,024 MiB, the bound on a render's memory",
+        ("needed more than 1,024 MiB, the bound on a render's memory", "ran past 1 s, the bound on a render's time"),
     ),
 }
 
@@ -49,7 +50,8 @@ def test_a_runaway_template_is_one_line_naming_it_and_its_bound(case):
         template.render(HELLO)
     assert time.monotonic() - start < 30  # it did not hang (each takes about a second)
     message = str(e.value)
-    assert message.startswith(NAME) and said in message and "\n" not in message, message
+    said = (said,) if isinstance(said, str) else said  # any of them: the one bound this machine reaches first
+    assert message.startswith(NAME) and any(s in message for s in said) and "\n" not in message, message
 
 
 def test_the_worker_starts_again_after_it_is_ended():
