@@ -32,6 +32,7 @@ from pathlib import Path
 from .conversations.bounded import InProcess, Worker, describe
 from .conversations.markers import content_spans, encode_contents_as_text
 from .errors import MinitfError
+from .system.files import read_at_most
 from .tokenizer import Tokenizer
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -214,11 +215,10 @@ def _read_template(path: Path) -> str:
             f"model's chat template there as text, or remove it"
         )
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_TEMPLATE_BYTES + 1)
+        raw = read_at_most(path, MAX_TEMPLATE_BYTES)
     except OSError as e:
         raise MinitfError(f"cannot read {path} ({e.strerror or e}); fix its permissions") from None
-    if len(raw) > MAX_TEMPLATE_BYTES:
+    if raw is None:
         raise MinitfError(f"{path} is over {MAX_TEMPLATE_BYTES >> 20} MiB, not a chat template; fetch the model again")
     try:
         return raw.decode("utf-8")

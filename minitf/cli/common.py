@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 from ..errors import MinitfError
+from ..system.files import read_at_most
 
 # the most a prompt read from a file or a piped line may hold: 1 MB is hundreds of times the
 # context of any model minitf trains (a longer prompt keeps only its last block_size tokens), and
@@ -133,9 +134,8 @@ def read_prompt(path: str) -> str:
     """The text of --prompt-file: at most MAX_PROMPT_BYTES are read, so a huge file or an endless
     one (/dev/zero, a pipe that never ends) is refused in one line instead of filling the memory."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PROMPT_BYTES + 1)
-        if len(data) > MAX_PROMPT_BYTES:
+        data = read_at_most(path, MAX_PROMPT_BYTES)
+        if data is None:
             raise MinitfError(
                 f"--prompt-file {path} is larger than {MAX_PROMPT_BYTES:,} bytes; the model reads only its last "
                 f"block_size tokens, so pass the end of it (e.g. tail -c 100000 {path} > prompt.txt)"

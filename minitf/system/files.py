@@ -264,6 +264,15 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 _UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _UniqueKeyLoader.construct_yaml_int)
 
 
+def read_at_most(path: str | Path, limit: int) -> bytes | None:
+    """The file's bytes, or None when it holds more than `limit`: no more than limit + 1 are ever
+    read, so a huge file or an endless one (/dev/zero, a pipe) cannot fill the memory. OSError
+    (missing, forbidden) is the caller's to word."""
+    with open(path, "rb") as f:
+        raw = f.read(limit + 1)
+    return raw if len(raw) <= limit else None
+
+
 def read_yaml(path: Path) -> dict:
     """A YAML config file as a dict of sections, or a ConfigError naming the file and the problem.
     At most MAX_CONFIG_BYTES are read: a huge file, or an endless one (a device, a pipe), is refused."""
@@ -276,11 +285,10 @@ def read_yaml(path: Path) -> dict:
             f"config file {str(path)!r} not found; pass an existing YAML file, e.g. configs/shakespeare.yaml"
         )
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
+        raw = read_at_most(path, MAX_CONFIG_BYTES)
     except OSError as e:
         raise ConfigError(f"could not read config file {path}: {e.strerror or e}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
+    if raw is None:
         raise ConfigError(
             f"{path} is larger than {MAX_CONFIG_BYTES:,} bytes, far more than any config (a few KB); "
             f"is it the right file?"
