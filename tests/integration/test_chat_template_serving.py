@@ -7,8 +7,6 @@ in one line."""
 import http.client
 import json
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,8 +15,7 @@ import pytest
 from minitf.chat_template import CHATML, TEMPLATE_FILE
 from minitf.conversations import bounded
 from minitf.web.serve import Completions, CompletionServer
-from tests.support import ROOT
-from tests.support.processes import child_pids, command, default_sigint, pid_exists
+from tests.support.processes import child_pids, command, pid_exists, spawned
 from tests.support.runs import copy_run
 from tests.support.serving import raw, serving
 
@@ -106,14 +103,7 @@ def test_one_sigterm_stops_minitf_serve_mid_render(chat_run, tmp_path):
     """The template squares a huge number, one multiplication in C after another: rendered in the
     server's own process, it held the interpreter's lock, and the signal's handler never ran."""
     run = with_template(chat_run, tmp_path, SQUARES)
-    p = subprocess.Popen(
-        [sys.executable, "-m", "minitf", "serve", "--run", str(run), "--port", "0", "--device", "cpu"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
+    p = spawned("-m", "minitf", "serve", "--run", str(run), "--port", "0", "--device", "cpu")
     try:
         host, port = p.stdout.readline().split("http://", 1)[1].split("/", 1)[0].rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=120)

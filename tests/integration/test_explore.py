@@ -30,7 +30,7 @@ from minitf.sampling import sampler_distribution
 from minitf.web.explore import STATIC
 from minitf.web.explore.api import MAX_GENERATIONS, VIEWS, BadRequest, Explorer
 from tests.support import ROOT
-from tests.support.processes import default_sigint
+from tests.support.processes import spawned
 
 
 @pytest.fixture
@@ -433,14 +433,7 @@ def test_a_port_out_of_range_is_one_line(tiny_run, port):
 
 
 def test_script_serves_until_ctrl_c_and_warns_off_loopback(tiny_run):
-    p = subprocess.Popen(
-        [sys.executable, "scripts/explore.py", "--run", str(tiny_run), "--port", "0", "--host", "0.0.0.0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
+    p = spawned("scripts/explore.py", "--run", str(tiny_run), "--port", "0", "--host", "0.0.0.0")
     try:
         line = p.stdout.readline()
         port = int(re.search(r"http://0\.0\.0\.0:(\d+)/", line)[1])

@@ -7,8 +7,6 @@ import json
 import math
 import re
 import socket
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -19,8 +17,7 @@ from minitf.generate import generate_tokens, sample_settings
 from minitf.run_dir import load_run
 from minitf.web.serve import Limits
 from minitf.web.serve.request import MAX_STOPS
-from tests.support import ROOT
-from tests.support.processes import command, default_sigint
+from tests.support.processes import command, spawned
 from tests.support.serving import raw, serving
 
 openai = pytest.importorskip("openai", reason="the OpenAI client is not installed: pip install -e '.[serve]'")
@@ -401,14 +398,7 @@ def test_command_line_mistakes_are_one_line(tiny_run, tmp_path):
 
 
 def test_command_serves_on_a_free_port(tiny_run):
-    p = subprocess.Popen(
-        [sys.executable, "scripts/serve.py", "--run", str(tiny_run), "--port", "0"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=default_sigint,
-    )
+    p = spawned("scripts/serve.py", "--run", str(tiny_run), "--port", "0")
     try:
         line = p.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/v1", line).group(0)

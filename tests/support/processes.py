@@ -65,6 +65,19 @@ def command(name: str, *args, cwd=ROOT, stdin: str | bytes = b"", tty: bool = Fa
     return subprocess.CompletedProcess(["minitf", name, *map(str, args)], code or 0, out.getvalue(), err.getvalue())
 
 
+def spawned(*args: str) -> subprocess.Popen:
+    """python *args started in the repository root, its output piped as text, and Ctrl-C's
+    SIGINT handled as a terminal's process would (default_sigint): for a test that signals it."""
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
+
+
 def one_line(r: subprocess.CompletedProcess) -> str:
     """A script's whole stderr, which must be one 'error: ...' line and exit code 2."""
     assert r.returncode == 2, r.stderr[-2000:]

@@ -11,19 +11,10 @@ import minitf
 from minitf.chat_template import ChatTemplate
 from minitf.errors import MinitfError
 from tests.support import ROOT
+from tests.support.chat import runs
 from tests.support.corpus import make_play
 
 TEMPLATES = json.loads((ROOT / "tests" / "data" / "chat_templates.json").read_text(encoding="utf-8"))
-
-
-def runs(ids: list[int], learned: list[bool]) -> list[list[int]]:
-    """The learned tokens, one list per unbroken run."""
-    out, prev = [], False
-    for i, keep in zip(ids, learned):
-        if keep:
-            (out[-1].append(i) if prev else out.append([i]))
-        prev = keep
-    return out
 
 
 @pytest.mark.parametrize("answer", ["42\n", "42  ", "42\n\n", " 42 "])
