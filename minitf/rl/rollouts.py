@@ -95,11 +95,9 @@ class RolloutData:
         sampler = torch.Generator(next(policy.parameters()).device).manual_seed(seed)
         rows, rewards = [], []
         for i in picks.tolist():
-            messages, expected, ids = self.prompts[i]
-            answers = sample_group(policy, ids, self.group, self.answer_tokens, self.end, sampler)
-            texts = [self.tokenizer.decode(a[:-1] if a[-1] == self.end else a) for a in answers]
-            rewards.append([score(self.reward, self.reward_name, messages, t, expected) for t in texts])
-            rows += [(ids, a) for a in answers]
+            answers, _, scored = self._group(policy, self.prompts[i], sampler)
+            rewards.append(scored)
+            rows += [(self.prompts[i][2], a) for a in answers]
         rewards = torch.tensor(rewards)  # (P, G)
         self.tally.add(rewards, [len(a) for _, a in rows])
         x, y = _pack(rows, self.tokenizer.eot_id)
@@ -109,19 +107,25 @@ class RolloutData:
         """The groups of the first WATCHED prompts, sampled now with one seed: each answer as text
         and tokens, its reward and its advantage (every token of an answer gets the answer's)."""
         out = []
-        for messages, expected, ids in self.prompts[:WATCHED]:
+        for prompt in self.prompts[:WATCHED]:
             sampler = torch.Generator(next(policy.parameters()).device).manual_seed(0)
-            answers = sample_group(policy, ids, self.group, self.answer_tokens, self.end, sampler)
+            answers, texts, rewards = self._group(policy, prompt, sampler)
             kept = [a[:-1] if a[-1] == self.end else a for a in answers]  # the end of turn is no text
-            texts = [self.tokenizer.decode(a) for a in kept]
-            rewards = [score(self.reward, self.reward_name, messages, t, expected) for t in texts]
             advantages = group_advantages(torch.tensor([rewards], dtype=torch.float64))[0].tolist()
             group = [
                 {"text": t, "tokens": [self.tokenizer.decode([i]) for i in a], "reward": r, "advantage": round(v, 4)}
                 for t, a, r, v in zip(texts, kept, rewards, advantages)
             ]
-            out.append({"prompt": messages[-1]["content"], "expected": expected, "answers": group})
+            out.append({"prompt": prompt[0][-1]["content"], "expected": prompt[1], "answers": group})
         return out
+
+    def _group(self, policy, prompt: tuple, sampler) -> tuple[list[list[int]], list[str], list[float]]:
+        """One prompt's group: the sampled answers' ids (each with its end of turn, if written), their
+        text (without it) and each one's reward."""
+        messages, expected, ids = prompt
+        answers = sample_group(policy, ids, self.group, self.answer_tokens, self.end, sampler)
+        texts = [self.tokenizer.decode(a[:-1] if a[-1] == self.end else a) for a in answers]
+        return answers, texts, [score(self.reward, self.reward_name, messages, t, expected) for t in texts]
 
 
 @torch.inference_mode()
