@@ -383,7 +383,7 @@ class ModelConfig(_Section):
 
 
 # LoRA's settings beside its rank: set without a rank, they would do nothing
-LORA_KEYS = ("lora_alpha", "lora_targets", "lora_dropout")
+LORA_KEYS = ("lora_alpha", "lora_targets", "lora_dropout", "lora_lr_scale")
 
 # the keys that shape rope_scaling, and the values that mean "not set"
 ROPE_SCALING_KEYS = ("rope_factor", "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_context")
@@ -463,6 +463,16 @@ class TrainConfig(_Section):
         "c_attn,c_proj,c_fc", "the linear layers LoRA adapts, by name (c_proj: attn.c_proj and mlp.c_proj)"
     )
     lora_dropout: float = key(0.0, "dropout on LoRA's input, in [0, 1)")
+    lora_lr_scale: float = key(
+        5.0,
+        "a LoRA run's rates are train.lr and train.min_lr times this: low-rank factors learn slower than whole "
+        "matrices at one rate (docs/chat.md)",
+    )
+
+    @property
+    def rate_scale(self) -> float:
+        """What the schedule's rates are multiplied by: lora_lr_scale in a LoRA run, else 1."""
+        return self.lora_lr_scale if self.lora_rank else 1.0
 
     def validate(self) -> None:
         self._positive(
@@ -495,9 +505,10 @@ class TrainConfig(_Section):
             raise ConfigError("train.parallel=fsdp does not support train.dtype=float16; use bfloat16 or float32")
         if self.parallel == "fsdp" and self.optimizer == "muon":  # Newton-Schulz needs whole matrices, not shards
             raise ConfigError("train.parallel=fsdp does not support train.optimizer=muon; use adamw or parallel=ddp")
-        if self.lora_rank < 0 or self.lora_alpha <= 0 or not 0 <= self.lora_dropout < 1:
+        if self.lora_rank < 0 or self.lora_alpha <= 0 or self.lora_lr_scale <= 0 or not 0 <= self.lora_dropout < 1:
             raise ConfigError(
-                "train.lora_rank must be >= 0 (0: off), train.lora_alpha > 0 and train.lora_dropout in [0, 1)"
+                "train.lora_rank must be >= 0 (0: off), train.lora_alpha and train.lora_lr_scale > 0, and "
+                "train.lora_dropout in [0, 1)"
             )
         if self.lora_rank and self.optimizer == "muon":  # Newton-Schulz would orthogonalise each low-rank factor
             raise ConfigError(

@@ -2,7 +2,8 @@
 
 make_optimizer gives AdamW (weight decay on the linear layers' matrices only), or Muon (fast/muon.py:
 orthogonalised momentum, the blocks' matrices) beside AdamW for the rest. The schedule is a linear
-warmup, then a cosine from lr to min_lr over the run's progress (steps, or its time budget)."""
+warmup, then a cosine from lr to min_lr over the run's progress (steps, or its time budget); a LoRA
+run's rates are train.lora_lr_scale times those."""
 
 from __future__ import annotations
 
@@ -51,7 +52,9 @@ def _adamw(model: nn.Module, params: list, tc: TrainConfig, device: torch.device
         {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
     ]
     # the fused kernel updates all tensors in one pass instead of one small kernel per tensor
-    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), fused=device.type in ("cuda", "cpu"))
+    return torch.optim.AdamW(
+        groups, lr=tc.lr * tc.rate_scale, betas=(tc.beta1, tc.beta2), fused=device.type in ("cuda", "cpu")
+    )
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
@@ -75,7 +78,7 @@ def lr_at(step: int, progress: float, tc: TrainConfig, expected_steps: int | Non
     else:
         warm = min(1.0, max((step + 1) / tc.warmup_steps, progress / warmup_share(tc, expected_steps)))
     cosine = 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-    return warm * (tc.min_lr + (tc.lr - tc.min_lr) * cosine)
+    return warm * (tc.min_lr + (tc.lr - tc.min_lr) * cosine) * tc.rate_scale  # rate_scale: LoRA's, else 1
 
 
 def warmup_share(tc: TrainConfig, expected_steps: int | None) -> float:

@@ -76,7 +76,9 @@ def adapt(
     total = sum(p.numel() for p in dict.fromkeys(model.parameters()))  # tied weights once
     log(
         f"LoRA (peft): rank {tc.lora_rank}, alpha {tc.lora_alpha:g} on {', '.join(targets)}{rows}: "
-        f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%), trained by AdamW"
+        f"{trainable:,} trainable parameters of {total:,} ({100 * trainable / total:.2f}%), trained by AdamW at "
+        f"lr {tc.lr * tc.rate_scale:.3g} to {tc.min_lr * tc.rate_scale:.3g} (train.lr and min_lr x "
+        f"train.lora_lr_scale={tc.lora_lr_scale:g})"
     )
     return model
 

@@ -128,7 +128,7 @@ def test_a_lora_chat_run_from_a_base_model_learns_to_end_its_turn(tmp_path, tiny
     chats = tmp_path / "hi.jsonl"
     talk = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
     chats.write_text((json.dumps(talk) + "\n") * 16)
-    overrides = ("train.max_steps=40", "train.ckpt_every=40", "train.lr=1e-2", "train.min_lr=1e-3")
+    overrides = ("train.max_steps=40", "train.ckpt_every=40", "train.lr=2e-3", "train.min_lr=2e-4")  # x 5: LoRA's
     run = minitf.train(sft_config(tmp_path / "run", tiny_run, chats, *LORA, *overrides), **QUIET)
     model, tokenizer, _ = load_run(run)
     assert tokenizer.vocab_size == load_run(tiny_run)[1].vocab_size + 2  # the run added ChatML's two tokens

@@ -410,7 +410,9 @@ def test_lora_chooses_adamw_unless_muon_is_asked_for_by_name():
         minitf.load_config(None, ["train.lora_rank=8", "train.optimizer=muon"])
 
 
-@pytest.mark.parametrize("setting", ["train.lora_alpha=32", "train.lora_targets=c_attn", "train.lora_dropout=0.1"])
+@pytest.mark.parametrize(
+    "setting", ["train.lora_alpha=32", "train.lora_targets=c_attn", "train.lora_dropout=0.1", "train.lora_lr_scale=3"]
+)
 def test_a_lora_setting_without_a_rank_says_it_does_nothing(setting):
     key = setting.split("=")[0]
     with pytest.raises(ConfigError, match=f"{key}=.* does nothing without train.lora_rank"):
