@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import MinitfError
-from .model import Transformer
+from .model import SandwichBlock, Transformer
 from .system.runtime import eval_mode
 from .tokenizer import Tokenizer, check_ids
 
@@ -102,9 +102,12 @@ def run_blocks(model: Transformer, idx: torch.Tensor, edit_heads=None, edit_resi
         if edit_heads is not None:
             steps["heads"] = edit_heads(i, steps["heads"])  # (B, H, T, D)
             steps["out"] = blk.attn.project(steps["heads"])
-        steps["attn_out"] = blk.after_attn(steps.pop("out"))  # (B, T, C); after_attn: Gemma's norm, else nothing
+        sandwich = isinstance(blk, SandwichBlock)  # Gemma: each sub-layer's output is normalised before it is added
+        out = steps.pop("out")  # (B, T, C)
+        steps["attn_out"] = blk.after_attn(out) if sandwich else out
         x = x + steps["attn_out"]
-        steps["ffn_out"] = blk.after_mlp(blk.mlp(blk.ln_2(x)))  # (B, T, C)
+        ffn = blk.mlp(blk.ln_2(x))  # (B, T, C)
+        steps["ffn_out"] = blk.after_mlp(ffn) if sandwich else ffn
         x = x + steps["ffn_out"]
         if edit_resid is not None:
             x = edit_resid(i + 1, x)

@@ -207,21 +207,36 @@ class CausalSelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x)). With model.sandwich_norm
-    (Gemma) each sub-layer's output is normalised too before it is added (after_attn, after_mlp)."""
+    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x))."""
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
         self.ln_1 = make_norm(cfg)
         self.attn = CausalSelfAttention(cfg, layer)
-        self.after_attn = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
         self.ln_2 = make_norm(cfg)
         self.mlp = FeedForward(cfg)
-        self.after_mlp = make_norm(cfg) if cfg.sandwich_norm else nn.Identity()
 
     def forward(self, x, rope=None, cache=None, layer: int = 0):
-        x = x + self.after_attn(self.attn(self.ln_1(x), rope=rope, cache=cache, layer=layer))
-        return x + self.after_mlp(self.mlp(self.ln_2(x)))
+        x = x + self.attn(self.ln_1(x), rope=rope, cache=cache, layer=layer)  # (B, T, C)
+        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+
+
+class SandwichBlock(Block):
+    """model.sandwich_norm (Gemma 2 and 3): each sub-layer's output is normalised too before it is
+    added (after_attn, after_mlp). A class of its own, so the default block's step calls no
+    do-nothing layer (decoding one token at a time pays for every call)."""
+
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
+        super().__init__(cfg, layer)
+        self.after_attn = make_norm(cfg)
+        self.after_mlp = make_norm(cfg)
+        # the layers in the order they compute: an optimizer's saved state lists parameters in it
+        order = ("ln_1", "attn", "after_attn", "ln_2", "mlp", "after_mlp")
+        self._modules = {name: self._modules[name] for name in order}
+
+    def forward(self, x, rope=None, cache=None, layer: int = 0):
+        x = x + self.after_attn(self.attn(self.ln_1(x), rope=rope, cache=cache, layer=layer))  # (B, T, C)
+        return x + self.after_mlp(self.mlp(self.ln_2(x)))  # (B, T, C)
 
 
 class Transformer(nn.Module):
@@ -244,7 +259,8 @@ class Transformer(nn.Module):
         )
         self.rope_local = local_rope(cfg)  # None, or the sliding layers' own (Gemma 3)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, i) for i in range(cfg.n_layer))
+        block = SandwichBlock if cfg.sandwich_norm else Block
+        self.blocks = nn.ModuleList(block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg.vocab_size), bias=False)
         self.checkpoint_blocks = False  # activation checkpointing: set by training, see checkpointing()

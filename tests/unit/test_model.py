@@ -218,3 +218,21 @@ def test_n_kv_head_equal_to_n_head_is_the_model_as_before():
     assert a.blocks[0].attn.c_attn.weight.shape == (96, 32)
     with torch.no_grad():
         assert torch.equal(a(IDS)[0], b(IDS)[0])
+
+
+def test_the_default_block_calls_no_do_nothing_layer_and_gemmas_lists_its_norms_in_compute_order():
+    # decoding pays for every module call per token: the default block is its four layers alone;
+    # model.sandwich_norm's block (Gemma) lists its parameters in the order it computes, as an
+    # optimizer's saved state (a resume) expects
+    cfg = minitf.load_config(None, ["model.vocab_size=64", "model.n_layer=1"]).model
+    default = minitf.Transformer(cfg).blocks[0]
+    assert [name for name, _ in default.named_children()] == ["ln_1", "attn", "ln_2", "mlp"]
+    cfg.sandwich_norm = True
+    sandwich = minitf.Transformer(cfg).blocks[0]
+    assert [name for name, _ in sandwich.named_children()] == ["ln_1", "attn", "after_attn", "ln_2", "mlp", "after_mlp"]
+    x = torch.randn(1, 3, cfg.n_embd)
+    with torch.no_grad():
+        sandwich.after_attn.weight.fill_(2.0)  # a gain away from one: the norm is applied, not skipped
+        a = sandwich.attn(sandwich.ln_1(x))
+        mid = x + sandwich.after_attn(a)
+        assert torch.allclose(sandwich(x), mid + sandwich.after_mlp(sandwich.mlp(sandwich.ln_2(mid))))
