@@ -126,7 +126,8 @@ def cuda_tests(out: Path) -> dict:
         for f in (root / "tests").rglob("test_*.py")
         if "needs a CUDA device" in f.read_text(encoding="utf-8")
     )
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "cuda", *files]
+    # -n 0: in one process, so no two tests share the GPU at once
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", "-k", "cuda", *files]
     r = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     (out / "cuda_tests.log").write_text(r.stdout + r.stderr)
     counts = {word: int(n) for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected)", r.stdout)}

@@ -29,6 +29,14 @@ torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", 1)))
 pytest_plugins = ["tests.support.extras"]
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """What -n auto (pyproject's addopts) means: one process per core this process may use, at most
+    4. Each holds torch, transformers and the session's trained runs (up to 1.3 GB here), and past 4 the
+    files that take longest (the GPU script's dry run, the notebook, torchrun) set the time anyway."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(4, cores))
+
+
 @pytest.fixture(autouse=True)
 def private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MINITF_CACHE", str(tmp_path_factory.getbasetemp() / "minitf-cache"))
