@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
     print(f"[chatting with {run}: {describe_weights(run, args.best, 'uses')}; {COMMANDS}]", file=sys.stderr)
     start = [{"role": "system", "content": args.system}] if args.system else []
-    _converse(model, tok, settings, start, args.stop)
+    if _converse(model, tok, settings, start, args.stop):  # turns that failed were said as they failed
+        sys.exit(1)
 
 
 def _parser(prog: str | None) -> argparse.ArgumentParser:
@@ -60,25 +61,30 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     return p
 
 
-def _converse(model, tok, settings, start: list[dict], stop) -> None:
-    """Read messages until /quit, end of input or Ctrl-C at the prompt; answer each in turn."""
-    messages, lines = list(start), stdin_prompts()
+def _converse(model, tok, settings, start: list[dict], stop) -> int:
+    """Read messages until /quit, end of input or Ctrl-C at the prompt; answer each in turn. Returns
+    how many turns failed (said in one line each, and left out of the conversation)."""
+    messages, lines, failed = list(start), stdin_prompts(), 0
     piped = not sys.stdin.isatty()  # no one typed the questions: each is shown before its answer
     while True:
         try:
             line = next(lines)
         except (StopIteration, KeyboardInterrupt):  # Ctrl-C at the prompt ends the chat, as Ctrl-D does
-            return
+            return failed
         command = line.strip()
         if command in ("/quit", "/exit"):
-            return
+            return failed
         if command in ("/reset", "/help") or not command:
             messages = list(start) if command == "/reset" else messages
             print({"/reset": "[a new conversation]", "/help": COMMANDS}.get(command, ""), file=sys.stderr)
             continue
         if piped:  # on stderr, as the typed prompt is: stdout stays the answers alone, for a pipe to read
             print(f"> {line}", file=sys.stderr, flush=True)
-        answer = _answer(model, tok, [*messages, {"role": "user", "content": line}], settings, stop)
+        try:
+            answer = _answer(model, tok, [*messages, {"role": "user", "content": line}], settings, stop)
+        except MinitfError as e:  # e.g. longer than block_size, or the template refused it or ran past a bound
+            print(f"error: {e} (/reset starts a new conversation)", file=sys.stderr)
+            failed, answer = failed + 1, None
         if answer is not None and not answer.strip():  # a conversation's turns have text (conversations/rules.py)
             print("[an empty answer: that turn is left out of the conversation]", file=sys.stderr)
         elif answer is not None:
@@ -86,8 +92,9 @@ def _converse(model, tok, settings, start: list[dict], stop) -> None:
 
 
 def _answer(model, tok, messages: list[dict], settings, stop) -> str | None:
-    """Print the answer as it streams and return it; None when there is none to keep: Ctrl-C
-    stopped it, or the conversation no longer fits the model's context (said in one line)."""
+    """Print the answer as it streams and return it; None when Ctrl-C stopped it. A conversation
+    that cannot be answered (a MinitfError: too long, refused by the template) is raised, any half
+    answer's line ended first."""
     text, pieces = "", None
     try:
         pieces = chat_stream(model, tok, messages, settings, stop=stop)
@@ -99,8 +106,10 @@ def _answer(model, tok, messages: list[dict], settings, stop) -> str | None:
     except KeyboardInterrupt:
         print(flush=True)  # the half answer's line ended
         print("[answer stopped]", file=sys.stderr)
-    except ConfigError as e:  # e.g. longer than block_size: /reset starts again
-        print(f"error: {e} (/reset starts a new one)", file=sys.stderr)
+    except MinitfError:
+        if text:
+            print(flush=True)
+        raise
     finally:
         if pieces is not None:
             pieces.close()  # the model back in its mode, the KV cache freed
