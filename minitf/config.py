@@ -16,12 +16,9 @@ import copy
 import dataclasses
 import difflib
 import math
-import os
-import re
 import typing
 import warnings
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -29,6 +26,8 @@ import yaml
 
 from .errors import ConfigError, shown
 from .system.files import read_yaml
+from .system.paths import check_run_dir_path
+from .system.recipes import recipe_path
 
 # every integer key fits a signed 64-bit integer, what torch and numpy take (and a number of
 # thousands of digits is never carried along to fail later, or formatted into a message)
@@ -144,63 +143,7 @@ class RunConfig(_Section):
             self.out_dir = f"runs/{self.name}"
         if not str(self.out_dir).strip():
             raise ConfigError("run.out_dir is empty; name the run directory, e.g. run.out_dir=runs/mine")
-        _check_path_length(Path(self.out_dir), named)
-        _check_not_project_dir(Path(self.out_dir))
-
-
-# room left under the path limit for the names a run writes inside its directory (the longest:
-# a temporary file beside state.pt, a sharded checkpoint's files)
-RUN_FILE_ROOM = 64
-
-
-def _check_path_length(out_dir: Path, named: str) -> None:
-    """A run directory the file system cannot name (ENAMETOOLONG) is refused here, before any
-    work: a name in the path longer than the file system allows (255 bytes on most), or a path
-    so long that the run's own files would pass the path limit (4096 bytes on Linux)."""
-    full = Path(os.path.abspath(out_dir.expanduser()))
-    name_max, path_max = _name_limits(full)
-    for part in full.parts:
-        if len(os.fsencode(part)) > name_max:
-            raise ConfigError(
-                f"{named} gives the run directory a name of {len(os.fsencode(part)):,} bytes ({shown(part, 40)}), "
-                f"longer than the {name_max} this file system allows; choose a shorter {named}"
-            )
-    if len(os.fsencode(str(full))) + RUN_FILE_ROOM > path_max:
-        raise ConfigError(
-            f"{named} makes the run directory's path {len(os.fsencode(str(full))):,} bytes long; with the "
-            f"run's file names it would pass this system's path limit of {path_max}: choose a shorter {named}"
-        )
-
-
-def _name_limits(path: Path) -> tuple[int, int]:
-    """(longest name, longest path) in bytes on the file system that would hold path, asked of its
-    nearest existing directory (POSIX pathconf); 255 and 4096 where the system cannot say."""
-    if hasattr(os, "pathconf"):  # not on Windows
-        for there in (path, *path.parents):
-            try:
-                if there.is_dir():
-                    return os.pathconf(there, "PC_NAME_MAX"), os.pathconf(there, "PC_PATH_MAX")
-            except (OSError, ValueError):  # a name too long to look up, or no answer: try the parent
-                continue
-    return 255, 4096
-
-
-def _check_not_project_dir(out_dir: Path) -> None:
-    """The run directory cannot be the current directory or a repository's root: a run's files
-    (config.yaml, model.safetensors, ...) would be written among the user's own."""
-    try:
-        here, where = Path.cwd().resolve(), out_dir.expanduser().resolve()
-    except (OSError, RuntimeError):
-        return  # an unreadable path: the write itself will say so
-    pyproject = where / "pyproject.toml"
-    repo = (where / ".git").exists() or (
-        pyproject.is_file() and re.search(r'(?m)^name\s*=\s*"minitf"', pyproject.read_text(errors="replace"))
-    )
-    if where == here or repo:
-        raise ConfigError(
-            f"run.out_dir {str(out_dir)!r} is {'the current directory' if where == here else 'a repository root'}; "
-            f"runs write config.yaml and weights there: choose a directory of its own, e.g. run.out_dir=runs/mine"
-        )
+        check_run_dir_path(Path(self.out_dir), named)
 
 
 @dataclass
@@ -718,35 +661,6 @@ def apply_overrides(d: dict, overrides) -> dict:
             raise ConfigError(f"config section '{section}' must be a mapping")
         d[section][key] = value
     return d
-
-
-RECIPE_SUFFIX = ".yaml"
-
-
-def recipes_dir() -> Path:
-    """Where the named recipes are: inside the installed package (minitf/configs, mapped from the
-    repository's configs/ at build time), or the clone's configs/ when minitf runs from a source tree."""
-    shipped = Path(str(resources.files("minitf") / "configs"))
-    return shipped if shipped.is_dir() else Path(__file__).resolve().parent.parent / "configs"
-
-
-def recipes() -> list[str]:
-    """The names of the recipes that load by name (load_config("tiny"), --config tiny)."""
-    return sorted(p.name[: -len(RECIPE_SUFFIX)] for p in recipes_dir().glob(f"*{RECIPE_SUFFIX}"))
-
-
-def recipe_path(name_or_path: str | Path) -> Path:
-    """A recipe's file: an existing path as given, else a recipe name (with or without .yaml)."""
-    path = Path(name_or_path)
-    if path.exists() or len(path.parts) != 1:  # a path with a directory in it is always a path
-        return path
-    name = path.name[: -len(RECIPE_SUFFIX)] if path.name.endswith(RECIPE_SUFFIX) else path.name
-    if name not in recipes():
-        raise ConfigError(
-            f"no config file or recipe named {str(name_or_path)!r}; the recipes are {', '.join(recipes())}, "
-            "or pass a YAML file's path"
-        )
-    return recipes_dir() / f"{name}{RECIPE_SUFFIX}"
 
 
 def read_config_file(name_or_path: str | Path) -> dict:

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import torch
 
-from minitf.config import recipe_path
 from minitf.errors import ConfigError, MinitfError
 from minitf.evaluate import evaluate_text
 from minitf.run_dir import METRICS, load_run, read_rows
 from minitf.system.machine import machine
+from minitf.system.recipes import recipe_path
 
 
 def parse_recipe(text: str) -> tuple[str, list[str]]:

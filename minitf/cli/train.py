@@ -11,8 +11,9 @@ torchrun --nproc_per_node=2 scripts/train.py        # data parallel over 2 proce
 import argparse
 import os
 
-from minitf.config import describe_keys, load_config, recipes
+from minitf.config import describe_keys, load_config
 from minitf.errors import MinitfError
+from minitf.system.recipes import recipes
 from minitf.training.checkpoint import resumable_words
 
 

@@ -6,8 +6,9 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from ..config import Config, DataConfig, SampleConfig, recipes
+from ..config import Config, DataConfig, SampleConfig
 from ..data import TokenData
+from ..system.recipes import recipes
 
 PROMPT_CHARS = 20  # about how much of a long line a fitting prompt takes: a few words
 

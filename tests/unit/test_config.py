@@ -8,6 +8,7 @@ import yaml
 
 import minitf
 import minitf.system.files
+import minitf.system.recipes
 from minitf.config import ModelConfig, TrainConfig, load_config, load_run_config
 from minitf.errors import ConfigError, shown
 from tests.support import ROOT
@@ -79,7 +80,7 @@ RECIPES = sorted(ROOT.glob("configs/*.yaml"))
 
 
 def test_the_recipes_are_every_file_in_configs():
-    assert minitf.config.recipes() == sorted(p.stem for p in RECIPES) and len(RECIPES) >= 7
+    assert minitf.system.recipes.recipes() == sorted(p.stem for p in RECIPES) and len(RECIPES) >= 7
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
@@ -129,7 +130,7 @@ def test_unknown_recipe_lists_the_recipes(tmp_path, monkeypatch):
     with pytest.raises(ConfigError) as e:
         load_config("tinny")
     msg = str(e.value)
-    assert "\n" not in msg and "'tinny'" in msg and ", ".join(minitf.config.recipes()) in msg
+    assert "\n" not in msg and "'tinny'" in msg and ", ".join(minitf.system.recipes.recipes()) in msg
     with pytest.raises(ConfigError, match="not found"):  # a path stays a path
         load_config("configs/tinny.yaml")
 
