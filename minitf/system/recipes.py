@@ -23,11 +23,13 @@ def recipes() -> list[str]:
 
 
 def recipe_path(name_or_path: str | Path) -> Path:
-    """A recipe's file: an existing path as given, else a recipe name (with or without .yaml)."""
+    """A recipe's file: an existing path as given, else a recipe name (with or without .yaml). A
+    bare name that is a recipe's is the recipe even where a directory of that name is here (runs of
+    a recipe are often named after it: `--config chat` beside a folder `chat`)."""
     path = Path(name_or_path)
-    if path.exists() or len(path.parts) != 1:  # a path with a directory in it is always a path
-        return path
     name = path.name[: -len(RECIPE_SUFFIX)] if path.name.endswith(RECIPE_SUFFIX) else path.name
+    if len(path.parts) != 1 or (path.exists() and not (path.is_dir() and name in recipes())):
+        return path  # a path with a directory in it is always a path; so is a file here
     if name not in recipes():
         raise ConfigError(
             f"no config file or recipe named {str(name_or_path)!r}; the recipes are {', '.join(recipes())}, "

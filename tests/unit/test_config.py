@@ -133,6 +133,11 @@ def test_unknown_recipe_lists_the_recipes(tmp_path, monkeypatch):
     assert "\n" not in msg and "'tinny'" in msg and ", ".join(minitf.system.recipes.recipes()) in msg
     with pytest.raises(ConfigError, match="not found"):  # a path stays a path
         load_config("configs/tinny.yaml")
+    (tmp_path / "tiny").mkdir()  # a folder named as a recipe (a run of it) beside: the name is the recipe's
+    assert load_config("tiny").model.n_layer == 2
+    (tmp_path / "mine").mkdir()  # a folder of no recipe's name is still the path given
+    with pytest.raises(ConfigError, match="'mine' is a directory"):
+        load_config("mine")
 
 
 def test_every_key_has_a_meaning_and_choices_are_literals():
