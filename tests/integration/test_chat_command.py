@@ -14,7 +14,6 @@ from minitf.run_dir import load_run
 from minitf.web.serve import Completions
 from tests.support import ROOT
 from tests.support.processes import command
-from tests.support.runs import copy_run
 
 Q1, Q2 = "What is 2 plus 3?", "And 4 plus 4?"
 
@@ -156,20 +155,3 @@ def test_an_answers_control_characters_are_shown_on_a_terminal_and_exact_in_a_pi
     assert (
         shown.stdout.endswith(escaped + "\n") and piped.stdout[: -len(written) - 1] == shown.stdout[: -len(escaped) - 1]
     )
-
-
-def test_a_turn_the_template_cannot_render_is_one_line_and_the_chat_goes_on(chat_run, tmp_path):
-    # a run's own template edited into one that loops on one message: the render runs past its bound
-    # (conversations/bounded.py), which is one line; the next question is answered, and the exit
-    # status says a turn failed
-    run = copy_run(chat_run, tmp_path / chat_run.name)
-    template = run / "chat_template.jinja"
-    loop = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
-    spin = "{% for m in messages %}{% if m.content == 'spin' %}" + loop + "{% endif %}"
-    template.write_text(spin + "{% endfor %}" + template.read_text())
-    out = talk(run, ["spin", Q1], "--max-new-tokens", "8", "--temperature", "0")
-    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
-    errors = [line for line in out.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "chat_template.jinja" in errors[0] and "new conversation" in errors[0], out.stderr
-    model, tok, cfg = load_run(run)
-    assert out.stdout == chat(model, tok, [user(Q1)], cfg.sample, max_new_tokens=8, temperature=0) + "\n"

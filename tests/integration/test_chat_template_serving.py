@@ -14,6 +14,8 @@ import pytest
 
 from minitf.chat_template import CHATML, TEMPLATE_FILE
 from minitf.conversations import bounded
+from minitf.conversations.answer import chat
+from minitf.run_dir import load_run
 from minitf.web.serve import Completions, CompletionServer
 from tests.support.processes import child_pids, command, pid_exists, spawned
 from tests.support.runs import copy_run
@@ -122,9 +124,26 @@ def test_one_sigterm_stops_minitf_serve_mid_render(chat_run, tmp_path):
         p.kill()
 
 
-def test_minitf_chat_says_the_bound_in_one_line(chat_run, tmp_path):
+def test_minitf_chat_says_the_bound_in_one_line_and_goes_on(chat_run, tmp_path):
+    """The turn past the bound is one line and left out; the next question is answered as in a new
+    conversation; the exit status says a turn failed."""
     run = with_template(chat_run, tmp_path, SPIN)
-    r = command("chat", "--run", str(run), "--device", "cpu", stdin="spin\n")
-    *_, line = r.stderr.splitlines()  # after the chat's banner and the question, on stderr as typed
-    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-    assert line.startswith(f"error: the chat template from {run / TEMPLATE_FILE} ran past 1 s"), line
+    question = QUESTION[0]["content"]
+    r = command(
+        "chat",
+        "--run",
+        str(run),
+        "--device",
+        "cpu",
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0",
+        stdin=f"spin\n{question}\n",
+    )
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, r.stderr
+    assert errors[0].startswith(f"error: the chat template from {run / TEMPLATE_FILE} ran past 1 s"), errors[0]
+    model, tok, cfg = load_run(run)
+    assert r.stdout == chat(model, tok, QUESTION, cfg.sample, max_new_tokens=8, temperature=0) + "\n"
