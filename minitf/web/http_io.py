@@ -263,12 +263,20 @@ def log_bug(log) -> None:
     log(traceback.format_exc())
 
 
-async def stream(chunks: Iterator[bytes], gone: threading.Event, kind: str, timeout: float, log) -> Stream:
+async def stream(
+    chunks: Iterator[bytes], gone: threading.Event, kind: str, timeout: float, log, request: Request | None = None
+) -> Stream:
     """A Stream of chunks whose first piece is made before the answer begins, so that a request the
-    generator refuses (bad input, a busy server) is still answered with its error status."""
+    generator refuses (bad input, a busy server) is still answered with its error status. Given the
+    request, `gone` is set meanwhile if its client leaves (the first piece may take a while: a
+    chat template's render)."""
+    watcher = asyncio.create_task(_watch(request.receive, gone)) if request is not None else None
     try:
         first = await run_in_threadpool(next, chunks, None)
     except BaseException:
         await run_in_threadpool(chunks.close)
         raise
+    finally:
+        if watcher is not None:
+            watcher.cancel()
     return Stream(chunks, first, gone, kind, timeout, log)

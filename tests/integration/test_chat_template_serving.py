@@ -16,10 +16,11 @@ from minitf.chat_template import CHATML, TEMPLATE_FILE
 from minitf.conversations import bounded
 from minitf.conversations.answer import chat
 from minitf.run_dir import load_run
+from minitf.web.explore import Explorer, ExploreServer
 from minitf.web.serve import Completions, CompletionServer
 from tests.support.processes import child_pids, command, pid_exists, spawned
 from tests.support.runs import copy_run
-from tests.support.serving import raw, serving
+from tests.support.serving import raw, running, serving
 
 SPIN = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
 # squaring a number of 4,096 bits, then its square, ...: each one operation in C, longer and longer
@@ -76,6 +77,29 @@ def test_models_answers_during_a_render_and_a_client_that_leaves_ends_it(chat_ru
         assert ended(template, pid)
         status, body = raw(server, "POST", "/v1/chat/completions", ask(run.name, "What is 2 plus 3?"))
         assert status == 200 and body["choices"][0]["message"]["role"] == "assistant"  # a fresh worker
+
+
+def test_the_explorer_answers_during_a_render_and_a_page_that_closes_ends_it(chat_run, tmp_path, long_renders):
+    run = with_template(chat_run, tmp_path, SPIN)
+    logs = []
+    with running(ExploreServer(Explorer(run), "127.0.0.1", 0, log=logs.append)) as server:
+        template = server.explorer.tok.chat_template
+        page = http.client.HTTPConnection(*server.server_address, timeout=60)
+        turn = json.dumps({"messages": [{"role": "user", "content": "spin"}], "max_new_tokens": 3}).encode()
+        page.request("POST", "/api/generate", turn, {"Content-Type": "application/json"})
+        pid = started(template)
+        status, body = raw(server, "GET", "/api/run")
+        assert status == 200 and body["chat"] is True
+        assert template.renderer.pid == pid  # the render still runs (its bound is two minutes)
+        page.close()  # the tab closes: its render is ended
+        assert ended(template, pid)
+        assert any("cancelled, as the page closed" in line for line in logs), logs
+        ask = {"messages": QUESTION, "max_new_tokens": 3}
+        conn = http.client.HTTPConnection(*server.server_address, timeout=60)
+        conn.request("POST", "/api/generate", json.dumps(ask).encode(), {"Content-Type": "application/json"})
+        events = [json.loads(line) for line in conn.getresponse().read().splitlines()]
+        conn.close()
+        assert "prompt" in events[0] and events[-1]["done"] in ("length", "stop"), events  # a fresh worker rendered it
 
 
 def test_a_server_that_stops_ends_the_render_under_way(chat_run, tmp_path, long_renders):

@@ -108,11 +108,12 @@ class Explorer:
         return {"points": [p for p in points if "step" in p], "watched": watched}
 
     @contextlib.contextmanager
-    def generation(self, body: dict):
+    def generation(self, body: dict, cancelled=lambda: False):
         """Check a generate request, take a slot, and give its events (see `_events`); the slot is
-        given back, and generation stops, when the `with` block ends (the page may have gone)."""
+        given back, and generation stops, when the `with` block ends (the page may have gone). A
+        chat's template render ends once cancelled() is true (RenderCancelled): the page closed."""
         chat = "messages" in body
-        ids, settings = self._chat_request(body) if chat else self._generation_request(body)
+        ids, settings = self._chat_request(body, cancelled) if chat else self._generation_request(body)
         if not self.slots.acquire(blocking=False):
             raise Busy(f"{MAX_GENERATIONS} generations are running already; wait for one to finish")
         events = self._events(ids, settings, chat)
@@ -137,7 +138,7 @@ class Explorer:
             raise BadRequest(f"max_new_tokens is {settings.max_new_tokens}; at most {MAX_NEW_TOKENS} here")
         return prompt_ids(self.tok, prompt, block), settings  # <|endoftext|> for an empty prompt
 
-    def _chat_request(self, body: dict):
+    def _chat_request(self, body: dict, cancelled):
         """A chat run's turn: {"messages": [...], settings} -> the ids of the conversation and its
         generation prompt, as the run's template makes them (ChatTemplate.prompt_ids)."""
         check_keys(body, {"messages", *SETTINGS})
@@ -147,7 +148,8 @@ class Explorer:
         messages = body["messages"]
         if not isinstance(messages, list) or sum(len(str(m)) for m in messages) > MAX_PROMPT_CHARS * 4:
             raise BadRequest(f"messages must be a list of at most {MAX_PROMPT_CHARS * 4} characters in all")
-        ids = template.prompt_ids(self.tok, checked_prompt("messages", messages))
+        with template.cancelled_by(cancelled):  # a downloaded template renders in a worker, bounded
+            ids = template.prompt_ids(self.tok, checked_prompt("messages", messages))
         n, block = len(ids), self.cfg.model.block_size
         if n >= block:
             raise BadRequest(f"the conversation is {n} tokens, this model reads {block}; start a new conversation")

@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from ...conversations.bounded import RenderCancelled
 from ...errors import MinitfError
 from ...run_dir import which_weights
 from ..http_io import NO_STORE, Guard, error_answer, json_answer, log_bug, read_body, stream
@@ -117,7 +118,7 @@ def explorer_app(ex: Explorer, limits: Limits, stopping: threading.Event, log) -
         settings = await body(request)
         gone = threading.Event()
         return await stream(
-            _ndjson(ex, settings, stopping, gone, log), gone, "application/x-ndjson", limits.timeout, log
+            _ndjson(ex, settings, stopping, gone, log), gone, "application/x-ndjson", limits.timeout, log, request
         )
 
     for name, method in VIEWS.items():  # one route each, so /docs lists every view
@@ -151,7 +152,7 @@ def _ndjson(ex: Explorer, settings: dict, stopping: threading.Event, gone: threa
     raises at the first line, before the answer begins. It stops when the page goes (gone) and
     ends with an error event when the explorer stops."""
     sent = 0
-    with ex.generation(settings) as events:
+    with ex.generation(settings, lambda: stopping.is_set() or gone.is_set()) as events:
         try:
             for event in events:
                 if stopping.is_set():
@@ -173,6 +174,11 @@ def _errors(app: FastAPI, log) -> None:
     @app.exception_handler(MinitfError)
     async def bad_input(request: Request, error: MinitfError) -> Response:
         return explorer_answer(error)
+
+    @app.exception_handler(RenderCancelled)
+    async def cancelled(request: Request, error: RenderCancelled) -> Response:
+        log(f"generate: {error}, as the page closed or the explorer is stopping")
+        return json_answer(503, {"error": f"{error}: the page closed, or the explorer is stopping"})
 
     @app.exception_handler(HTTPException)
     async def no_page(request: Request, error: HTTPException) -> Response:
