@@ -151,3 +151,21 @@ def test_serve_names_the_model_by_its_id(cache, downloaded):
     assert api.models()["data"][0]["id"] == REPO and api.block == 64
     body = {"model": REPO, "prompt": "What is", "max_tokens": 3, "temperature": 0}
     assert api.complete(api.parse(body))["choices"][0]["finish_reason"] in ("length", "stop")
+
+
+def test_explore_shows_a_downloaded_model_by_its_id(cache, downloaded):
+    from minitf.conversations.answer import chat
+    from minitf.web.explore import Explorer
+
+    files, _, tok = downloaded
+    put_in_cache(cache, REPO, files)
+    ex = Explorer(REPO)
+    info = ex.run_info()
+    assert info["run"] == REPO and info["downloaded"] is True and info["chat"] is True and info["step"] is None
+    assert ex.loss_curve() == {"points": [], "watched": []}  # no training of its own
+    question = [{"role": "user", "content": "What is 17 plus 25?"}]
+    with ex.generation({"messages": question, "temperature": 0, "max_new_tokens": 4}) as events:
+        tokens = [e["token"]["id"] for e in events if "token" in e]
+    end = ex.tok.chat_template.end_of_turn(ex.tok)
+    answer = chat(ex.model, ex.tok, question, temperature=0, max_new_tokens=4)
+    assert tokens and ex.tok.decode([t for t in tokens if t != end]) == answer  # the page's answer is minitf.chat's

@@ -27,11 +27,12 @@ from ...budget import budget_steps
 from ...config import SEED_RANGE, TrainConfig
 from ...conversations.answer import checked_prompt
 from ...errors import ConfigError, MinitfError
+from ...export.hf import is_hf_model, load_model
 from ...generate import prompt_ids, sample_settings, token_steps
 from ...generation.args import SETTINGS
 from ...inspection import Inspection, inspect, logit_lens, token_label
 from ...positions import rope_scaling, rotary_angles
-from ...run_dir import BEST, METRICS, WEIGHTS, load_run, read_rows, weights_step
+from ...run_dir import BEST, METRICS, WEIGHTS, read_rows, weights_step
 from ...sampling import sampler_distribution, window_start
 from ...system.runtime import eval_mode
 from ...tokenizer import check_ids
@@ -73,17 +74,22 @@ class Explorer:
     """
 
     def __init__(self, run_dir: str | Path, best: bool = False, device: str = "cpu"):
+        """run_dir: a minitf run, or a Hugging Face model of a family minitf imports (a directory or
+        a hub id), shown as it was downloaded: no training of its own to show."""
         self.run_dir, self.best = Path(run_dir), best
-        self.model, self.tok, self.cfg = load_run(run_dir, best=best, device=device)
+        self.downloaded = is_hf_model(run_dir)
+        self.model, self.tok, self.cfg = load_model(run_dir, best=best, device=device)
         self.checkpoint = self.run_dir / (BEST if best else WEIGHTS)
-        self.step = weights_step(self.checkpoint)  # read now: a trainer may write a newer one later
+        # read now: a trainer may write a newer one later
+        self.step = None if self.downloaded else weights_step(self.checkpoint)
         self.slots = threading.BoundedSemaphore(MAX_GENERATIONS)
 
     def run_info(self) -> dict:
         m = self.cfg.model
         return {
-            "run": self.run_dir.name,
-            "checkpoint": self.checkpoint.name,
+            "run": str(self.run_dir) if self.downloaded else self.run_dir.name,  # a hub id names itself
+            "downloaded": self.downloaded,  # the page then shows no data, budget or curves of its own
+            "checkpoint": "the downloaded weights" if self.downloaded else self.checkpoint.name,
             "step": self.step,
             "params": self.model.num_params(),
             "budget": budget_words(self.cfg.train),
@@ -101,7 +107,7 @@ class Explorer:
     def loss_curve(self) -> dict:
         """The evaluations in metrics.jsonl: step, train and val loss, val bits per byte, lr; a chat
         run's held-out exact answers, and an RL run's mean reward (data.format=rl)."""
-        rows = read_rows(self.run_dir / METRICS)
+        rows = [] if self.downloaded else read_rows(self.run_dir / METRICS)
         points = [{k: r[k] for k in CURVE if isinstance(r.get(k), (int, float))} for r in rows]
         # an RL run's sampled groups of a few fixed prompts at each evaluation (rl/rollouts.py, watch)
         watched = [{"step": r["step"], "groups": r["watched"]} for r in rows if isinstance(r.get("watched"), list)]

@@ -34,7 +34,7 @@ from starlette.responses import Response
 
 from ...conversations.bounded import RenderCancelled
 from ...errors import MinitfError
-from ...run_dir import which_weights
+from ...export.hf import describe_weights
 from ..http_io import NO_STORE, Guard, error_answer, json_answer, log_bug, read_body, stream
 from ..stack import Limits, Server, is_loopback
 from ..strict_json import dumps, loads
@@ -74,7 +74,7 @@ def serve(run_dir, best: bool = False, host: str = "127.0.0.1", port: int = 8000
             f"{server.server_address[1]} can use the page and the model",
             file=sys.stderr,
         )
-    weights = which_weights(run_dir, best, "shows")
+    weights = describe_weights(run_dir, best, "shows")
     said = f"minitf explorer for {run_dir} ({weights}): open {server.url}  (Ctrl-C stops)"
     server.serve_forever(ready=lambda: print(said, flush=True))
 

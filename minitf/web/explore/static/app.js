@@ -34,13 +34,14 @@ async function loadRun() {
   const c = run.config, m = c.model;
   $("run-name").textContent = run.run;
   const rows = [
-    ["run", run.run], ["checkpoint", `${run.checkpoint}, step ${run.step ?? "?"}`],
+    ["run", run.run], ["checkpoint", run.downloaded ? run.checkpoint : `${run.checkpoint}, step ${run.step ?? "?"}`],
     ["parameters", run.params.toLocaleString()],
     ["model", `${m.n_layer} layers × ${m.n_head} heads, width ${m.n_embd}`],
     ["context", `${m.block_size} tokens, vocab ${m.vocab_size}`],
     ["blocks", `${m.positions} positions, ${m.norm}, ${m.ffn}, ${m.attention} attention`],
     ["data", c.data.source], ["training", `${run.budget}, lr ${c.train.lr}, batch ${c.train.batch_size}`],
   ];
+  if (run.downloaded) rows.splice(-2, 2);  // not trained here: the defaults' data and budget are not its own
   for (const [k, v] of rows) $("run-info").append(el("dt", {}, k), el("dd", {}, String(v)));
   $("config").textContent = JSON.stringify(c, null, 2);
   $("prompt").value = c.sample.prompt;
