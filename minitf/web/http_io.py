@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hmac
 import threading
 import traceback
@@ -154,9 +155,16 @@ async def watched(request: Request, work: Callable[[threading.Event], object]):
     """work(gone) run in a worker thread, with `gone` set as soon as the client closes its
     connection (so a generation it asked for stops at its next token)."""
     gone = threading.Event()
+    async with watching(request, gone):
+        return await run_in_threadpool(work, gone)
+
+
+@contextlib.asynccontextmanager
+async def watching(request: Request, gone: threading.Event):
+    """While the block runs, `gone` is set as soon as the request's client closes its connection."""
     watcher = asyncio.create_task(_watch(request.receive, gone))
     try:
-        return await run_in_threadpool(work, gone)
+        yield
     finally:
         watcher.cancel()
 
@@ -270,13 +278,10 @@ async def stream(
     generator refuses (bad input, a busy server) is still answered with its error status. Given the
     request, `gone` is set meanwhile if its client leaves (the first piece may take a while: a
     chat template's render)."""
-    watcher = asyncio.create_task(_watch(request.receive, gone)) if request is not None else None
     try:
-        first = await run_in_threadpool(next, chunks, None)
+        async with watching(request, gone) if request is not None else contextlib.nullcontext():
+            first = await run_in_threadpool(next, chunks, None)
     except BaseException:
         await run_in_threadpool(chunks.close)
         raise
-    finally:
-        if watcher is not None:
-            watcher.cancel()
     return Stream(chunks, first, gone, kind, timeout, log)
