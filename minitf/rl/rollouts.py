@@ -110,7 +110,7 @@ class RolloutData:
         for prompt in self.prompts[:WATCHED]:
             sampler = torch.Generator(next(policy.parameters()).device).manual_seed(0)
             answers, texts, rewards = self._group(policy, prompt, sampler)
-            kept = [a[:-1] if a[-1] == self.end else a for a in answers]  # the end of turn is no text
+            kept = [self._text_ids(a) for a in answers]
             advantages = group_advantages(torch.tensor([rewards], dtype=torch.float64))[0].tolist()
             group = [
                 {"text": t, "tokens": [self.tokenizer.decode([i]) for i in a], "reward": r, "advantage": round(v, 4)}
@@ -124,8 +124,12 @@ class RolloutData:
         text (without it) and each one's reward."""
         messages, expected, ids = prompt
         answers = sample_group(policy, ids, self.group, self.answer_tokens, self.end, sampler)
-        texts = [self.tokenizer.decode(a[:-1] if a[-1] == self.end else a) for a in answers]
+        texts = [self.tokenizer.decode(self._text_ids(a)) for a in answers]
         return answers, texts, [score(self.reward, self.reward_name, messages, t, expected) for t in texts]
+
+    def _text_ids(self, answer: list[int]) -> list[int]:
+        """An answer's ids without its end of turn, which is no text."""
+        return answer[:-1] if answer[-1] == self.end else answer
 
 
 @torch.inference_mode()

@@ -28,11 +28,12 @@ def recipe_path(name_or_path: str | Path) -> Path:
     a recipe are often named after it: `--config chat` beside a folder `chat`)."""
     path = Path(name_or_path)
     name = path.name[: -len(RECIPE_SUFFIX)] if path.name.endswith(RECIPE_SUFFIX) else path.name
-    if len(path.parts) != 1 or (path.exists() and not (path.is_dir() and name in recipes())):
+    known = recipes()
+    if len(path.parts) != 1 or (path.exists() and not (path.is_dir() and name in known)):
         return path  # a path with a directory in it is always a path; so is a file here
-    if name not in recipes():
+    if name not in known:
         raise ConfigError(
-            f"no config file or recipe named {str(name_or_path)!r}; the recipes are {', '.join(recipes())}, "
+            f"no config file or recipe named {str(name_or_path)!r}; the recipes are {', '.join(known)}, "
             "or pass a YAML file's path"
         )
     return recipes_dir() / f"{name}{RECIPE_SUFFIX}"
