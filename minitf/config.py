@@ -326,6 +326,10 @@ class ModelConfig(_Section):
 
 
 # LoRA's settings beside its rank: set without a rank, they would do nothing
+# train.activation_checkpointing=auto turns it on from this size: the downloaded models people
+# fine-tune on a laptop (Qwen3-0.6B, Llama-3.2-1B) keep their activations out of its memory, while
+# GPT-2's 124M (the GPU benchmark) and the recipes' small models keep the third of compute it costs
+CHECKPOINT_ABOVE = 300 * 10**6
 LORA_KEYS = ("lora_alpha", "lora_targets", "lora_dropout", "lora_lr_scale")
 
 # the keys that shape rope_scaling, and the values that mean "not set"
@@ -399,7 +403,11 @@ class TrainConfig(_Section):
     parallel: Literal["ddp", "fsdp"] = key(
         "ddp", "under torchrun: ddp copies the model to every process, fsdp shards it"
     )
-    activation_checkpointing: bool = key(False, "recompute each block in backward: less memory, ~1/3 more compute")
+    activation_checkpointing: Literal["auto", True, False] = key(
+        "auto",
+        "recompute each block in backward: less memory, ~1/3 more compute (auto: on for a model of "
+        f"{CHECKPOINT_ABOVE // 10**6}M parameters or more, a downloaded one such as Qwen3-0.6B)",
+    )
     lora_rank: int = key(0, "LoRA through peft: the adapters' rank; the model is frozen, only they train (0: off)")
     lora_alpha: float = key(16.0, "LoRA's alpha: the adapters' update is scaled by lora_alpha / lora_rank")
     lora_targets: str = key(
@@ -411,6 +419,10 @@ class TrainConfig(_Section):
         "a LoRA run's rates are train.lr and train.min_lr times this: low-rank factors learn slower than whole "
         "matrices at one rate (docs/chat.md)",
     )
+
+    def checkpoints_blocks(self, params: int) -> bool:
+        """Whether the blocks recompute their activations in backward, for a model of `params` parameters."""
+        return params >= CHECKPOINT_ABOVE if self.activation_checkpointing == "auto" else self.activation_checkpointing
 
     @property
     def rate_scale(self) -> float:

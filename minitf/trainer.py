@@ -101,7 +101,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
         # train.lora_rank: peft's adapters train (and a chat template's new tokens' rows), the rest is frozen
         model = lora.adapt(model, cfg.train, log, dtype, template_tokens(data.tokenizer))
-        model.checkpoint_blocks = cfg.train.activation_checkpointing
+        model.checkpoint_blocks = cfg.train.checkpoints_blocks(model.num_params(non_embedding=False))
         if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
             fsdp.shard(model, device, dtype)
         if not resume:  # a new run's config.yaml states what it is: its name and a prompt for its own text

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ..config import Config, TrainConfig
+from ..config import CHECKPOINT_ABOVE, Config, TrainConfig
 from ..data import TokenData
 from ..errors import ConfigError, MinitfError
 from ..model import Transformer
@@ -150,10 +150,16 @@ def startup_line(session: Session, exports: str) -> str:
         f"learned position table) | device {session.device} | dtype "
         f"{_dtype_words(cfg.train.dtype, session.dtype, session.device)}"
         f"{' | compiled' if cfg.train.compile else ''}"
+        f"{_checkpointing_words(cfg.train.activation_checkpointing, model.checkpoint_blocks)}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if session.sharded else ''}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = "
         f"{session.data.batch_words(batch * accum * procs.world, cfg.model.block_size)} | {exports}"
     )
+
+
+def _checkpointing_words(asked, on: bool) -> str:
+    """Activation checkpointing for the start-up line, where it is on (and why, when auto chose it)."""
+    return f" | activation checkpointing{f' (auto: {CHECKPOINT_ABOVE // 10**6}M parameters or more)' * (asked == 'auto')}" * on
 
 
 def _dtype_words(asked: str, dtype: torch.dtype, device: torch.device) -> str:

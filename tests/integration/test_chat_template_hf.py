@@ -1,5 +1,6 @@
-"""Downloaded chat templates: minitf renders Llama 3's, Llama 3.1's and Qwen3's real templates
-(tests/data/chat_templates.json, copied from their tokenizer_config.json) to the token ids that
+"""Downloaded chat templates: minitf renders the real templates of Llama 3, 3.1 and 3.2 (today's
+date included), Qwen2.5, Qwen3, Mistral, Phi-3.5 and Gemma 3 (tests/data/chat_templates.json,
+copied from their tokenizer_config.json) to the token ids that
 transformers' `AutoTokenizer.apply_chat_template` gives, and learns exactly each answer and the
 end-of-turn token after it.
 
@@ -46,6 +47,8 @@ CONVERSATIONS = {
 END_OF_TURN = {
     "llama3": "<|eot_id|>",
     "llama3.1": "<|eot_id|>",
+    "llama3.2": "<|eot_id|>",
+    "gemma3": "<end_of_turn>",
     "qwen3": "<|im_end|>",
     "qwen2.5": "<|im_end|>",
     "mistral-v0.3": "</s>",

@@ -424,3 +424,22 @@ def test_a_lora_setting_without_a_rank_says_it_does_nothing(setting):
     with pytest.raises(ConfigError, match=f"{key}=.* does nothing without train.lora_rank"):
         load_config(None, [setting])
     load_config(None, [setting, "train.lora_rank=8"])  # with a rank: taken
+
+
+def test_activation_checkpointing_is_on_by_default_from_300m_parameters():
+    """auto: a downloaded model's size (Qwen3-0.6B) recomputes its blocks, GPT-2's 124M does not;
+    true and false are what they say at any size."""
+    auto = load_config(None, []).train
+    assert auto.activation_checkpointing == "auto"
+    assert not auto.checkpoints_blocks(124_000_000) and not auto.checkpoints_blocks(299_999_999)
+    assert auto.checkpoints_blocks(300_000_000) and auto.checkpoints_blocks(596_000_000)
+    assert load_config(None, ["train.activation_checkpointing=true"]).train.checkpoints_blocks(1_000)
+    assert not load_config(None, ["train.activation_checkpointing=false"]).train.checkpoints_blocks(10**9)
+    with pytest.raises(ConfigError, match="train.activation_checkpointing"):
+        load_config(None, ["train.activation_checkpointing=sometimes"])
+    # the start-up line says it where it is on, and why where auto chose it
+    from minitf.training.setup import _checkpointing_words
+
+    assert _checkpointing_words("auto", True) == " | activation checkpointing (auto: 300M parameters or more)"
+    assert _checkpointing_words(True, True) == " | activation checkpointing"
+    assert _checkpointing_words("auto", False) == _checkpointing_words(False, False) == ""
