@@ -27,6 +27,7 @@ own, bounded in time, text and memory (conversations/bounded.py).
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 from .conversations.bounded import InProcess, Worker, describe
@@ -44,6 +45,9 @@ CHATML = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 TEMPLATE_FILE = "chat_template.jinja"  # in a run directory (and in transformers' own saves)
+# the special tokens a template names (bos_token, eos_token) where transformers keeps them: Llama 3's
+# template begins with bos_token, Mistral's ends each answer with eos_token
+TOKENS_FILE = "tokenizer_config.json"
 MAX_TEMPLATE_BYTES = 1 << 20  # a real one is a few kilobytes
 
 
@@ -162,7 +166,10 @@ class ChatTemplate:
         )
 
     def save(self, directory: Path) -> None:
+        """chat_template.jinja, and the special tokens it names in tokenizer_config.json."""
         (Path(directory) / TEMPLATE_FILE).write_text(self.source, encoding="utf-8")
+        if self.special:
+            (Path(directory) / TOKENS_FILE).write_text(json.dumps(self.special, indent=1) + "\n", encoding="utf-8")
 
 
 def chatml() -> ChatTemplate:
@@ -185,9 +192,10 @@ def add_chat_tokens(tokenizer: Tokenizer) -> Tokenizer:
 def load_template(directory: Path, config: dict | None = None) -> ChatTemplate | None:
     """The chat template kept in a directory: a run's (or transformers' own) chat_template.jinja, else
     tokenizer_config.json's chat_template (its "default" when it lists several); None if neither.
-    `config` is the parsed tokenizer_config.json, when the caller has read it (bounded) already."""
+    The special tokens it names come from tokenizer_config.json. `config` is that file parsed, when
+    the caller has read it (bounded) already; else it is read here."""
     directory = Path(directory)
-    config = config or {}
+    config = _read_tokens(directory / TOKENS_FILE) if config is None else config
     source, origin = None, directory / "tokenizer_config.json"
     if (directory / TEMPLATE_FILE).exists() or (directory / TEMPLATE_FILE).is_symlink():
         source, origin = _read_template(directory / TEMPLATE_FILE), directory / TEMPLATE_FILE
@@ -205,6 +213,18 @@ def load_template(directory: Path, config: dict | None = None) -> ChatTemplate |
         if isinstance(value, str):
             special[key] = value
     return ChatTemplate(source, special, str(origin))
+
+
+def _read_tokens(path: Path) -> dict:
+    """A run's tokenizer_config.json (the special tokens of its template), {} where there is none."""
+    if not path.is_file():
+        return {}
+    text = _read_template(path)
+    try:
+        parsed = json.loads(text)
+    except ValueError as e:
+        raise MinitfError(f"{path} is not JSON ({e}); restore the run's own tokenizer_config.json") from None
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _read_template(path: Path) -> str:

@@ -24,7 +24,7 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model
 
-from .chat_template import TEMPLATE_FILE, load_template
+from .chat_template import TEMPLATE_FILE, TOKENS_FILE, load_template
 from .config import load_run_config
 from .errors import MinitfError, first_line
 from .model import Transformer
@@ -56,6 +56,7 @@ RUN_FILES = {
     SNAPSHOTS,
     LOCK,
     TEMPLATE_FILE,
+    TOKENS_FILE,
 }
 
 

@@ -13,6 +13,7 @@ tensors come from safetensors, the training state from torch.load(weights_only=T
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import save_model
 
-from ..chat_template import TEMPLATE_FILE
+from ..chat_template import TEMPLATE_FILE, TOKENS_FILE
 from ..config import Config, load_config, read_config_file, save_config
 from ..errors import ConfigError, MinitfError
 from ..run_dir import (
@@ -148,8 +149,12 @@ def write_config(run_dir: Path, cfg: Config) -> None:
 def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
     write_config(run_dir, cfg)
     atomic_write(run_dir / TOKENIZER, lambda tmp: Path(tmp).write_text(tokenizer.to_json()))
-    if tokenizer.chat_template is not None:  # a chat run: the template its answers are read in
-        atomic_write(run_dir / TEMPLATE_FILE, lambda tmp: Path(tmp).write_text(tokenizer.chat_template.source))
+    template = tokenizer.chat_template
+    if template is not None:  # a chat run: the template its answers are read in, and the tokens it names
+        if template.special:
+            tokens = json.dumps(template.special, indent=1) + "\n"
+            atomic_write(run_dir / TOKENS_FILE, lambda tmp: Path(tmp).write_text(tokens, encoding="utf-8"))
+        atomic_write(run_dir / TEMPLATE_FILE, lambda tmp: Path(tmp).write_text(template.source, encoding="utf-8"))
 
 
 # what a resume may change without invalidating the run: budget, cadence, speed switches, where it runs

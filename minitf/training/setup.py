@@ -159,7 +159,8 @@ def startup_line(session: Session, exports: str) -> str:
 
 def _checkpointing_words(asked, on: bool) -> str:
     """Activation checkpointing for the start-up line, where it is on (and why, when auto chose it)."""
-    return f" | activation checkpointing{f' (auto: {CHECKPOINT_ABOVE // 10**6}M parameters or more)' * (asked == 'auto')}" * on
+    why = f" (auto: {CHECKPOINT_ABOVE // 10**6}M parameters or more)" if asked == "auto" else ""
+    return f" | activation checkpointing{why}" if on else ""
 
 
 def _dtype_words(asked: str, dtype: torch.dtype, device: torch.device) -> str:

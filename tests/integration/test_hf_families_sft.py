@@ -1,0 +1,133 @@
+"""Each downloaded family, fine-tuned on conversations in its own chat template and taken back out:
+a trained-like transformers model of the family (every norm gain and bias off its init) with its
+real template and special tokens is fine-tuned by configs/chat.yaml, fully and with LoRA, and
+exported; transformers loads the export as the same family with minitf's logits, and its
+apply_chat_template gives the token ids minitf trained on."""
+
+import json
+
+import pytest
+import torch
+from tokenizers import Regex, pre_tokenizers
+
+import minitf
+from minitf.export.hf import to_hf
+from tests.integration.test_hf_families import SMALL, logits, trained_like
+from tests.support import ROOT
+from tests.support.corpus import make_play
+
+TEMPLATES = json.loads((ROOT / "tests" / "data" / "chat_templates.json").read_text(encoding="utf-8"))
+LLAMA3 = dict(
+    rope_type="llama3",
+    factor=8.0,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    original_max_position_embeddings=16,
+    rope_theta=10000.0,
+)
+# (transformers architecture, what the family adds to SMALL, its template, the end of an answer)
+FAMILIES = {
+    "qwen3": ("Qwen3", dict(head_dim=32), "qwen3", "<|im_end|>"),
+    "llama-3.2": ("Llama", dict(rope_scaling=LLAMA3), "llama3.2", "<|eot_id|>"),
+    "qwen2.5": ("Qwen2", {}, "qwen2.5", "<|im_end|>"),
+    "mistral": ("Mistral", dict(sliding_window=64, tie_word_embeddings=False), "mistral-v0.3", "</s>"),
+    "phi-3.5": ("Phi3", dict(sliding_window=63, pad_token_id=0, tie_word_embeddings=False), "phi3.5", "<|end|>"),
+    "gemma-3": ("Gemma3", dict(sliding_window=8, num_hidden_layers=2, pad_token_id=0), "gemma3", "<end_of_turn>"),
+}
+QWEN2_SPLIT = pre_tokenizers.Sequence(
+    [
+        pre_tokenizers.Split(
+            Regex(
+                r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+                r"\s+(?!\S)|\s+"
+            ),
+            behavior="isolated",
+        ),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ]
+)
+CLASSES = {"Gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM")}
+ASK = [{"role": "user", "content": "What is 4 plus 3?"}]
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[hf]')")
+
+
+@pytest.fixture(scope="module")
+def chats(tmp_path_factory):
+    path = tmp_path_factory.mktemp("chats") / "chats.jsonl"
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"What is {a} plus {b}?"},
+                {"role": "assistant", "content": str(a + b)},
+            ]
+        }
+        for a in range(8)
+        for b in range(4)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def downloaded(tf, family: str, where):
+    """A directory as the hub holds the family: config.json and safetensors of a trained-like model
+    of two layers, tokenizer.json with the template's special tokens, tokenizer_config.json with it."""
+    from tokenizers import AddedToken
+
+    arch, extra, template, _ = FAMILIES[family]
+    spec = TEMPLATES[template]
+    tok = minitf.Tokenizer.train([make_play(i) for i in range(2)] + ["What is 4 plus 3? It is 7. " * 20], 400)
+    tok.backend.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in spec["added_tokens"].items()])
+    if arch == "Qwen2":  # transformers reads a qwen2 tokenizer with Qwen's own split (digits one by one),
+        tok.backend.pre_tokenizer = QWEN2_SPLIT  # whatever tokenizer.json says: a real one says the same
+    torch.manual_seed(0)
+    base = dict(SMALL, vocab_size=tok.vocab_size, num_hidden_layers=2, max_position_embeddings=160)
+    base.update(bos_token_id=tok.eot_id, eos_token_id=tok.eot_id)  # Llama 3.2 says the date: 97 tokens a prompt
+    config_class, model_class = CLASSES.get(arch, (f"{arch}Config", f"{arch}ForCausalLM"))
+    hf = trained_like(getattr(tf, model_class)(getattr(tf, config_class)(**{**base, **extra})))
+    hf.save_pretrained(where)
+    tok.save(where / "tokenizer.json")
+    keys = {k: spec[k] for k in ("chat_template", "bos_token", "eos_token")}
+    (where / "tokenizer_config.json").write_text(json.dumps({**keys, "tokenizer_class": "PreTrainedTokenizerFast"}))
+    return hf
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_fine_tunes_on_its_own_template_and_exports_as_itself(tf, chats, tmp_path, family, method):
+    arch, _, _, end = FAMILIES[family]
+    hf = downloaded(tf, family, tmp_path / "downloaded")
+    lines = []
+    overrides = [
+        f"run.out_dir={tmp_path / 'run'}",
+        f"run.init_from={tmp_path / 'downloaded'}",
+        f"data.source=file:{chats}",
+        "data.val_fraction=0",
+        "train.max_steps=2",
+        "train.max_seconds=null",
+        "train.eval_every=100",
+        "train.eval_metric=null",
+        "train.batch_size=4",
+        "train.warmup_steps=1",
+        "train.dtype=float32",
+    ]
+    lora = ["train.lora_rank=4"] if method == "lora" else []
+    run = minitf.train(minitf.load_config(ROOT / "configs" / "chat.yaml", overrides + lora), log=lines.append)
+    said = next(line for line in lines if line.startswith("chat: the template of"))
+    assert f"ending each answer with {end!r}" in said, said
+    tuned, tok, _ = minitf.load_run(run)
+    tuned.eval()
+    ids = tok.chat_template.prompt_ids(tok, ASK)
+    assert (logits(tuned, ids) - logits(hf, ids)).abs().max() > 1e-4  # it trained
+
+    out, fmt = to_hf(tuned, tok, tmp_path / "back")
+    assert fmt == arch.lower()
+    again = tf.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(again).__name__ == type(hf).__name__
+    assert (logits(again, ids) - logits(tuned, ids)).abs().max() < 1e-4
+    theirs = tf.AutoTokenizer.from_pretrained(str(out))
+    assert theirs.apply_chat_template(ASK, add_generation_prompt=True, tokenize=True, return_dict=False) == ids
+    assert theirs.convert_ids_to_tokens(again.generation_config.eos_token_id)[0] == end
