@@ -24,8 +24,9 @@ import torch.nn as nn
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_model
 
-from .chat_template import TEMPLATE_FILE, TOKENS_FILE, load_template
+from .chat_template import TEMPLATE_FILE, TOKENS_FILE
 from .config import load_run_config
+from .conversations.template_files import load_template
 from .errors import MinitfError, first_line
 from .model import Transformer
 from .system.runtime import resolve_device

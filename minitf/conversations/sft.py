@@ -23,12 +23,13 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from ..chat_template import CHATML, IM_END, IM_START, add_chat_tokens, chatml, load_template
+from ..chat_template import CHATML, IM_END, IM_START, add_chat_tokens, chatml
 from ..config import Config
 from ..errors import ConfigError, MinitfError
 from ..model import Transformer
 from ..system.sizes import padded_vocab
 from ..tokenizer import Tokenizer
+from .template_files import load_template
 
 
 def chat_model(

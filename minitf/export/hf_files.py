@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from ..chat_template import TEMPLATE_FILE, load_template
+from ..chat_template import TEMPLATE_FILE
+from ..conversations.template_files import load_template
 from ..errors import MinitfError, first_line
 from ..tokenizer import EOT, SEPARATORS, Tokenizer
 from .hub import containing_folder

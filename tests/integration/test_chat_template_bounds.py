@@ -142,7 +142,7 @@ def test_a_template_that_is_not_a_chat_template_is_one_line(tmp_path):
     """`{{ messages }}` writes the messages' Python form, no marker: minitf.chat says what it is
     and what to do, whether it comes as chat()'s argument or in a model directory."""
     import minitf
-    from minitf.chat_template import load_template
+    from minitf.conversations.template_files import load_template
     from tests.support.corpus import make_play
     from tests.support.models import spread_model
 

@@ -80,7 +80,8 @@ def test_a_template_file_that_is_not_a_templates_text_is_one_line(tmp_path, kind
     tokenizer_config.json's, without a word), bytes that are not UTF-8 were a traceback."""
     import os
 
-    from minitf.chat_template import MAX_TEMPLATE_BYTES, TEMPLATE_FILE, load_template
+    from minitf.chat_template import MAX_TEMPLATE_BYTES, TEMPLATE_FILE
+    from minitf.conversations.template_files import load_template
 
     path = tmp_path / TEMPLATE_FILE
     if kind == "fifo":
@@ -95,7 +96,8 @@ def test_a_template_file_that_is_not_a_templates_text_is_one_line(tmp_path, kind
 
 
 def test_a_template_names_where_it_came_from(tmp_path):
-    from minitf.chat_template import TEMPLATE_FILE, load_template
+    from minitf.chat_template import TEMPLATE_FILE
+    from minitf.conversations.template_files import load_template
 
     assert load_template(tmp_path, {"chat_template": "{{ x }}"}).name == (
         f"the chat template from {tmp_path / 'tokenizer_config.json'}"

@@ -29,6 +29,7 @@ LAYERS = [
         "conversations.markers",
         "conversations.sandbox",
         "conversations.bounded",
+        "conversations.template_files",
     },
     {"corpus"},  # where text comes from, tokenized once into data.py's token cache: nothing above it
     {"conversations.cache"},  # conversations tokenized once, read through corpus/'s sources
