@@ -134,6 +134,11 @@ class RunConfig(_Section):
         None,
         "a minitf run, a Hugging Face model directory or a hub id (Qwen/Qwen3-0.6B) to fine-tune (model.* from it)",
     )
+    weights_dtype: Literal["auto", "float32", "bfloat16", "float16"] = key(
+        "auto",
+        "the dtype of the weights files the run writes (model.safetensors, best, snapshots) and its exports; "
+        "auto: init_from's own (a downloaded model's, bfloat16 for most), else float32",
+    )
 
     def validate(self) -> None:
         if not str(self.name).strip():

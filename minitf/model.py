@@ -264,6 +264,7 @@ class Transformer(nn.Module):
         self.ln_f = make_norm(cfg)
         self.lm_head = nn.Linear(cfg.n_embd, padded_vocab(cfg.vocab_size), bias=False)
         self.checkpoint_blocks = False  # activation checkpointing: set by training, see checkpointing()
+        self.weights_dtype = torch.float32  # what training writes the weights files in (run.weights_dtype)
         self.compiled = False  # compile_regions() compiles the head with its loss (the plain path)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.wte.weight

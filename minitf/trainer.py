@@ -88,6 +88,8 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
             pretrained, tokenizer = _load_pretrained(cfg.run.init_from)
             setup.take_pretrained_config(cfg, pretrained, tokenizer, log)  # model.* and a fine-tune's rates
+        if cfg.run.weights_dtype == "auto":  # init_from's own (a download's bfloat16 stays so), else float32
+            cfg.run.weights_dtype = getattr(pretrained, "stored_dtype", "float32")
         # what the data's format asks of them: conversations, a chat template and its tokens (data_format.py)
         pretrained, tokenizer = setup.fit_to_format(cfg, pretrained, tokenizer, run_dir if resume else None, log)
         data = setup.token_data(cfg, procs, tokenizer, log)  # tokenized once into the token cache
@@ -102,6 +104,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         # train.lora_rank: peft's adapters train (and a chat template's new tokens' rows), the rest is frozen
         model = lora.adapt(model, cfg.train, log, dtype, template_tokens(data.tokenizer))
         model.checkpoint_blocks = cfg.train.checkpoints_blocks(model.num_params(non_embedding=False))
+        model.weights_dtype = getattr(torch, cfg.run.weights_dtype)  # what its weights files are written in
         if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
             fsdp.shard(model, device, dtype)
         if not resume:  # a new run's config.yaml states what it is: its name and a prompt for its own text
@@ -307,7 +310,8 @@ def _load_pretrained(path: str) -> tuple[Transformer, Tokenizer]:
     """run.init_from: (model in train mode, tokenizer) from a minitf run directory or a local Hugging
     Face directory; the tokenizer carries the directory's chat template, if it has one."""
     if is_run_dir(Path(path)):
-        model, tokenizer, _ = load_run(path)
+        model, tokenizer, cfg = load_run(path)
+        model.stored_dtype = "float32" if cfg.run.weights_dtype == "auto" else cfg.run.weights_dtype
         return model.train(), tokenizer
     return hf.load_pretrained(path)
 

@@ -13,6 +13,8 @@ every setting that blocks it and the nearest exportable setting.
 import argparse
 import sys
 
+import torch
+
 from minitf.cli.common import newest_run
 from minitf.export.architecture import FORMAT_NAMES
 from minitf.export.hf import HF_CLASSES, check_export_dir, to_hf
@@ -28,7 +30,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     args = p.parse_args(argv)
     check_export_dir(args.out, args.force)  # before the model is loaded: a wrong --out fails fast
     run = args.run or newest_run()
-    model, tok, _ = load_run(run, best=args.best)
+    model, tok, cfg = load_run(run, best=args.best)
     print(f"[exporting {run}: {which_weights(run, args.best, 'exports')}]", file=sys.stderr)
-    out, fmt = to_hf(model, tok, args.out)
-    print(f"wrote {out} as {FORMAT_NAMES[fmt]} ({HF_CLASSES[fmt][1]})")
+    dtype = "float32" if cfg.run.weights_dtype == "auto" else cfg.run.weights_dtype  # auto: a run before the key
+    out, fmt = to_hf(model, tok, args.out, dtype=getattr(torch, dtype))
+    print(f"wrote {out} as {FORMAT_NAMES[fmt]} ({HF_CLASSES[fmt][1]}) in {dtype} (run.weights_dtype)")

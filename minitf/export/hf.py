@@ -49,12 +49,18 @@ def _transformers():
 # minitf -> Hugging Face
 
 
-def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str, ...] = FORMATS) -> tuple[Path, str]:
+def to_hf(
+    model: Transformer,
+    tokenizer: Tokenizer,
+    out_dir,
+    formats: tuple[str, ...] = FORMATS,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Path, str]:
     """Write `out_dir` so that AutoModelForCausalLM, AutoTokenizer and pipeline("text-generation")
     load it with minitf's logits and tokenization; returns (the directory, the format written).
     The format is the first of `formats` that computes the model exactly (minitf.export.architecture); a model
     none computes is refused, naming every blocking setting, before anything is written.
-    Weights are written in float32."""
+    Weights are written in dtype (a run's run.weights_dtype: a downloaded bfloat16 model goes back in bfloat16)."""
     cfg = model.config
     fmt = export_format(cfg, formats)
     check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
@@ -62,6 +68,7 @@ def to_hf(model: Transformer, tokenizer: Tokenizer, out_dir, formats: tuple[str,
     config_class, model_class = HF_CLASSES[fmt]
     hf = getattr(tf, model_class)(getattr(tf, config_class)(**hf_config(cfg, fmt, tokenizer.eot_id)))
     hf.load_state_dict(hf_state(model, fmt), strict=True)  # strict: a name missed fails now, not as wrong logits
+    hf.to(dtype)  # in place, one tensor at a time; config.json says the dtype
     # generate() and pipeline() stop at <|endoftext|> and pad with it, with no argument needed; and
     # at the model's context (max_length counts the prompt too): pipeline()'s own default,
     # max_new_tokens=256, is dropped where the model's generation config sets max_length. A chat
@@ -155,7 +162,19 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
     fmt, cfg = model_config(config, vocab_size, where)
     check_memory(cfg, fmt, config, sum(t.numel() * t.element_size() for t in state.values()), where)
     weights = minitf_weights(state, cfg, fmt, config, where)  # the embedding and head padded (layouts.VocabRows)
-    return Transformer.holding(cfg, weights).eval()  # the weights themselves: never a second copy
+    model = Transformer.holding(cfg, weights).eval()  # the weights themselves: never a second copy
+    model.stored_dtype = stored_dtype(state)  # what a fine-tune of it writes back (run.weights_dtype=auto)
+    return model
+
+
+def stored_dtype(state: dict) -> str:
+    """The dtype most of a checkpoint's bytes are stored in ("bfloat16" for most downloads)."""
+    held: dict[torch.dtype, int] = {}
+    for t in state.values():
+        if t.dtype.is_floating_point:
+            held[t.dtype] = held.get(t.dtype, 0) + t.numel() * t.element_size()
+    best = max(held, key=held.get, default=torch.float32)
+    return str(best).removeprefix("torch.") if best in (torch.bfloat16, torch.float16) else "float32"
 
 
 def from_hf_gpt2(path_or_model) -> Transformer:

@@ -66,6 +66,7 @@ RESUMABLE = (
     "run.out_dir",
     "run.name",
     "run.init_from",
+    "run.weights_dtype",
     "data.num_proc",
     "sample.",
 )
@@ -80,7 +81,8 @@ def resumable_words() -> str:
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
     """Weights as safetensors, with the step and the hash of the tokenizer they were trained with."""
     meta = {"step": str(step), **({"tokenizer": tokenizer_hash} if tokenizer_hash else {})}
-    model = lora.merged_model(model)  # a LoRA run's readers get the merged weights under the plain names
+    # a LoRA run's readers get the merged weights under the plain names; every run's, in run.weights_dtype
+    model = lora.merged_model(model, model.weights_dtype)
     # save_model drops the tied lm_head copy that safetensors cannot store twice
     atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
 

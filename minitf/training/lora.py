@@ -145,17 +145,20 @@ def is_adapted(model: nn.Module) -> bool:
 
 
 @torch.no_grad()
-def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The adapted model's weights with each adapter folded in, under the plain model's names:
-    blocks.0.attn.c_attn.base_layer.weight + its delta -> blocks.0.attn.c_attn.weight, and
-    wte.parametrizations.weight.original with its trained rows -> wte.weight."""
-    from peft.tuners.lora import LoraLayer
+def merged_state_dict(model: nn.Module, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """The adapted model's weights with each adapter folded in, under the plain model's names, in
+    dtype: blocks.0.attn.c_attn.base_layer.weight + its delta -> blocks.0.attn.c_attn.weight, and
+    wte.parametrizations.weight.original with its trained rows -> wte.weight. Each sum is made in
+    float32 and rounded once to dtype; a tensor already in dtype is shared, not copied."""
+    deltas = {}
+    if is_adapted(model):  # a full fine-tune's model is only cast: peft need not be installed
+        from peft.tuners.lora import LoraLayer
 
-    deltas = {
-        f"{name}.base_layer.weight": module.get_delta_weight(ADAPTER)  # (out, in): (alpha / r) B A
-        for name, module in model.named_modules()
-        if isinstance(module, LoraLayer)
-    }
+        deltas = {
+            f"{name}.base_layer.weight": module.get_delta_weight(ADAPTER)  # (out, in): (alpha / r) B A
+            for name, module in model.named_modules()
+            if isinstance(module, LoraLayer)
+        }
     with_rows = {  # the matrix as the model reads it: the frozen rows and the trained ones (TokenRows)
         f"{name}.parametrizations.weight.original": module.weight
         for name, module in model.named_modules()
@@ -167,19 +170,20 @@ def merged_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
             continue
         value = with_rows.get(key, value)
         key = key.replace(".parametrizations.weight.original", ".weight")
-        # in float32, whatever the frozen weights are stored in (adapt): the readers' weights are float32
-        merged[key.replace(".base_layer.", ".")] = value.float() + deltas[key].float() if key in deltas else value
+        value = value.float() + deltas[key].float() if key in deltas else value
+        merged[key.replace(".base_layer.", ".")] = value.to(dtype) if value.is_floating_point() else value
     return merged
 
 
-def merged_model(model: nn.Module) -> nn.Module:
-    """model itself, or for an adapted one a plain Transformer holding the merged weights: the
-    model every reader of the run expects. The tensors no adapter changes are shared, not copied."""
-    if not is_adapted(model):
+def merged_model(model: nn.Module, dtype: torch.dtype = torch.float32) -> nn.Module:
+    """model itself, or a plain Transformer holding its weights merged (an adapted one) and in
+    dtype: the model every reader of the run expects, in the dtype its weights files are written in
+    (run.weights_dtype). The tensors already as they must be are shared, not copied."""
+    if not is_adapted(model) and all(p.dtype == dtype for p in model.parameters()):
         return model
     with torch.device("meta"):  # no memory, no init: every tensor comes from the merged weights
         whole = Transformer(model.config)
-    whole.load_state_dict(merged_state_dict(model), assign=True)
+    whole.load_state_dict(merged_state_dict(model, dtype), assign=True)
     tables = dict(model.named_buffers())  # rope's and sinusoidal's tables: in no state dict, still on meta
     for name, buffer in list(whole.named_buffers()):
         if buffer.is_meta:

@@ -11,6 +11,7 @@ import torch
 from tokenizers import Regex, pre_tokenizers
 
 import minitf
+from minitf.config import load_run_config
 from minitf.export.hf import to_hf
 from tests.integration.test_hf_families import SMALL, logits, trained_like
 from tests.support import ROOT
@@ -131,3 +132,41 @@ def test_a_family_fine_tunes_on_its_own_template_and_exports_as_itself(tf, chats
     theirs = tf.AutoTokenizer.from_pretrained(str(out))
     assert theirs.apply_chat_template(ASK, add_generation_prompt=True, tokenize=True, return_dict=False) == ids
     assert theirs.convert_ids_to_tokens(again.generation_config.eos_token_id)[0] == end
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_bfloat16_download_is_fine_tuned_and_written_back_in_bfloat16(tf, chats, tmp_path, method):
+    """run.weights_dtype=auto takes the download's dtype: the run's weights file and its export are
+    bfloat16, as the hub holds the model, not a float32 file twice the size; transformers reads the
+    export with the logits minitf computes from that file."""
+    from safetensors import safe_open
+
+    from minitf.cli import export
+
+    downloaded(tf, "qwen3", tmp_path / "downloaded")
+    tf.AutoModelForCausalLM.from_pretrained(tmp_path / "downloaded").to(torch.bfloat16).save_pretrained(
+        tmp_path / "downloaded"
+    )
+    overrides = [
+        f"run.out_dir={tmp_path / 'run'}",
+        f"run.init_from={tmp_path / 'downloaded'}",
+        f"data.source=file:{chats}",
+        "data.val_fraction=0",
+        "train.max_steps=2",
+        "train.max_seconds=null",
+        "train.eval_every=100",
+        "train.eval_metric=null",
+        "train.batch_size=4",
+        *(["train.lora_rank=4"] if method == "lora" else []),
+    ]
+    run = minitf.train(minitf.load_config(ROOT / "configs" / "chat.yaml", overrides), log=lambda *a: None)
+    assert load_run_config(run / "config.yaml").run.weights_dtype == "bfloat16"
+    with safe_open(run / "model.safetensors", "pt") as f:
+        assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
+    tuned, tok, _ = minitf.load_run(run)
+
+    export.main(["--run", str(run), "--out", str(tmp_path / "back")])
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["dtype"] == "bfloat16"
+    again = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "back", dtype=torch.float32).eval()
+    ids = tok.chat_template.prompt_ids(tok, ASK)
+    assert (logits(again, ids) - logits(tuned, ids)).abs().max() < 1e-4

@@ -180,7 +180,10 @@ def test_export_command_says_which_architecture_and_refuses_in_one_line(tf, tok,
         ckpt.save_weights(random_minitf(tok, **options), run / ckpt.WEIGHTS, 0, tok.hash)
         if name == "llama":
             main(["--run", str(run), "--out", str(tmp_path / "hf")])
-            assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'hf'} as Llama (LlamaForCausalLM)"
+            assert (
+                capsys.readouterr().out.strip()
+                == f"wrote {tmp_path / 'hf'} as Llama (LlamaForCausalLM) in float32 (run.weights_dtype)"
+            )
         else:
             with pytest.raises(minitf.MinitfError) as e:
                 main(["--run", str(run), "--out", str(tmp_path / "no")])

@@ -1,6 +1,7 @@
 """LoRA under a 16-bit autocast stores the frozen linear weights in that dtype: the step computes
 exactly what it would with them in float32 (autocast reads them in 16 bits anyway), in half the
-memory, and the merged weights the run's readers get are float32."""
+memory, and the merged weights the run's readers get are float32, or the dtype the run writes
+its weights in (run.weights_dtype: a bfloat16 download's fine-tune writes bfloat16)."""
 
 import copy
 
@@ -55,6 +56,23 @@ def test_frozen_weights_in_bfloat16_change_nothing_under_autocast():
     assert all(torch.equal(a, b) for a, b in zip(ga, gb))
     merged = lora.merged_state_dict(narrow)
     assert {v.dtype for v in merged.values()} == {torch.float32}
+    # in the base's bfloat16 (run.weights_dtype): each W + (alpha / r) B A summed in float32, rounded once
+    half = lora.merged_state_dict(narrow, torch.bfloat16)
+    assert {v.dtype for v in half.values()} == {torch.bfloat16} and half.keys() == merged.keys()
+    assert all(torch.equal(half[k], merged[k].bfloat16()) for k in merged)
+    assert half["blocks.0.attn.c_attn.weight"].data_ptr() != narrow.blocks[0].attn.c_attn.base_layer.weight.data_ptr()
+    whole = lora.merged_model(narrow, torch.bfloat16)
+    assert {p.dtype for p in whole.parameters()} == {torch.bfloat16}
+
+
+def test_a_full_fine_tunes_weights_are_cast_without_peft_and_shared_where_they_already_are():
+    """merged_model of a model no adapter touched: itself where its weights are in the dtype asked,
+    a cast copy where not (a full fine-tune of a bfloat16 download writes bfloat16 files)."""
+    model = Transformer(ModelConfig(vocab_size=64, n_layer=1, n_head=2, n_embd=32, block_size=16))
+    assert lora.merged_model(model, torch.float32) is model
+    half = lora.merged_model(model, torch.bfloat16)
+    assert half.lm_head.weight is half.wte.weight and half.wte.weight.dtype == torch.bfloat16
+    assert torch.equal(half.blocks[0].mlp.c_fc.weight, model.blocks[0].mlp.c_fc.weight.bfloat16())
 
 
 def test_merged_model_is_a_transformer_holding_w_plus_alpha_over_r_b_a():
