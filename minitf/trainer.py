@@ -85,8 +85,9 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         # the tokenizer and the data: a resume's own tokenizer, or a pretrained model's, or trained here
         tokenizer = Tokenizer.load(run_dir / TOKENIZER) if resume else None
         pretrained = None
+        dtype = runtime.resolve_dtype(cfg.train.dtype, device, sharded=cfg.train.parallel == "fsdp")
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
-            pretrained, tokenizer = _load_pretrained(cfg.run.init_from)
+            pretrained, tokenizer = _load_pretrained(cfg.run.init_from, lora.frozen_dtype(cfg.train, dtype))
             setup.take_pretrained_config(cfg, pretrained, tokenizer, log)  # model.* and a fine-tune's rates
         if cfg.run.weights_dtype == "auto":  # init_from's own (a download's bfloat16 stays so), else float32
             cfg.run.weights_dtype = getattr(pretrained, "stored_dtype", "float32")
@@ -97,7 +98,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
 
         # the model, fitted to a short time budget (fewer layers) before anything trains
         model = _new_model(cfg, device, pretrained)
-        dtype = runtime.resolve_dtype(cfg.train.dtype, device, sharded=cfg.train.parallel == "fsdp")
+        del pretrained  # the model holds its tensors now; LoRA's 16-bit copies must let the float32 ones go
         fit_started = time.time() if budget.applies(cfg, resume, procs.world) else None
         if fit_started is not None:  # the timed steps are paid from the budget
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
@@ -306,14 +307,15 @@ def _own_config(cfg: Config | str | Path, resume: bool, overrides) -> Config:
     return copy.deepcopy(cfg)
 
 
-def _load_pretrained(path: str) -> tuple[Transformer, Tokenizer]:
+def _load_pretrained(path: str, frozen: torch.dtype | None) -> tuple[Transformer, Tokenizer]:
     """run.init_from: (model in train mode, tokenizer) from a minitf run directory or a local Hugging
-    Face directory; the tokenizer carries the directory's chat template, if it has one."""
+    Face directory; the tokenizer carries the directory's chat template, if it has one. frozen: a
+    LoRA run's 16-bit dtype, which a download's frozen matrices are loaded in (lora.frozen_dtype)."""
     if is_run_dir(Path(path)):
         model, tokenizer, cfg = load_run(path)
         model.stored_dtype = "float32" if cfg.run.weights_dtype == "auto" else cfg.run.weights_dtype
         return model.train(), tokenizer
-    return hf.load_pretrained(path)
+    return hf.load_pretrained(path, frozen=frozen)
 
 
 def _new_model(cfg: Config, device: torch.device, pretrained: Transformer | None = None) -> Transformer:

@@ -34,9 +34,10 @@ from ..chat_template import ChatTemplate
 from ..config import DataConfig
 from ..corpus.sources import Source, cache_dir, load_hf
 from ..corpus.split import val_rule
-from ..corpus.token_cache import cache_build, give_back_freed_memory, progress
+from ..corpus.token_cache import cache_build, progress
 from ..data import SPLITS, CacheError, token_dtype
 from ..errors import MinitfError
+from ..system.runtime import give_back_freed_memory
 from ..tokenizer import Tokenizer
 from .data import INDEX, PROMPTS, QUESTIONS, ChatData
 from .rules import BadConversation, Skipped, check_messages, check_question, jsonl_conversations

@@ -25,13 +25,13 @@ import torch
 from ..config import DataConfig
 from ..data import CacheError, TokenData, token_dtype
 from ..errors import MinitfError
+from ..system.runtime import give_back_freed_memory
 from ..tokenizer import Tokenizer
 from .sources import Documents, Source, cache_dir
 from .token_cache import (
     TASK_CHARS,
     build_splits,
     cache_build,
-    give_back_freed_memory,
     pieces,
     progress,
     write_error,

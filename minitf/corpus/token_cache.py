@@ -183,17 +183,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def give_back_freed_memory() -> None:
-    """Hand the pages freed by BPE training or tokenizing back to the OS (glibc's malloc_trim).
-
-    Without it they stay with the process: forked workers start with them, and a training that
-    follows keeps them resident for its whole run (scripts/train.py even turns trimming off, for
-    speed), so a big corpus would cost memory long after it was prepared. A no-op elsewhere."""
-    malloc_trim = getattr(libc(), "malloc_trim", None)
-    if malloc_trim is not None:
-        malloc_trim(0)
-
-
 @contextlib.contextmanager
 def cache_build(out: Path) -> Iterator[Path]:
     """A fresh build directory beside `out` to write a cache into; when the block ends, renamed to

@@ -148,7 +148,7 @@ def to_hf_gpt2(model: Transformer, tokenizer: Tokenizer, out_dir) -> Path:
 # Hugging Face -> minitf
 
 
-def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
+def from_hf(path_or_model, vocab_size: int | None = None, frozen: torch.dtype | None = None) -> Transformer:
     """A minitf Transformer with the logits of a Hugging Face GPT-2, Llama, Qwen3 or GPT-NeoX model
     (a transformers model object, or a local directory: config.json and safetensors files).
 
@@ -157,11 +157,12 @@ def from_hf(path_or_model, vocab_size: int | None = None) -> Transformer:
     Settings minitf cannot compute are named together in one MinitfError, and so are the tensors
     that do not make one complete model of the config (missing, left over, of another shape, or
     holding NaN/inf): no layer is ever left at its random initial value.
+    frozen: a LoRA run's 16-bit dtype, which its frozen matrices are loaded in (minitf_weights).
     """
     config, state, where = read(path_or_model, "from_hf")
     fmt, cfg = model_config(config, vocab_size, where)
     check_memory(cfg, fmt, config, sum(t.numel() * t.element_size() for t in state.values()), where)
-    weights = minitf_weights(state, cfg, fmt, config, where)  # the embedding and head padded (layouts.VocabRows)
+    weights = minitf_weights(state, cfg, fmt, config, where, frozen)  # the embedding and head padded (VocabRows)
     model = Transformer.holding(cfg, weights).eval()  # the weights themselves: never a second copy
     model.stored_dtype = stored_dtype(state)  # what a fine-tune of it writes back (run.weights_dtype=auto)
     return model
@@ -190,7 +191,9 @@ def from_hf_gpt2(path_or_model) -> Transformer:
     return model
 
 
-def load_pretrained(path, key: str = "run.init_from") -> tuple[Transformer, Tokenizer]:
+def load_pretrained(
+    path, key: str = "run.init_from", frozen: torch.dtype | None = None
+) -> tuple[Transformer, Tokenizer]:
     """(model, tokenizer) from a Hugging Face model of a family minitf imports (GPT-2, Llama, Qwen2,
     Qwen3, Mistral, Phi-3, GPT-NeoX), to fine-tune from (run.init_from) or talk to: a local
     directory, or a hub id (`Qwen/Qwen3-0.6B`), found in or fetched into the Hugging Face cache
@@ -198,6 +201,7 @@ def load_pretrained(path, key: str = "run.init_from") -> tuple[Transformer, Toke
 
     The tokenizer is the directory's tokenizer.json, or GPT-2's classic vocab.json + merges.txt
     (what GPT2Tokenizer.save_pretrained writes), read as the byte-level BPE they describe.
+    frozen: a LoRA run's 16-bit dtype, which its frozen matrices are loaded in (from_hf).
     """
     where = local_dir(str(path), key)
     if not where.is_dir():
@@ -207,7 +211,7 @@ def load_pretrained(path, key: str = "run.init_from") -> tuple[Transformer, Toke
             f"(config.json, model.safetensors, tokenizer files) or a hub id such as Qwen/Qwen3-0.6B"
         )
     tokenizer = read_tokenizer(where)
-    model = from_hf(where, vocab_size=tokenizer.vocab_size)
+    model = from_hf(where, vocab_size=tokenizer.vocab_size, frozen=frozen)
     check_vocab(
         tokenizer, model.config.vocab_size, "save the model's own tokenizer beside it", f"{where}: the tokenizer"
     )

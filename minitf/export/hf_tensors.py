@@ -30,11 +30,18 @@ def hf_state(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
     return {k: v.contiguous() for k, v in out.items()}
 
 
-def minitf_weights(state: dict, cfg: ModelConfig, fmt: str, config: dict, where) -> dict[str, torch.Tensor]:
+def minitf_weights(
+    state: dict, cfg: ModelConfig, fmt: str, config: dict, where, frozen: torch.dtype | None = None
+) -> dict[str, torch.Tensor]:
     """minitf parameter name -> tensor (padding rows not included), from `fmt`'s HF state dict that
     config.json (`config`) describes as `cfg`. The tensors that do not make one complete model of
     the config (of another shape, holding NaN/inf, missing, left over) are named in one MinitfError:
-    no layer is ever left at its random initial value."""
+    no layer is ever left at its random initial value.
+
+    Every tensor is float32, but with `frozen` (a LoRA run under a 16-bit autocast, whose frozen
+    matrices are read in that dtype at every use): the blocks' matrices are made in it straight
+    from the file, and the embedding and head too where the file holds them so (exactly, then), so
+    no float32 copy of them is ever held."""
     state, base, head = dict(state), TABLES[fmt].hf_prefix, HEAD.hf[0]  # the head: lm_head.weight, in every format
     if not any(k.startswith(base) for k in state):  # a base-model checkpoint (gpt2 on the hub): names unprefixed
         state = {k if k == head else base + k: v for k, v in state.items()}
@@ -46,7 +53,7 @@ def minitf_weights(state: dict, cfg: ModelConfig, fmt: str, config: dict, where)
         expected = {k: tuple(v.shape) for k, v in hf_state(Transformer(cfg), fmt).items()}
     _check_shapes(state, expected, cfg.vocab_size, fmt, where)
     missing: list[str] = []
-    weights = _minitf_state(state, cfg, fmt, config, expected, missing, where)
+    weights = _minitf_state(state, cfg, fmt, config, expected, missing, where, frozen)
     left = sorted(k for k in state if not k.endswith(IGNORED))
     if missing or left:
         raise MinitfError(
@@ -82,7 +89,14 @@ def _check_shapes(state: dict, expected: dict, vocab: int, fmt: str, where) -> N
 
 
 def _minitf_state(
-    state: dict, cfg: ModelConfig, fmt: str, config: dict, expected: dict, missing: list[str], where
+    state: dict,
+    cfg: ModelConfig,
+    fmt: str,
+    config: dict,
+    expected: dict,
+    missing: list[str],
+    where,
+    frozen: torch.dtype | None,
 ) -> dict:
     """minitf parameter name -> tensor, from `fmt`'s HF state dict. Pops what it uses from `state`,
     so what is left over is what minitf has no place for. expected: {HF name: shape} of cfg's
@@ -99,11 +113,21 @@ def _minitf_state(
         absent = [n for n in hf_names if n not in state and not optional]
         missing += absent
         parts = [_read(state.pop(n), n, where) if n in state else torch.zeros(expected[n]) for n in hf_names]
-        t = None if absent else w.hf_layout.join(parts, hf_names, cfg).float()
+        t = None if absent else _joined(w, name, parts, hf_names, cfg, frozen)
         del parts  # the parts in the file's dtype go before the next is read
         if t is not None:
             out[name] = t
     return out
+
+
+def _joined(w, name: str, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig, frozen):
+    """minitf's tensor `name` from its parts in the file: float32; with `frozen`, a block's matrix
+    in that dtype, and the embedding or head too where the file holds them in it."""
+    if w.hf_layout is VOCAB_ROWS:
+        exact = frozen is not None and parts[0].dtype == frozen
+        return VOCAB_ROWS.join(parts, names, cfg, frozen if exact else torch.float32)
+    t = w.hf_layout.join(parts, names, cfg)
+    return t.to(frozen) if frozen is not None and t.dim() == 2 and name.startswith("blocks.") else t.float()
 
 
 def _read(t, name: str, where) -> torch.Tensor:

@@ -33,14 +33,17 @@ class Whole:
 class VocabRows(Whole):
     """The embedding or the head: only the tokenizer's rows leave minitf, so no padding id can
     ever be generated. An imported file may hold more rows: the first vocab_size are kept, in
-    minitf's rows padded to a multiple of 64 (the padding zero), made in one float32 copy."""
+    minitf's rows padded to a multiple of 64 (the padding zero), made in one copy in dtype
+    (float32, or a frozen LoRA embedding's 16 bits when the file holds them so)."""
 
     def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
         return [t[: cfg.vocab_size]]
 
-    def join(self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig) -> torch.Tensor:
+    def join(
+        self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig, dtype: torch.dtype = torch.float32
+    ) -> torch.Tensor:
         t = parts[0]
-        out = torch.zeros(padded_vocab(cfg.vocab_size), t.shape[1])  # (padded V, C) float32
+        out = torch.zeros(padded_vocab(cfg.vocab_size), t.shape[1], dtype=dtype)  # (padded V, C)
         out[: cfg.vocab_size] = t[: cfg.vocab_size]  # converted from the file's dtype as it is copied
         return out
 

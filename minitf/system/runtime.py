@@ -181,6 +181,18 @@ def keep_freed_memory() -> None:
     mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
 
 
+def give_back_freed_memory() -> None:
+    """Hand freed pages back to the OS (glibc's malloc_trim): after BPE training or tokenizing, and
+    after a weights file's merged copy is written.
+
+    Without it they stay with the process: forked workers start with them, and a training that
+    follows keeps them resident for its whole run (scripts/train.py even turns trimming off, for
+    speed), so a big corpus would cost memory long after it was prepared. A no-op elsewhere."""
+    malloc_trim = getattr(libc(), "malloc_trim", None)
+    if malloc_trim is not None:
+        malloc_trim(0)
+
+
 def libc() -> ctypes.CDLL | None:
     """The C library's functions as this process has them (Python itself links the C library), or
     None where ctypes cannot open the process (Windows). glibc's own functions (malloc_trim,

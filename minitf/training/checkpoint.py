@@ -41,6 +41,8 @@ from ..run_dir import (
     weights_step,
 )
 from ..system.files import atomic_write, open_nofollow, read_yaml, refuse_symlink
+from ..system.runtime import give_back_freed_memory
+from ..system.streamed_safetensors import write_streamed
 from ..tokenizer import Tokenizer
 from . import lora
 
@@ -81,10 +83,18 @@ def resumable_words() -> str:
 def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | None = None) -> None:
     """Weights as safetensors, with the step and the hash of the tokenizer they were trained with."""
     meta = {"step": str(step), **({"tokenizer": tokenizer_hash} if tokenizer_hash else {})}
-    # a LoRA run's readers get the merged weights under the plain names; every run's, in run.weights_dtype
-    model = lora.merged_model(model, model.weights_dtype)
-    # save_model drops the tied lm_head copy that safetensors cannot store twice
-    atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
+    if lora.is_plain(model, model.weights_dtype):  # as the readers take it: no copy to make
+        # save_model drops the tied lm_head copy that safetensors cannot store twice
+        atomic_write(path, lambda tmp: save_model(model, str(tmp), metadata=meta))
+        return
+    # a LoRA run's readers get the merged weights under the plain names, and every run's are in
+    # run.weights_dtype: each tensor made and written in turn, never a second copy of the model
+    entries = lora.merged_entries(model, model.weights_dtype)
+    if model.config.tie_embeddings:  # stored once, under the head's name, as save_model stores it
+        entries = [e for e in entries if e.name != "wte.weight"]
+        meta["wte.weight"] = "lm_head.weight"
+    atomic_write(path, lambda tmp: write_streamed(Path(tmp), entries, meta))
+    give_back_freed_memory()  # the made tensors' pages go back to the OS, not into the next step's peak
 
 
 def write_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:

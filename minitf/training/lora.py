@@ -28,6 +28,7 @@ the fused loss would read its matrix past the adapter, which would never train.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -37,11 +38,18 @@ from torch.nn.utils import parametrize
 from ..config import TrainConfig
 from ..errors import MinitfError
 from ..model import Transformer
+from ..system.streamed_safetensors import Entry
 
 ADAPTER = "default"  # peft's name for the one adapter a run trains
 NO_PEFT = (
     "train.lora_rank needs the peft package, which is not installed; pip install -e '.[lora]' (or pip install peft)"
 )
+
+
+def frozen_dtype(tc: TrainConfig, dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype a LoRA run's frozen matrices are held in: the training's, where it is 16-bit
+    (autocast reads them so at every use); None (float32) otherwise."""
+    return dtype if tc.lora_rank and dtype in (torch.bfloat16, torch.float16) else None
 
 
 def adapt(
@@ -53,7 +61,9 @@ def adapt(
 
     Under a 16-bit autocast (dtype: the training's, resolved) the frozen weights of the adapted
     linear layers are stored in that dtype: autocast casts them to it at every use anyway, so the
-    steps compute exactly what they would, and those weights take half the memory."""
+    steps compute exactly what they would, and those weights take half the memory. A download held
+    in that dtype brings its embedding so too (hf_tensors.minitf_weights): its rows come out as
+    float32, where the residual stream begins, so nothing it computes changes either."""
     if not tc.lora_rank:
         return model
     try:
@@ -68,6 +78,8 @@ def adapt(
         for name, module in model.named_modules():
             if name.endswith(".base_layer") and isinstance(module, nn.Linear):  # frozen, read through autocast
                 module.weight.data = module.weight.data.to(dtype)
+    if model.wte.weight.dtype != torch.float32:
+        model.wte.register_forward_hook(_as_float32)
     rows = ""
     if tokens:
         train_rows(model, list(tokens))
@@ -81,6 +93,12 @@ def adapt(
         f"train.lora_lr_scale={tc.lora_lr_scale:g})"
     )
     return model
+
+
+def _as_float32(module: nn.Module, args, out: torch.Tensor) -> torch.Tensor:
+    """A 16-bit embedding's rows as float32 (B, T, C): exactly its values, where the residual stream,
+    float32 as ever, begins."""
+    return out.float()
 
 
 def _check_targets(model: Transformer, tc: TrainConfig, targets: list[str]) -> None:
@@ -144,42 +162,60 @@ def is_adapted(model: nn.Module) -> bool:
     return any(".lora_A." in name for name, _ in model.named_parameters())
 
 
-@torch.no_grad()
-def merged_state_dict(model: nn.Module, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+def is_plain(model: nn.Module, dtype: torch.dtype) -> bool:
+    """Whether model's weights are already what its readers take: no adapter, every one in dtype."""
+    return not is_adapted(model) and all(p.dtype == dtype for p in model.parameters())
+
+
+def merged_entries(model: nn.Module, dtype: torch.dtype = torch.float32) -> list[Entry]:
     """The adapted model's weights with each adapter folded in, under the plain model's names, in
-    dtype: blocks.0.attn.c_attn.base_layer.weight + its delta -> blocks.0.attn.c_attn.weight, and
-    wte.parametrizations.weight.original with its trained rows -> wte.weight. Each sum is made in
-    float32 and rounded once to dtype; a tensor already in dtype is shared, not copied."""
-    deltas = {}
+    dtype, each made only when asked for (a weights file is written one at a time, never holding a
+    second copy of the model): blocks.0.attn.c_attn.base_layer.weight + its delta ->
+    blocks.0.attn.c_attn.weight, and wte.parametrizations.weight.original with its trained rows ->
+    wte.weight. Each sum is made in float32 and rounded once to dtype; a tensor already in dtype is
+    given as it is, not copied."""
+    adapted = {}
     if is_adapted(model):  # a full fine-tune's model is only cast: peft need not be installed
         from peft.tuners.lora import LoraLayer
 
-        deltas = {
-            f"{name}.base_layer.weight": module.get_delta_weight(ADAPTER)  # (out, in): (alpha / r) B A
-            for name, module in model.named_modules()
-            if isinstance(module, LoraLayer)
-        }
-    with_rows = {  # the matrix as the model reads it: the frozen rows and the trained ones (TokenRows)
-        f"{name}.parametrizations.weight.original": module.weight
+        adapted = {f"{n}.base_layer.weight": m for n, m in model.named_modules() if isinstance(m, LoraLayer)}
+    with_rows = {  # the modules whose matrix is the frozen rows and the trained ones (TokenRows)
+        f"{name}.parametrizations.weight.original": module
         for name, module in model.named_modules()
         if parametrize.is_parametrized(module, "weight")
     }
-    merged = {}
+    entries = []
     for key, value in model.state_dict().items():
         if ".lora_" in key or ".parametrizations.weight.0." in key:  # lora_A, lora_B; TokenRows' rows
             continue
-        value = with_rows.get(key, value)
-        key = key.replace(".parametrizations.weight.original", ".weight")
-        value = value.float() + deltas[key].float() if key in deltas else value
-        merged[key.replace(".base_layer.", ".")] = value.to(dtype) if value.is_floating_point() else value
-    return merged
+        name = key.replace(".parametrizations.weight.original", ".weight").replace(".base_layer.", ".")
+        out = dtype if value.is_floating_point() else value.dtype
+        make = functools.partial(_merged, value, adapted.get(key), with_rows.get(key), out)
+        entries.append(Entry(name, tuple(value.shape), out, make))
+    return entries
+
+
+@torch.no_grad()
+def _merged(value: torch.Tensor, layer, rows: nn.Module | None, dtype: torch.dtype) -> torch.Tensor:
+    """One weight of merged_entries: value with its trained rows (rows: the parametrized module)
+    and its adapter's delta (layer: peft's LoRA layer), in dtype."""
+    if rows is not None:
+        value = rows.weight  # the matrix as the model reads it
+    if layer is not None:  # one float32 delta at a time, (out, in): (alpha / r) B A, gone once rounded
+        value = value.float() + layer.get_delta_weight(ADAPTER).float()
+    return value.to(dtype)
+
+
+def merged_state_dict(model: nn.Module, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """merged_entries, every tensor made."""
+    return {e.name: e.make() for e in merged_entries(model, dtype)}
 
 
 def merged_model(model: nn.Module, dtype: torch.dtype = torch.float32) -> nn.Module:
     """model itself, or a plain Transformer holding its weights merged (an adapted one) and in
     dtype: the model every reader of the run expects, in the dtype its weights files are written in
     (run.weights_dtype). The tensors already as they must be are shared, not copied."""
-    if not is_adapted(model) and all(p.dtype == dtype for p in model.parameters()):
+    if is_plain(model, dtype):
         return model
     with torch.device("meta"):  # no memory, no init: every tensor comes from the merged weights
         whole = Transformer(model.config)

@@ -170,3 +170,38 @@ def test_a_bfloat16_download_is_fine_tuned_and_written_back_in_bfloat16(tf, chat
     again = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "back", dtype=torch.float32).eval()
     ids = tok.chat_template.prompt_ids(tok, ASK)
     assert (logits(again, ids) - logits(tuned, ids)).abs().max() < 1e-4
+
+
+def test_a_lora_run_holds_a_bfloat16_downloads_frozen_matrices_as_they_came(tf, tmp_path):
+    """Under a bfloat16 autocast a LoRA run loads the blocks' matrices and the embedding in bfloat16
+    (no float32 copy is ever made), the norms in float32, and computes the same loss and gradients
+    as from the float32 load that adapt() casts."""
+    from minitf.config import TrainConfig
+    from minitf.export.hf import load_pretrained
+    from minitf.training import lora
+
+    pytest.importorskip("peft", reason="LoRA needs the lora extra: pip install -e '.[lora]'")
+    downloaded(tf, "qwen3", tmp_path / "d")
+    tf.AutoModelForCausalLM.from_pretrained(tmp_path / "d").to(torch.bfloat16).save_pretrained(tmp_path / "d")
+    plain, tok = load_pretrained(tmp_path / "d")
+    held, _ = load_pretrained(tmp_path / "d", frozen=torch.bfloat16)
+    assert plain.wte.weight.dtype == plain.blocks[0].mlp.c_fc.weight.dtype == torch.float32
+    assert held.wte.weight.dtype == held.blocks[0].mlp.c_fc.weight.dtype == torch.bfloat16
+    assert held.ln_f.weight.dtype == held.blocks[0].attn.q_norm.weight.dtype == torch.float32
+    tc = TrainConfig(optimizer="adamw", lora_rank=4)
+    steps = []
+    for model in (plain, held):
+        torch.manual_seed(0)  # the same adapters' initial values
+        model = lora.adapt(model, tc, log=str, dtype=torch.bfloat16)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)  # B starts at zero: adapters that do something
+        ids = torch.tensor([tok.chat_template.prompt_ids(tok, ASK)])
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            _, loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        steps.append((loss, [p.grad for p in model.parameters() if p.requires_grad]))
+    (a, ga), (b, gb) = steps
+    assert torch.equal(a, b) and len(ga) == len(gb) > 0
+    assert all(torch.equal(x, y) for x, y in zip(ga, gb))
