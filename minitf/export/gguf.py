@@ -40,6 +40,9 @@ DTYPES = ("f32", "f16", "q8_0")
 GPT2_PRE = "gpt-2"
 Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
 F16_MAX = 65504.0  # the largest finite float16
+# what llama.cpp's gemma3 graph fixes (its llama_load_hparams for gemma3): the sliding layers are five in
+# six, rotating at base 10,000
+GEMMA3_GLOBAL_EVERY, GEMMA3_LOCAL_BASE = 6, 10000.0
 
 
 def _gguf():
@@ -106,8 +109,10 @@ def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(_merges(tokenizer))
-    writer.add_bos_token_id(tokenizer.eot_id)
     template = getattr(tokenizer, "chat_template", None)
+    # a downloaded template's own bos_token (Llama 3's <|begin_of_text|>, which it writes first), else <|endoftext|>
+    bos = tokenizer.backend.token_to_id(template.special.get("bos_token", "")) if template is not None else None
+    writer.add_bos_token_id(tokenizer.eot_id if bos is None else bos)
     if template is None:
         writer.add_eos_token_id(tokenizer.eot_id)
     else:  # a chat model: llama.cpp's chat renders the template and ends the answer at the end of its turn
@@ -216,6 +221,9 @@ def _check_rope_and_window(cfg, fmt: str) -> None:
     """Refuse what llama.cpp's graph for `fmt` would compute otherwise: a sliding window that hides
     keys within the context (its llama, qwen and phi3 graphs attend to all of them), and llama3
     rotary scaling where the graph reads no per-frequency factors."""
+    if fmt == "gemma3":
+        _check_gemma3(cfg)
+        return
     if cfg.sliding_window is not None and cfg.sliding_window < cfg.block_size:
         raise MinitfError(
             f"model.sliding_window={cfg.sliding_window} is shorter than model.block_size={cfg.block_size}, and "
@@ -224,6 +232,27 @@ def _check_rope_and_window(cfg, fmt: str) -> None:
     if cfg.rope_scaling == "llama3" and not TABLES[fmt].gguf_rope_factors:
         raise MinitfError(
             f"model.rope_scaling=llama3 has no place in llama.cpp's {fmt} graph; export to Hugging Face instead"
+        )
+
+
+def _check_gemma3(cfg) -> None:
+    """llama.cpp's gemma3 graph fixes what a Gemma 3 config may vary: five sliding layers in six, the
+    sliding layers' rotary base 10,000, scores scaled by 1/sqrt(head width), no rotary scaling.
+    Gemma 3's 270M and 1B models are so; a model that is not would be computed otherwise."""
+    local_base = cfg.rope_local_base if cfg.rope_local_base is not None else cfg.rope_base
+    scale = cfg.attn_scale if cfg.attn_scale is not None else cfg.head_size**-0.5
+    fixed = {
+        "model.sliding_window": (cfg.sliding_window is not None, "a window (Gemma 3's 512)"),
+        "model.global_every": (cfg.global_every == GEMMA3_GLOBAL_EVERY, f"{GEMMA3_GLOBAL_EVERY}"),
+        "model.rope_local_base": (local_base == GEMMA3_LOCAL_BASE, f"{GEMMA3_LOCAL_BASE:g}"),
+        "model.attn_scale": (abs(scale * cfg.head_size**0.5 - 1) < 1e-6, "1/sqrt(head width)"),
+        "model.rope_scaling": (cfg.rope_scaling == "none", "none"),
+    }
+    wrong = [f"{key} (llama.cpp's: {theirs})" for key, (ok, theirs) in fixed.items() if not ok]
+    if wrong:
+        raise MinitfError(
+            f"llama.cpp's gemma3 graph fixes {', '.join(wrong)}; this model differs there, so export it to "
+            "Hugging Face instead (minitf export), which transformers computes as minitf does"
         )
 
 
@@ -286,6 +315,8 @@ def _add_hyperparameters(writer, model: Transformer, fmt: str, ffn: int) -> None
     if cfg.rope_scaling == "linear":  # llama3's factors are a tensor (_rope_tensors)
         writer.add_rope_scaling_type(_gguf().RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(cfg.rope_factor)
+    if cfg.sliding_window is not None and fmt == "gemma3":  # the others' graphs see every key (checked)
+        writer.add_sliding_window(cfg.sliding_window)
     if cfg.positions == "rope":
         writer.add_rope_freq_base(cfg.rope_base)
         writer.add_rope_dimension_count(cfg.head_size)

@@ -310,8 +310,10 @@ PHI3 = Table(
     ),
 )
 
-# Gemma 3's text models (270M, 1B): four norms a layer, each stored as w of Gemma's (1 + w); the
-# Llama family's projections; q/k norms with gains
+# Gemma 3's text models (270M, 1B): four norms a layer, each stored as w of Gemma's (1 + w) in a
+# Hugging Face file and as the 1 + w it multiplies by in a GGUF one (llama.cpp's converter adds the
+# one); the Llama family's projections, unpermuted (llama.cpp rotates Gemma's halves, as HF does);
+# q/k norms with gains
 GEMMA3 = Table(
     model_type="gemma3_text",
     hf_classes=("Gemma3TextConfig", "Gemma3ForCausalLM"),
@@ -344,7 +346,6 @@ GEMMA3 = Table(
         "attn_q_norm.weight",
         "attn_k_norm.weight",
     ),
-    gguf=False,
 )
 
 # one table per format of minitf.export.architecture.FORMATS, in its order

@@ -1,5 +1,6 @@
 """GGUF export, checked by llama.cpp itself (llama-cpp-python): the same tokens, logits and greedy
-text for each architecture the export writes (GPT-2, Llama, Qwen3, GPT-NeoX), and f16/q8_0 files that load
+text for each architecture the export writes (GPT-2, Llama, Qwen3, GPT-NeoX, Qwen2, Mistral, Phi-3,
+Gemma 3), and f16/q8_0 files that load
 and agree on the next token. The command line's refusals run without llama.cpp.
 
 Each model is a small random minitf model saved as a run directory; its weights are moved well
@@ -100,10 +101,30 @@ ARCHS = {
     ),
     "mistral": dict(positions="rope", norm="rmsnorm", ffn="swiglu", bias=False, family="mistral", sliding_window=64),
     "phi3": dict(positions="rope", norm="rmsnorm", ffn="swiglu", bias=False, family="phi3"),
+    # Gemma 3 as llama.cpp's gemma3 graph takes it: five sliding layers in six (a window of 8, shorter
+    # than the prompt), rotating at base 10,000 beside the global layers' 1,000,000
+    "gemma3": dict(
+        positions="rope",
+        norm="rmsnorm",
+        ffn="geglu",
+        qk_norm=True,
+        bias=False,
+        embed_scale=True,
+        sandwich_norm=True,
+        family="gemma3",
+        n_layer=6,
+        n_kv_head=1,
+        head_dim=32,
+        sliding_window=8,
+        global_every=6,
+        rope_base=1e6,
+        rope_local_base=10000.0,
+        norm_eps=1e-6,
+    ),
 }
 
 
-SEEDS = {"qwen2": 4}
+SEEDS = {"qwen2": 4, "gemma3": 6}
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +141,8 @@ def tokenizer():
 def save_run(run_dir, tokenizer, seed: int = 1, **options):
     """A run directory (config.yaml, tokenizer.json, model.safetensors) of a random model."""
     cfg = Config()
-    cfg.model = ModelConfig(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64, **options)
+    shape = dict(vocab_size=tokenizer.vocab_size, block_size=64, n_layer=2, n_head=4, n_embd=64)
+    cfg.model = ModelConfig(**{**shape, **options})
     torch.manual_seed(seed)
     model = Transformer(cfg.model)
     with torch.no_grad():
@@ -183,12 +205,20 @@ class Fp16TableGelu(torch.nn.Module):
         return torch.where(x <= -10, torch.zeros_like(x), torch.where(x >= 10, x, y))
 
 
+class Fp16TableGeGLU(torch.nn.Module):
+    """Gemma's gated GELU with llama.cpp's table GELU on the gate."""
+
+    def forward(self, h):
+        gate, up = h.chunk(2, dim=-1)
+        return Fp16TableGelu()(gate) * up
+
+
 @pytest.mark.parametrize("name", list(ARCHS))
 def test_llama_cpp_computes_the_minitf_model(llama_cpp, tokenizer, tmp_path, name):
     """f32: llama.cpp's logits equal minitf's at every prompt position, greedy text identical for 32 tokens.
 
     Llama and Qwen3 agree within 1e-4 (Qwen3's q/k norm uses model.norm_eps, as llama.cpp's
-    qwen3 graph). GPT-2 and GPT-NeoX agree within 1e-3 with a minitf whose GELU rounds as
+    qwen3 graph). GPT-2, GPT-NeoX and Gemma 3 (its gate) agree within 1e-3 with a minitf whose GELU rounds as
     llama.cpp's CPU GELU does (a float16 table), and within 3e-3 (measured 1.3e-3) with minitf's own
     float32 GELU: the gap is that table, not the export.
     """
@@ -204,13 +234,13 @@ def test_llama_cpp_computes_the_minitf_model(llama_cpp, tokenizer, tmp_path, nam
     ours, theirs = minitf_logits(model, ids), llama_logits(llm, ids)
     assert ours.shape == theirs.shape == (len(ids), 400)
     assert ours.std() > 0.5  # logits of real scale, so the bounds are tight
-    if fmt not in ("gpt2", "gptneox"):
+    if fmt not in ("gpt2", "gptneox", "gemma3"):
         assert np.abs(ours - theirs).max() < 1e-4
     else:
         assert np.abs(ours - theirs).max() < 3e-3
         exact_gelu = [b.mlp.act for b in model.blocks]
         for b in model.blocks:
-            b.mlp.act = Fp16TableGelu()
+            b.mlp.act = Fp16TableGeGLU() if fmt == "gemma3" else Fp16TableGelu()
         assert np.abs(minitf_logits(model, ids) - theirs).max() < 1e-3
         for b, act in zip(model.blocks, exact_gelu):
             b.mlp.act = act
@@ -280,6 +310,10 @@ def test_refusals(tokenizer, tmp_path):
     with pytest.raises(MinitfError, match=r"\(model.ffn=gelu, model.logit_softcap=30.0, model.norm=rmsnorm block it\)"):
         export(odd, tmp_path / "odd.gguf")
     assert not (tmp_path / "odd.gguf").exists()
+    # a Gemma 3 whose layer pattern llama.cpp's gemma3 graph does not follow (it fixes five sliding in six)
+    gemma = save_run(tmp_path / "gemma", tokenizer, **{**ARCHS["gemma3"], "global_every": 2})
+    with pytest.raises(MinitfError, match=r"llama.cpp's gemma3 graph fixes model.global_every \(llama.cpp's: 6\)"):
+        export(gemma, tmp_path / "gemma.gguf")
     # a tokenizer llama.cpp would split differently is refused, not silently mis-tokenized
     from tokenizers import pre_tokenizers
 

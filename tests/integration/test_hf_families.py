@@ -331,7 +331,7 @@ def test_gemma3_as_the_hub_holds_it(tf, tok, tmp_path):
     assert (model.config.global_every, model.config.rope_local_base) == (2, 10000.0)
     ids = tok.encode("the quick brown fox jumps over the lazy dog; ROMEO: O love, sweet night! 12345 " * 2)[:40]
     assert (logits(model, ids) - logits(again, ids)).abs().max() < 1e-4
-    with pytest.raises(minitf.MinitfError, match="minitf writes no GGUF file of Gemma 3 models"):
+    with pytest.raises(minitf.MinitfError, match=r"llama.cpp's gemma3 graph fixes model.global_every"):
         from minitf.export.gguf import write_gguf
 
         write_gguf(model, tok, tmp_path / "g.gguf")

@@ -205,3 +205,21 @@ def test_a_lora_run_holds_a_bfloat16_downloads_frozen_matrices_as_they_came(tf, 
     (a, ga), (b, gb) = steps
     assert torch.equal(a, b) and len(ga) == len(gb) > 0
     assert all(torch.equal(x, y) for x, y in zip(ga, gb))
+
+
+def test_a_llama_3_gguf_begins_its_prompts_with_its_own_bos(tf, tmp_path):
+    """llama.cpp renders the template's {{ bos_token }} from the file's bos id: a Llama 3.2's is
+    <|begin_of_text|>, not <|endoftext|>."""
+    pytest.importorskip("gguf", reason="the gguf package is not installed (pip install -e '.[gguf]')")
+    from gguf import GGUFReader
+
+    from minitf.export.gguf import write_gguf
+    from minitf.export.hf import load_pretrained
+
+    downloaded(tf, "llama-3.2", tmp_path / "d")
+    model, tok = load_pretrained(tmp_path / "d")
+    write_gguf(model, tok, tmp_path / "m.gguf")
+    fields = GGUFReader(tmp_path / "m.gguf").fields
+    bos = int(fields["tokenizer.ggml.bos_token_id"].parts[-1][0])
+    eos = int(fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
+    assert tok.backend.id_to_token(bos) == "<|begin_of_text|>" and tok.backend.id_to_token(eos) == "<|eot_id|>"
