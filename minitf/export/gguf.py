@@ -221,8 +221,8 @@ def _check_rope_and_window(cfg, fmt: str) -> None:
     """Refuse what llama.cpp's graph for `fmt` would compute otherwise: a sliding window that hides
     keys within the context (its llama, qwen and phi3 graphs attend to all of them), and llama3
     rotary scaling where the graph reads no per-frequency factors."""
-    if fmt == "gemma3":
-        _check_gemma3(cfg)
+    if TABLES[fmt].gguf_sliding:
+        _check_sliding(cfg, fmt)
         return
     if cfg.sliding_window is not None and cfg.sliding_window < cfg.block_size:
         raise MinitfError(
@@ -235,7 +235,7 @@ def _check_rope_and_window(cfg, fmt: str) -> None:
         )
 
 
-def _check_gemma3(cfg) -> None:
+def _check_sliding(cfg, fmt: str) -> None:
     """llama.cpp's gemma3 graph fixes what a Gemma 3 config may vary: five sliding layers in six, the
     sliding layers' rotary base 10,000, scores scaled by 1/sqrt(head width), no rotary scaling.
     Gemma 3's 270M and 1B models are so; a model that is not would be computed otherwise."""
@@ -251,7 +251,7 @@ def _check_gemma3(cfg) -> None:
     wrong = [f"{key} (llama.cpp's: {theirs})" for key, (ok, theirs) in fixed.items() if not ok]
     if wrong:
         raise MinitfError(
-            f"llama.cpp's gemma3 graph fixes {', '.join(wrong)}; this model differs there, so export it to "
+            f"llama.cpp's {fmt} graph fixes {', '.join(wrong)}; this model differs there, so export it to "
             "Hugging Face instead (minitf export), which transformers computes as minitf does"
         )
 
@@ -315,7 +315,7 @@ def _add_hyperparameters(writer, model: Transformer, fmt: str, ffn: int) -> None
     if cfg.rope_scaling == "linear":  # llama3's factors are a tensor (_rope_tensors)
         writer.add_rope_scaling_type(_gguf().RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(cfg.rope_factor)
-    if cfg.sliding_window is not None and fmt == "gemma3":  # the others' graphs see every key (checked)
+    if TABLES[fmt].gguf_sliding:  # the others' graphs see every key (checked)
         writer.add_sliding_window(cfg.sliding_window)
     if cfg.positions == "rope":
         writer.add_rope_freq_base(cfg.rope_base)

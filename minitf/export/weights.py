@@ -77,6 +77,9 @@ class Table:
     gguf_parallel_residual: bool = False  # the graph can run both sublayers side by side: the file says it does not
     gguf_rope_factors: bool = True  # the graph reads per-frequency rotary factors (rope_freqs: Llama 3's scaling)
     gguf: bool = True  # minitf writes GGUF files of this format
+    # llama.cpp's graph slides a window, five layers in six at rotary base 10,000 (its gemma3): the
+    # file holds the window, and a model that slides otherwise is refused
+    gguf_sliding: bool = False
 
 
 HEAD = Weight("lm_head.weight", ("lm_head.weight",), ("output.weight",), VOCAB_ROWS, VOCAB_ROWS, beside_base=True)
@@ -346,6 +349,7 @@ GEMMA3 = Table(
         "attn_q_norm.weight",
         "attn_k_norm.weight",
     ),
+    gguf_sliding=True,
 )
 
 # one table per format of minitf.export.architecture.FORMATS, in its order
