@@ -2,7 +2,7 @@
 these rows when llama-cpp-python and gguf are installed (pip install -e '.[gguf,llamacpp]').
 
 The model is the recipe's shape with random weights (speed does not depend on their values),
-written to a temporary GGUF file in f32 and in q8_0. Every variant decodes the same number of
+written to a temporary GGUF file in f32, f16 and q8_0. Every variant decodes the same number of
 tokens from one prompt token, sampling top-k 50 at temperature 1, and they take turns round
 after round, so a machine that drifts moves them all; each ratio is the median of the per-round
 ratios. llama.cpp gets as many threads as torch uses.
@@ -28,19 +28,24 @@ INSTALL = "pip install -e '.[gguf,llamacpp]'"
 
 def synthetic_tokenizer(vocab_size: int) -> Tokenizer:
     """A byte-level BPE of exactly vocab_size tokens (the 256 bytes, <|endoftext|>, and merges of
-    byte pairs), so the GGUF file has the model's vocabulary without training on a corpus."""
+    byte pairs, then of longer tokens and a byte), so the GGUF file has the model's vocabulary
+    without training on a corpus."""
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers
 
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
     vocab = {EOT: 0, **{c: i + 1 for i, c in enumerate(alphabet)}}
-    merges = []
-    for a in alphabet:
+    merges, made = [], list(alphabet)  # every pair of bytes first, then longer tokens: Qwen3's 151,936
+    for left in made:
+        if len(vocab) >= vocab_size:
+            break
         for b in alphabet:
             if len(vocab) >= vocab_size:
                 break
-            vocab[a + b] = len(vocab)
-            merges.append((a, b))
+            if left + b not in vocab:
+                vocab[left + b] = len(vocab)
+                merges.append((left, b))
+                made.append(left + b)
     backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     backend.decoder = decoders.ByteLevel()
@@ -52,7 +57,7 @@ def synthetic_tokenizer(vocab_size: int) -> Tokenizer:
 def llamacpp_decode(
     cfg: Config, device: torch.device, new_tokens: int, rounds: int, log=print, compile: bool = True
 ) -> dict | None:
-    """Tokens/s of minitf eager, minitf compiled (unless compile=False), llama.cpp f32 and q8_0 at
+    """Tokens/s of minitf eager, minitf compiled (unless compile=False), llama.cpp f32, f16 and q8_0 at
     batch 1, in turns; None (with the reason logged) where llama.cpp cannot run this model."""
     reason = _why_not(cfg, device)
     if reason:
@@ -73,6 +78,7 @@ def llamacpp_decode(
             "minitf eager": lambda: _minitf_decode(model, settings, compile=False),
             **({"minitf compiled": lambda: _minitf_decode(model, settings, compile=True)} if compile else {}),
             "llama.cpp f32": lambda: _llama_decode(llms["f32"], n),
+            "llama.cpp f16": lambda: _llama_decode(llms["f16"], n),
             "llama.cpp q8_0": lambda: _llama_decode(llms["q8_0"], n),
         }
         rates, first_compile_s = _in_turns(variants, rounds)
@@ -117,13 +123,13 @@ def _why_not(cfg: Config, device: torch.device) -> str | None:
 
 
 def _llamas(model: Transformer, tokenizer: Tokenizer, tmp: Path, n_ctx: int, threads: int) -> dict:
-    """The model written as GGUF in f32 and in q8_0, each loaded by llama.cpp with torch's thread count."""
+    """The model written as GGUF in f32, f16 and q8_0, each loaded by llama.cpp with torch's thread count."""
     import llama_cpp
 
     from minitf.export.gguf import write_gguf
 
     llms = {}
-    for dtype in ("f32", "q8_0"):
+    for dtype in ("f32", "f16", "q8_0"):
         path = tmp / f"model-{dtype}.gguf"
         write_gguf(model, tokenizer, path, dtype)
         llms[dtype] = llama_cpp.Llama(
