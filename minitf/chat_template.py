@@ -168,7 +168,11 @@ class ChatTemplate:
         """chat_template.jinja, and the special tokens it names in tokenizer_config.json."""
         (Path(directory) / TEMPLATE_FILE).write_text(self.source, encoding="utf-8")
         if self.special:
-            (Path(directory) / TOKENS_FILE).write_text(json.dumps(self.special, indent=1) + "\n", encoding="utf-8")
+            (Path(directory) / TOKENS_FILE).write_text(self.tokens_json(), encoding="utf-8")
+
+    def tokens_json(self) -> str:
+        """TOKENS_FILE's text: the special tokens the template names."""
+        return json.dumps(self.special, indent=1) + "\n"
 
 
 def chatml() -> ChatTemplate:

@@ -13,7 +13,6 @@ tensors come from safetensors, the training state from torch.load(weights_only=T
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from pathlib import Path
@@ -164,8 +163,9 @@ def write_run_files(run_dir: Path, cfg: Config, tokenizer: Tokenizer) -> None:
     template = tokenizer.chat_template
     if template is not None:  # a chat run: the template its answers are read in, and the tokens it names
         if template.special:
-            tokens = json.dumps(template.special, indent=1) + "\n"
-            atomic_write(run_dir / TOKENS_FILE, lambda tmp: Path(tmp).write_text(tokens, encoding="utf-8"))
+            atomic_write(
+                run_dir / TOKENS_FILE, lambda tmp: Path(tmp).write_text(template.tokens_json(), encoding="utf-8")
+            )
         atomic_write(run_dir / TEMPLATE_FILE, lambda tmp: Path(tmp).write_text(template.source, encoding="utf-8"))
 
 

@@ -96,27 +96,35 @@ def downloaded(tf, family: str, where):
     return hf
 
 
+def sft_config(tmp_path, chats, method: str, *overrides) -> minitf.Config:
+    """configs/chat.yaml from tmp_path/downloaded into tmp_path/run on the chats file, 2 steps,
+    in full or with LoRA (method)."""
+    return minitf.load_config(
+        ROOT / "configs" / "chat.yaml",
+        [
+            f"run.out_dir={tmp_path / 'run'}",
+            f"run.init_from={tmp_path / 'downloaded'}",
+            f"data.source=file:{chats}",
+            "data.val_fraction=0",
+            "train.max_steps=2",
+            "train.max_seconds=null",
+            "train.eval_every=100",
+            "train.eval_metric=null",
+            "train.batch_size=4",
+            *(["train.lora_rank=4"] if method == "lora" else []),
+            *overrides,
+        ],
+    )
+
+
 @pytest.mark.parametrize("method", ["full", "lora"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_family_fine_tunes_on_its_own_template_and_exports_as_itself(tf, chats, tmp_path, family, method):
     arch, _, _, end = FAMILIES[family]
     hf = downloaded(tf, family, tmp_path / "downloaded")
     lines = []
-    overrides = [
-        f"run.out_dir={tmp_path / 'run'}",
-        f"run.init_from={tmp_path / 'downloaded'}",
-        f"data.source=file:{chats}",
-        "data.val_fraction=0",
-        "train.max_steps=2",
-        "train.max_seconds=null",
-        "train.eval_every=100",
-        "train.eval_metric=null",
-        "train.batch_size=4",
-        "train.warmup_steps=1",
-        "train.dtype=float32",
-    ]
-    lora = ["train.lora_rank=4"] if method == "lora" else []
-    run = minitf.train(minitf.load_config(ROOT / "configs" / "chat.yaml", overrides + lora), log=lines.append)
+    overrides = ["train.warmup_steps=1", "train.dtype=float32"]
+    run = minitf.train(sft_config(tmp_path, chats, method, *overrides), log=lines.append)
     said = next(line for line in lines if line.startswith("chat: the template of"))
     assert f"ending each answer with {end!r}" in said, said
     tuned, tok, _ = minitf.load_run(run)
@@ -147,19 +155,7 @@ def test_a_bfloat16_download_is_fine_tuned_and_written_back_in_bfloat16(tf, chat
     tf.AutoModelForCausalLM.from_pretrained(tmp_path / "downloaded").to(torch.bfloat16).save_pretrained(
         tmp_path / "downloaded"
     )
-    overrides = [
-        f"run.out_dir={tmp_path / 'run'}",
-        f"run.init_from={tmp_path / 'downloaded'}",
-        f"data.source=file:{chats}",
-        "data.val_fraction=0",
-        "train.max_steps=2",
-        "train.max_seconds=null",
-        "train.eval_every=100",
-        "train.eval_metric=null",
-        "train.batch_size=4",
-        *(["train.lora_rank=4"] if method == "lora" else []),
-    ]
-    run = minitf.train(minitf.load_config(ROOT / "configs" / "chat.yaml", overrides), log=lambda *a: None)
+    run = minitf.train(sft_config(tmp_path, chats, method), log=lambda *a: None)
     assert load_run_config(run / "config.yaml").run.weights_dtype == "bfloat16"
     with safe_open(run / "model.safetensors", "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
