@@ -10,6 +10,7 @@ from ..config import ModelConfig
 from ..errors import MinitfError
 from ..model import Transformer
 from ..run_dir import refuse_non_finite
+from ..system.runtime import give_back_freed_memory
 from .architecture import FORMAT_NAMES
 from .hf_files import loaded
 from .layouts import VOCAB_ROWS
@@ -115,6 +116,7 @@ def _minitf_state(
         parts = [_read(state.pop(n), n, where) if n in state else torch.zeros(expected[n]) for n in hf_names]
         t = None if absent else _joined(w, name, parts, hf_names, cfg, frozen)
         del parts  # the parts in the file's dtype go before the next is read
+        give_back_freed_memory()  # their pages too: freed between kept tensors, they would stay the process's
         if t is not None:
             out[name] = t
     return out

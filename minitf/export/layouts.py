@@ -34,7 +34,8 @@ class VocabRows(Whole):
     """The embedding or the head: only the tokenizer's rows leave minitf, so no padding id can
     ever be generated. An imported file may hold more rows: the first vocab_size are kept, in
     minitf's rows padded to a multiple of 64 (the padding zero), made in one copy in dtype
-    (float32, or a frozen LoRA embedding's 16 bits when the file holds them so)."""
+    (float32, or a frozen LoRA embedding's 16 bits when the file holds them so), or none where
+    the tensor as read is that already."""
 
     def split(self, t: torch.Tensor, cfg: ModelConfig) -> list[torch.Tensor]:
         return [t[: cfg.vocab_size]]
@@ -43,7 +44,10 @@ class VocabRows(Whole):
         self, parts: list[torch.Tensor], names: tuple[str, ...], cfg: ModelConfig, dtype: torch.dtype = torch.float32
     ) -> torch.Tensor:
         t = parts[0]
-        out = torch.zeros(padded_vocab(cfg.vocab_size), t.shape[1], dtype=dtype)  # (padded V, C)
+        rows = padded_vocab(cfg.vocab_size)
+        if t.shape[0] == rows == cfg.vocab_size and t.dtype == dtype and t.is_contiguous():
+            return t  # already minitf's rows (a Llama 3's 128,256 are 64 x 2,004): no second copy
+        out = torch.zeros(rows, t.shape[1], dtype=dtype)  # (padded V, C)
         out[: cfg.vocab_size] = t[: cfg.vocab_size]  # converted from the file's dtype as it is copied
         return out
 

@@ -52,3 +52,18 @@ def test_infinities_are_refused_too(nan_run, value):
     poison(nan_run / ckpt.WEIGHTS, TENSOR, 0.0)
     with pytest.raises(MinitfError, match=r"model.safetensors: tensor ln_f.weight holds NaN/inf values \(1 of 32\)"):
         minitf.load_run(nan_run)
+
+
+@pytest.mark.parametrize("where", [0, 6, 7, 99], ids=["first", "end-of-a-chunk", "next-chunk", "last"])
+def test_the_check_goes_chunk_by_chunk_and_misses_no_element(monkeypatch, where):
+    """A downloaded embedding is checked FINITE_CHUNK elements at a time (isfinite over all of a
+    Llama 3's would hold 1.2 GB of temporaries): a NaN anywhere, at a chunk's edge too, is found."""
+    import minitf.run_dir
+
+    monkeypatch.setattr(minitf.run_dir, "FINITE_CHUNK", 7)
+    t = torch.ones(10, 10, dtype=torch.bfloat16)
+    assert minitf.run_dir.all_finite(t)
+    t.view(-1)[where] = float("nan")
+    assert not minitf.run_dir.all_finite(t)
+    with pytest.raises(MinitfError, match=r"m.safetensors: tensor wte.weight holds NaN/inf values \(1 of 100\)"):
+        minitf.run_dir.refuse_non_finite([("wte.weight", t)], "m.safetensors", "fetch it again")

@@ -218,6 +218,24 @@ def test_the_layouts_between_hf_and_gguf():
     assert torch.equal(hf["gpt_neox.layers.0.attention.query_key_value.bias"], torch.zeros(96))  # zero biases
 
 
+@pytest.mark.parametrize("rows", [128, 160], ids=["a-multiple-of-64", "more-rows-in-the-file"])
+def test_an_embedding_already_in_minitfs_rows_is_used_as_read(rows):
+    """An imported embedding whose rows are minitf's already (a Llama 3's 128,256 are 64 x 2,004) is
+    the tensor as read, in its dtype: no second copy of 0.5 GB while loading. Otherwise one padded
+    copy of the tokenizer's rows, the padding zero."""
+    from minitf.export.layouts import VOCAB_ROWS
+
+    read = torch.randn(rows, 16).to(torch.bfloat16)
+    cfg = ModelConfig(vocab_size=128, block_size=8, n_layer=1, n_head=2, n_embd=16)
+    joined = VOCAB_ROWS.join([read], ("embed",), cfg, torch.bfloat16)
+    assert (joined is read) == (rows == 128) and torch.equal(joined, read[:128])
+    small = dataclasses.replace(cfg, vocab_size=V)  # 100 rows padded to 128
+    padded = VOCAB_ROWS.join([read], ("embed",), small, torch.bfloat16)
+    assert padded.shape == (128, 16) and torch.equal(padded[:V], read[:V]) and not padded[V:].any()
+    as_float = VOCAB_ROWS.join([read], ("embed",), cfg)  # float32 unless the frozen dtype is the file's
+    assert as_float is not read and as_float.dtype == torch.float32 and torch.equal(as_float, read[:128].float())
+
+
 def toy_table() -> weights.Table:
     """A format no one has: Llama's tensors under other names, and without rotary pairs in GGUF."""
 
