@@ -16,7 +16,7 @@ from .attention import attention, attention_steps, causal_mask
 from .config import ModelConfig
 from .errors import ConfigError
 from .fast.fused_attention import constant_while_compiling, fused_attention, repeat_heads
-from .fast.lm_loss import IGNORE, linear_cross_entropy
+from .fast.lm_loss import IGNORE, LARGE_VOCAB, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions, local_rope, rope_scaling
 from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
 from .tokenizer import check_ids
@@ -373,15 +373,18 @@ class Transformer(nn.Module):
         return self.logits_and_loss(x, targets)[1]
 
     def fused_loss_applies(self, x: torch.Tensor) -> bool:
-        """The fused head computes the plain float32 loss for a step that will run backward: not
-        with a soft cap, under autocast (whose matmuls run in bf16/fp16), or with a compiled head."""
+        """The fused head computes the plain loss for a step that will run backward: not with a soft
+        cap or a compiled head; under autocast only for a large vocabulary (LARGE_VOCAB), where the
+        logits are a step's largest tensors (a Llama 3's 128,256 per token, held in float32 several
+        times over), while a small one's plain path is what its measured speeds are of."""
+        autocast = torch.is_autocast_enabled(x.device.type)
         return (
             torch.is_grad_enabled()
             and x.requires_grad
             and x.dtype == torch.float32
             and self.config.logit_softcap is None
             and not self.compiled
-            and not torch.is_autocast_enabled(x.device.type)
+            and (not autocast or self.config.vocab_size >= LARGE_VOCAB)
         )
 
     def compile_regions(self) -> None:

@@ -12,6 +12,9 @@ On a GPU the cache argument does not hold, and each chunk costs a rewrite of W's
 gradient and a dozen kernel launches: there the chunks are as large as GPU_CHUNK_BYTES of
 logits allow (all rows at once for a 4,096-token vocabulary), see chunk_rows.
 The loss and gradients are the plain path's up to float rounding (tests/unit/test_model.py checks).
+Under autocast (for a large vocabulary, Transformer.fused_loss_applies) the matmuls run in its
+dtype as the plain path's would, the softmax in float32; a frozen head (LoRA's) gets no gradient,
+where the plain path's logits, their float32 copy, log-softmax and gradient would each be whole.
 
 Training uses it (`Transformer.forward(..., logits=False)`); evaluation and sampling, which need
 no gradient or want the logits, take the plain path.
@@ -24,6 +27,9 @@ import torch
 from ..data import IGNORE  # noqa: F401 (targets equal to this count neither in the loss nor in the mean)
 
 CHUNK_ROWS = 256  # rows per chunk on a CPU: 256 x 4,096 float32 logits are 4 MB, about a core's L2
+# a downloaded model's vocabulary (GPT-2's 50,257; Llama 3's 128,256; Qwen's 151,936): its logits are
+# fused under autocast too, for memory (a Llama 3's float32 logits of 1,200 tokens are 0.6 GB, held several times)
+LARGE_VOCAB = 32768
 GPU_CHUNK_BYTES = 512 * 2**20  # float32 logits per chunk on a GPU: a bounded memory, a few chunks at most
 
 
@@ -37,41 +43,61 @@ def chunk_rows(device: torch.device, vocab: int) -> int:
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
-        # x (N, C) float32, weight (V, C), targets (N,) ids or IGNORE; rows per chunk
-        keep = targets != IGNORE  # (N,)
-        count = keep.sum().clamp(min=1)  # the mean's denominator (no target at all: loss 0, not 0/0)
-        ids = torch.where(keep, targets, 0)  # (N,) a valid row to gather from for ignored targets
-        # on a CPU, asking whether any target is ignored costs nothing; on a GPU it would wait for the device
-        everyone = x.device.type == "cpu" and bool(keep.all())
-        grad_x = torch.empty_like(x)  # (N, C)
-        grad_w = torch.zeros_like(weight)  # (V, C)
-        total = x.new_zeros(())
-        for start in range(0, x.size(0), rows):
-            chunk = slice(start, start + rows)
-            xc, idc = x[chunk], ids[chunk].unsqueeze(1)  # (n, C), (n, 1)
-            logits = xc @ weight.T  # (n, V)
-            lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (n, 1)
-            nll = lse - logits.gather(1, idc)  # (n, 1): -log p(target)
-            grad = logits.sub_(lse).exp_()  # (n, V) softmax, in the logits' memory
-            grad.scatter_add_(1, idc, torch.full_like(nll, -1.0))  # softmax - one_hot(target)
-            if not everyone:  # ignored rows add nothing to the loss or the gradients
-                k = keep[chunk].unsqueeze(1).to(x.dtype)  # (n, 1)
-                nll, grad = nll * k, grad.mul_(k)
-            total += nll.sum()
-            torch.mm(grad, weight, out=grad_x[chunk])  # (n, C)
-            grad_w.addmm_(grad.T, xc)  # (V, C)
-        count = count.to(x.dtype)
-        ctx.save_for_backward(grad_x.div_(count), grad_w.div_(count))
-        return total / count
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int, dtype) -> torch.Tensor:
+        # x (N, C) float32, weight (V, C), targets (N,) ids or IGNORE; rows per chunk; dtype: the
+        # matmuls' (float32, or autocast's 16 bits, as the plain path's head would run them)
+        with torch.autocast(x.device.type, enabled=False):  # the casts below are the ones autocast makes
+            return _fused(ctx, x, weight, targets, rows, dtype)
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
         grad_x, grad_w = ctx.saved_tensors
-        return grad_x * grad_loss, grad_w * grad_loss, None, None
+        # scaled in place: a (V, C) gradient is not held twice (a Llama 3's head: 1 GB in float32)
+        return grad_x.mul_(grad_loss), grad_w.mul_(grad_loss) if grad_w.numel() else None, None, None, None
+
+
+def _fused(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, rows: int, dtype) -> torch.Tensor:
+    """The loss, with x's gradient, and weight's where it is trained (a LoRA run's head is frozen:
+    no (V, C) gradient at all), saved on ctx for backward."""
+    keep = targets != IGNORE  # (N,)
+    count = keep.sum().clamp(min=1)  # the mean's denominator (no target at all: loss 0, not 0/0)
+    ids = torch.where(keep, targets, 0)  # (N,) a valid row to gather from for ignored targets
+    # on a CPU, asking whether any target is ignored costs nothing; on a GPU it would wait for the device
+    everyone = x.device.type == "cpu" and bool(keep.all())
+    w = weight.to(dtype)  # (V, C) the head as the matmuls read it (itself in float32)
+    grad_x = torch.empty_like(x)  # (N, C)
+    trained = ctx.needs_input_grad[1]
+    grad_w = torch.zeros_like(weight, dtype=torch.float32) if trained else weight.new_empty(0)  # (V, C)
+    total = x.new_zeros(())
+    for start in range(0, x.size(0), rows):
+        chunk = slice(start, start + rows)
+        xc, idc = x[chunk].to(dtype), ids[chunk].unsqueeze(1)  # (n, C), (n, 1)
+        logits = (xc @ w.T).float()  # (n, V) float32 (no copy when the matmul was)
+        lse = torch.logsumexp(logits, dim=1, keepdim=True)  # (n, 1)
+        nll = lse - logits.gather(1, idc)  # (n, 1): -log p(target)
+        grad = logits.sub_(lse).exp_()  # (n, V) softmax, in the logits' memory
+        grad.scatter_add_(1, idc, torch.full_like(nll, -1.0))  # softmax - one_hot(target)
+        if not everyone:  # ignored rows add nothing to the loss or the gradients
+            k = keep[chunk].unsqueeze(1).to(grad.dtype)  # (n, 1)
+            nll, grad = nll * k, grad.mul_(k)
+        total += nll.sum()
+        grad = grad.to(dtype)  # (n, V) as the plain path's backward multiplies it
+        grad_x[chunk] = grad @ w  # (n, C)
+        if not trained:
+            continue
+        if dtype == torch.float32:
+            grad_w.addmm_(grad.T, xc)  # (V, C)
+        else:
+            grad_w += grad.T @ xc  # (V, C) summed in float32 over the chunks
+    count = count.to(x.dtype)
+    ctx.save_for_backward(grad_x.div_(count), grad_w.div_(count))
+    return total / count
 
 
 def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """mean over targets != -100 of cross_entropy(x @ weight.T, targets): x (N, C), weight (V, C),
-    targets (N,). Its backward gives x's and weight's gradients (computed already, in the forward)."""
-    return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows(x.device, weight.size(0)))
+    targets (N,). Its backward gives x's and weight's gradients (computed already, in the forward).
+    Under autocast the matmuls run in its dtype and the softmax in float32, as the plain path's."""
+    kind = x.device.type
+    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+    return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows(x.device, weight.size(0)), dtype)

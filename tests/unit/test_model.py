@@ -70,6 +70,32 @@ def test_the_fused_head_loss_is_the_plain_one(tie):
     assert logits is None and torch.equal(loss, plain)
 
 
+def test_under_autocast_a_large_vocabulary_takes_the_fused_head_a_small_one_the_plain():
+    """A downloaded model's vocabulary (LARGE_VOCAB and up) under a bfloat16 autocast: training's
+    loss is the fused head's, with the plain path's loss and gradients up to bfloat16's rounding; the
+    default recipe's 4,096 tokens keep the plain path under autocast, and float32 the fused one."""
+    from minitf.fast.lm_loss import LARGE_VOCAB
+
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny(vocab_size=LARGE_VOCAB + 7))
+    idx = torch.randint(0, LARGE_VOCAB + 7, (4, 33))
+    x = torch.zeros(1, 1, 32, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert m.fused_loss_applies(x) and not minitf.Transformer(tiny()).fused_loss_applies(x)
+        runs = []
+        for fused in (False, True):
+            m.zero_grad()
+            logits, loss = m(idx[:, :-1], idx[:, 1:], logits=not fused)
+            assert (logits is None) == fused
+            loss.backward()
+            runs.append((loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters()}))
+    assert minitf.Transformer(tiny()).fused_loss_applies(x)  # float32: fused at any vocabulary
+    (plain, g_plain), (fused, g_fused) = runs
+    torch.testing.assert_close(fused, plain, atol=1e-5, rtol=1e-5)
+    for name in g_plain:
+        assert (g_fused[name] - g_plain[name]).norm() <= 1e-2 * g_plain[name].norm(), name
+
+
 def test_num_params_and_sizes():
     m = minitf.Transformer(tiny(positions="learned"))
     total = sum(p.numel() for p in m.parameters())

@@ -27,7 +27,7 @@ def test_a_gpu_takes_chunks_of_half_a_gigabyte_of_logits():
 
 def test_a_gpu_tensor_gets_the_gpu_chunks(monkeypatch):
     seen = []
-    monkeypatch.setattr(lm_loss._LinearCrossEntropy, "apply", lambda x, w, t, rows: seen.append(rows))
+    monkeypatch.setattr(lm_loss._LinearCrossEntropy, "apply", lambda x, w, t, rows, dtype: seen.append(rows))
     with FakeTensorMode(allow_non_fake_inputs=True):  # the shapes and device of a GPU's tensors, no GPU
         x, w = torch.empty(8, 16, device="cuda"), torch.empty(4096, 16, device="cuda")
         linear_cross_entropy(x, w, torch.zeros(8, dtype=torch.long, device="cuda"))
@@ -42,7 +42,7 @@ def test_any_chunk_size_gives_the_plain_loss_and_gradients(rows):
     w = torch.randn(50, 16, requires_grad=True)  # (V, C)
     t = torch.randint(0, 50, (600,))
     t[::7] = IGNORE
-    loss = lm_loss._LinearCrossEntropy.apply(x, w, t, rows)
+    loss = lm_loss._LinearCrossEntropy.apply(x, w, t, rows, torch.float32)
     (loss * 3).backward()
     gx, gw = x.grad.clone(), w.grad.clone()
     x.grad = w.grad = None
@@ -52,3 +52,49 @@ def test_any_chunk_size_gives_the_plain_loss_and_gradients(rows):
     torch.testing.assert_close(gx, x.grad)
     torch.testing.assert_close(gw, w.grad)
     assert plain.item() > 1.0 and gw.abs().sum() > 1.0
+
+
+def autocast_case(head_trained: bool):
+    """A batch as a bfloat16 run's head sees it: float32 hidden states, a large vocabulary's rows."""
+    torch.manual_seed(0)
+    x = torch.randn(600, 64, requires_grad=True)  # (N, C)
+    w = (torch.randn(1000, 64) / 8).requires_grad_(head_trained)  # (V, C)
+    t = torch.randint(0, 1000, (600,))
+    t[::7] = IGNORE
+    return x, w, t
+
+
+def grads_of(loss_fn, x, w, t):
+    x.grad = w.grad = None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(x, w, t)
+    (loss * 3).backward()
+    return loss.detach(), x.grad, w.grad
+
+
+def near(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal up to bfloat16's rounding, over the whole tensor (an element near zero may differ more)."""
+    return bool((a - b).norm() < 4e-3 * b.norm())
+
+
+def plain_head(x, w, t):
+    return F.cross_entropy((x @ w.T).float(), t, ignore_index=IGNORE)  # the model's plain path
+
+
+@pytest.mark.parametrize("head_trained", [True, False], ids=["trained-head", "frozen-head"])
+def test_under_autocast_the_chunks_give_the_plain_paths_bfloat16_loss_and_gradients(head_trained):
+    """Under a bfloat16 autocast the matmuls run in bfloat16, as the plain path's: the loss and
+    gradients are its own up to the rounding of the gradient's scale, much nearer to it than the
+    float32 head's loss is. A frozen head (LoRA) gets no gradient at all."""
+    x, w, t = autocast_case(head_trained)
+    loss, gx, gw = grads_of(linear_cross_entropy, x, w, t)
+    plain, gx_plain, gw_plain = grads_of(plain_head, x, w, t)
+    float32 = F.cross_entropy(x.detach() @ w.detach().T, t, ignore_index=IGNORE)
+    assert abs(loss - plain) < 1e-5 < abs(float32 - plain)  # the bfloat16 matmul's loss, not float32's
+    assert near(gx, gx_plain)
+    if head_trained:
+        assert near(gw, gw_plain)  # the plain path rounds the sum over all rows to bfloat16 once, here each chunk's
+        assert gw.dtype == torch.float32 and gw.abs().sum() > 1.0
+    else:
+        assert gw is None and gw_plain is None
+    assert gx.dtype == torch.float32 and gx.abs().sum() > 1.0
