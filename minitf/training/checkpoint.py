@@ -96,32 +96,12 @@ def save_weights(model: nn.Module, path: Path, step: int, tokenizer_hash: str | 
     give_back_freed_memory()  # the made tensors' pages go back to the OS, not into the next step's peak
 
 
-def write_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int, same_as: Path | None = None) -> None:
+def write_checkpoint(run_dir: Path, model: nn.Module, state: dict, step: int) -> None:
     """Commit a checkpoint: state.pt (training state + the weights) in one rename, then
-    model.safetensors from the same weights for the readers. state["tokenizer"]: its hash.
-    same_as: a weights file written from these very weights (best.safetensors of this step), which
-    model.safetensors becomes a second name of: the last step of a run that is its best writes
-    them once (2.5 GB on Llama-3.2-1B), not twice."""
+    model.safetensors from the same weights for the readers. state["tokenizer"]: its hash."""
     weights = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     write_state(run_dir, {**state, "model": weights}, step)
-    if same_as is None or not _linked(same_as, run_dir / WEIGHTS):
-        save_weights(model, run_dir / WEIGHTS, step, state.get("tokenizer"))
-
-
-def _linked(source: Path, path: Path) -> bool:
-    """path as a hard link to source, put in place by one rename; False where the file system has
-    no hard links (the caller writes the file). Every writer of a run's files replaces them by a
-    rename (atomic_write), so a later write of either name never changes the other."""
-
-    def link(tmp: Path) -> None:
-        tmp.unlink()
-        os.link(source, tmp)
-
-    try:
-        atomic_write(path, link)
-    except MinitfError:
-        return False
-    return True
+    save_weights(model, run_dir / WEIGHTS, step, state.get("tokenizer"))
 
 
 def write_state(run_dir: Path, state: dict, step: int) -> None:

@@ -51,7 +51,6 @@ class Session:
     elapsed_before: float = 0.0  # seconds trained before this process (resume)
     best_val: float = float("inf")
     best_step: int | None = None  # the step whose weights best.safetensors holds
-    best_written: int | None = None  # the step this process last wrote best.safetensors at (never restored)
     last_val: tuple[int, float] | None = None  # (step, val loss) of this process's latest evaluation
     bad_steps: int = 0  # non-finite steps in a row (skipped: never applied to the weights)
     saved_step: int | None = None  # the step of the last checkpoint committed (or resumed from)
@@ -190,14 +189,8 @@ def save_checkpoint(session: Session) -> None:
             session.run_dir, session.raw_model, session.optimizer, state, session.step, session.procs.main
         )
     else:
-        # best.safetensors written at this very step holds these weights: model.safetensors links to it
-        same = session.run_dir / ckpt.BEST if session.best_written == session.step else None
         ckpt.write_checkpoint(
-            session.run_dir,
-            session.raw_model,
-            {**state, "optimizer": session.optimizer.state_dict()},
-            session.step,
-            same_as=same,
+            session.run_dir, session.raw_model, {**state, "optimizer": session.optimizer.state_dict()}, session.step
         )
     session.saved_step = session.step
 
@@ -210,7 +203,6 @@ def keep_best(session: Session, val: float) -> None:
     session.last_val = (session.step, val)
     if val < session.best_val:  # sharded, every rank takes this branch together: the weights are gathered
         session.best_val, session.best_step = val, session.step
-        session.best_written = session.step
         fsdp.save_full_weights(
             session.raw_model,
             session.run_dir / ckpt.BEST,

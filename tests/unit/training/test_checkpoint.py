@@ -51,38 +51,3 @@ def test_a_full_disk_while_writing_state_is_one_line_and_keeps_the_last_state(tm
         signal.signal(signal.SIGXFSZ, handler)
     assert str(e.value) == f"could not write {tmp_path / STATE}: File too large; the previous file there is intact"
     assert (tmp_path / STATE).read_bytes() == before and not list(tmp_path.glob(".*.tmp"))
-
-
-def test_the_best_weights_of_the_last_step_are_written_once_and_stay_apart(tmp_path, monkeypatch):
-    """A checkpoint whose weights best.safetensors holds already (the same step) makes
-    model.safetensors a second name of that file: written once. A later write of either name
-    replaces only that name. Without hard links, the weights are written as always."""
-    import os
-
-    from safetensors.torch import load_file
-
-    import minitf
-    from minitf.training import checkpoint as ckpt
-
-    torch.manual_seed(0)
-    model = minitf.Transformer(minitf.ModelConfig(vocab_size=100, block_size=8, n_layer=1, n_head=2, n_embd=16))
-    ckpt.save_weights(model, tmp_path / ckpt.BEST, step=5)
-    ckpt.write_checkpoint(tmp_path, model, {"tokenizer": None}, 5, same_as=tmp_path / ckpt.BEST)
-    best, weights = tmp_path / ckpt.BEST, tmp_path / ckpt.WEIGHTS
-    assert os.stat(best).st_ino == os.stat(weights).st_ino and os.stat(best).st_nlink == 2
-    kept = load_file(weights)
-    with torch.no_grad():
-        model.ln_f.weight.add_(1.0)  # training goes on; a better val loss writes best again
-    ckpt.save_weights(model, best, step=6)
-    assert os.stat(best).st_ino != os.stat(weights).st_ino
-    assert all(torch.equal(t, load_file(weights)[k]) for k, t in kept.items())
-    assert not torch.equal(load_file(best)["ln_f.weight"], kept["ln_f.weight"])
-    assert not list(tmp_path.glob(".*.tmp"))
-
-    def no_links(*a):
-        raise OSError(1, "Operation not permitted")
-
-    monkeypatch.setattr(ckpt.os, "link", no_links)  # a file system without hard links
-    ckpt.write_checkpoint(tmp_path, model, {"tokenizer": None}, 6, same_as=best)
-    assert os.stat(weights).st_nlink == 1 and torch.equal(load_file(weights)["ln_f.weight"], model.ln_f.weight)
-    assert not list(tmp_path.glob(".*.tmp"))
