@@ -10,6 +10,7 @@ ratios. llama.cpp gets as many threads as torch uses.
 
 from __future__ import annotations
 
+import copy
 import statistics
 import tempfile
 import time
@@ -57,8 +58,8 @@ def synthetic_tokenizer(vocab_size: int) -> Tokenizer:
 def llamacpp_decode(
     cfg: Config, device: torch.device, new_tokens: int, rounds: int, log=print, compile: bool = True
 ) -> dict | None:
-    """Tokens/s of minitf eager, minitf compiled (unless compile=False), llama.cpp f32, f16 and q8_0 at
-    batch 1, in turns; None (with the reason logged) where llama.cpp cannot run this model."""
+    """Tokens/s of minitf eager (float32), in bfloat16 (--dtype), compiled (unless compile=False), llama.cpp
+    f32, f16 and q8_0 at batch 1, in turns; None (with the reason logged) where llama.cpp cannot run this model."""
     reason = _why_not(cfg, device)
     if reason:
         log(f"generate  llama.cpp rows skipped: {reason}")
@@ -70,12 +71,14 @@ def llamacpp_decode(
     n = min(new_tokens, cfg.model.block_size - 1)
     torch.manual_seed(0)
     model = Transformer(cfg.model).eval()
+    half = copy.deepcopy(model).to(torch.bfloat16)  # minitf generate --dtype bfloat16
     threads = torch.get_num_threads()
     settings = SampleConfig(max_new_tokens=n, temperature=1.0, top_k=50, seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         llms = _llamas(model, synthetic_tokenizer(cfg.model.vocab_size), Path(tmp), cfg.model.block_size, threads)
         variants = {
             "minitf eager": lambda: _minitf_decode(model, settings, compile=False),
+            "minitf bfloat16": lambda: _minitf_decode(half, settings, compile=False),
             **({"minitf compiled": lambda: _minitf_decode(model, settings, compile=True)} if compile else {}),
             "llama.cpp f32": lambda: _llama_decode(llms["f32"], n),
             "llama.cpp f16": lambda: _llama_decode(llms["f16"], n),

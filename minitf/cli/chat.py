@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from minitf.cli.common import add_device_argument, newest_run, stdin_prompts
+from minitf.cli.common import add_device_argument, add_dtype_argument, dtype_words, newest_run, stdin_prompts
 from minitf.cli.terminal import for_stdout
 from minitf.conversations.answer import chat_stream
 from minitf.errors import ConfigError, MinitfError
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         if not args.system.strip():
             raise ConfigError("--system is empty; give the system prompt's text, or leave --system out")
     run = args.run or newest_run()
-    model, tok, cfg = load_model(run, best=args.best, device=args.device)
+    model, tok, cfg = load_model(run, best=args.best, device=args.device, dtype=args.dtype)
     if getattr(tok, "chat_template", None) is None:
         raise MinitfError(
             f"{run} is not a chat model (it has no chat template); fine-tune it on conversations with "
@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         )
     # the run's own sampling settings, with those given here on top
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
-    print(f"[chatting with {run}: {describe_weights(run, args.best, 'uses')}; {COMMANDS}]", file=sys.stderr)
+    weights = describe_weights(run, args.best, "uses") + dtype_words(args.dtype)
+    print(f"[chatting with {run}: {weights}; {COMMANDS}]", file=sys.stderr)
     start = [{"role": "system", "content": args.system}] if args.system else []
     if _converse(model, tok, settings, start, args.stop):  # turns that failed were said as they failed
         sys.exit(1)
@@ -58,6 +59,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, help=f"default: the run's sample.{name} (config.yaml)")
     p.add_argument("--stop", action="append", help="end an answer when it contains this (repeatable)")
     add_device_argument(p)
+    add_dtype_argument(p)
     return p
 
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from ..errors import MinitfError
 from ..system.files import read_at_most
 
+SAMPLING_DTYPES = ("float32", "bfloat16", "float16")  # --dtype of generate, chat and serve (torch's names)
+
 # the most a prompt read from a file or a piped line may hold: 1 MB is hundreds of times the
 # context of any model minitf trains (a longer prompt keeps only its last block_size tokens), and
 # reading past it would let /dev/zero or an endless pipe fill the memory
@@ -82,6 +84,23 @@ def add_device_argument(parser) -> None:
         type=device_option,
         help="auto (a CUDA GPU, else MPS, else the CPU), cpu, cuda[:N] or mps (default: auto)",
     )
+
+
+def add_dtype_argument(parser) -> None:
+    """--dtype, for the commands that sample: the weights' dtype while they decode."""
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=SAMPLING_DTYPES,
+        help="the weights' dtype while sampling: bfloat16 or float16 read half the bytes a token needs "
+        "(about 2x float32's tokens/s on a CPU, docs/generation.md), with the logits rounded to it "
+        "(default: float32, as trained)",
+    )
+
+
+def dtype_words(dtype: str) -> str:
+    """The start-up line's words for --dtype: nothing for float32."""
+    return "" if dtype == "float32" else f", in {dtype}"
 
 
 def newest_run(root: str | Path = "runs") -> Path:

@@ -13,7 +13,14 @@ import argparse
 import sys
 import time
 
-from minitf.cli.common import add_device_argument, newest_run, read_prompt, stdin_prompts
+from minitf.cli.common import (
+    add_device_argument,
+    add_dtype_argument,
+    dtype_words,
+    newest_run,
+    read_prompt,
+    stdin_prompts,
+)
 from minitf.cli.terminal import for_stdout
 from minitf.errors import ConfigError
 from minitf.export.hf import describe_weights, load_model
@@ -29,11 +36,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     if prompt is not None:
         check_prompt_text(prompt)
     run = args.run or newest_run()
-    model, tok, cfg = load_model(run, best=args.best, device=args.device)
+    model, tok, cfg = load_model(run, best=args.best, device=args.device, dtype=args.dtype)
     check_num_samples(model, args.num_samples, "--num-samples")  # named as typed here, before any sampling
     # the run's own sampling settings, with those given here on top
     settings = sample_settings(cfg.sample, **{n: getattr(args, n) for n in SETTINGS if getattr(args, n) is not None})
-    print(f"[sampling from {run}: {describe_weights(run, args.best, 'samples')}]", file=sys.stderr)
+    weights = describe_weights(run, args.best, "samples") + dtype_words(args.dtype)
+    print(f"[sampling from {run}: {weights}]", file=sys.stderr)
     prompt = settings.prompt if prompt is None else prompt
     typed = args.interactive and sys.stdin.isatty()  # the terminal shows the prompt already: no echo
     for text in stdin_prompts() if args.interactive else [prompt]:
@@ -58,6 +66,7 @@ def _parser(prog: str | None) -> argparse.ArgumentParser:
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--interactive", action="store_true", help="read prompts, one per line, until end of input")
     add_device_argument(p)
+    add_dtype_argument(p)
     p.add_argument(
         "--compile",
         action="store_true",

@@ -24,7 +24,7 @@ import argparse
 import os
 import sys
 
-from minitf.cli.common import add_device_argument, newest_run
+from minitf.cli.common import add_device_argument, add_dtype_argument, newest_run
 from minitf.errors import ConfigError
 from minitf.export.hf import describe_weights
 from minitf.web.serve.completions import MAX_TOKENS, Completions
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000; 0: any free one)")
     add_device_argument(p)
+    add_dtype_argument(p)
     p.add_argument(
         "--api-key",
         default=os.environ.get("MINITF_API_KEY"),
@@ -72,7 +73,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     if not 0 <= a.port <= 65535:
         raise ConfigError(f"--port {a.port} is out of range; use 1..65535, or 0 for any free port")
     run = a.run or newest_run()
-    api = Completions(run, best=a.best, device=a.device, max_tokens=a.max_tokens, max_generations=a.parallel)
+    api = Completions(
+        run, best=a.best, device=a.device, max_tokens=a.max_tokens, max_generations=a.parallel, dtype=a.dtype
+    )
     limits = Limits(timeout=a.timeout)
     server = CompletionServer(api, a.host, a.port, limits, api_key=a.api_key)
     if not server.loopback and not a.api_key:

@@ -228,18 +228,24 @@ def is_hf_model(path) -> bool:
     return is_hub_id(str(path)) or ((where / "config.json").is_file() and not is_run_dir(where))
 
 
-def load_model(path, best: bool = False, device="cpu", key: str = "--run") -> tuple[Transformer, Tokenizer, Config]:
+def load_model(
+    path, best: bool = False, device="cpu", key: str = "--run", dtype: str = "float32"
+) -> tuple[Transformer, Tokenizer, Config]:
     """(model in eval mode, tokenizer, config) for minitf chat, generate and serve: a minitf run
     directory (run_dir.load_run), or a Hugging Face model of a family minitf imports, a directory or
-    a hub id, as it was downloaded (its config: minitf's defaults with the model's model.*)."""
+    a hub id, as it was downloaded (its config: minitf's defaults with the model's model.*).
+    dtype: torch's name of the weights' dtype while sampling (--dtype); a 16-bit one halves the
+    bytes each decoded token reads (a downloaded model's 16-bit matrices are read straight into it)."""
+    half = getattr(torch, dtype)
     if not is_hf_model(path):
-        return load_run(path, best=best, device=device)
+        model, tokenizer, cfg = load_run(path, best=best, device=device)
+        return model.to(half), tokenizer, cfg
     if best:
         raise MinitfError(f"--best reads a run's best.safetensors; {path} is a Hugging Face model: leave --best out")
-    model, tokenizer = load_pretrained(path, key)
+    model, tokenizer = load_pretrained(path, key, frozen=None if half == torch.float32 else half)
     cfg = Config()
     cfg.model = model.config
-    return model.to(as_device(device)).eval(), tokenizer, cfg
+    return model.to(as_device(device), half).eval(), tokenizer, cfg
 
 
 def describe_weights(path, best: bool, verb: str) -> str:

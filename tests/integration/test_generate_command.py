@@ -347,3 +347,25 @@ def test_control_characters_are_shown_on_a_terminal_and_exact_in_a_pipe(tiny_run
         assert piped.stdout.startswith(prompt)
         assert shown.stdout.startswith("ROMEO:\\x1b]0;title\\x07\n\\u202eA\tB\\r")
         assert shown.stdout[len("ROMEO:\\x1b]0;title\\x07\n\\u202eA\tB\\r") :] == piped.stdout[len(prompt) :]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_dtype_samples_from_16_bit_weights(tiny_run, dtype):
+    """--dtype bfloat16/float16: the run's weights in that dtype (half the bytes a token reads),
+    the start-up line says so, and the logits are the float32 model's up to the 16-bit rounding;
+    the greedy text is the text of those weights, as the library gives it."""
+    from minitf.export.hf import load_model
+
+    model32, tok, _ = minitf.load_run(tiny_run)
+    model, _, _ = load_model(tiny_run, dtype=dtype)
+    assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+    ids = torch.tensor([tok.encode("ROMEO: my lord, the")])
+    with torch.no_grad():
+        want, got = model32(ids)[0][0, -1], model(ids)[0][0, -1].float()  # (V,)
+    assert (got - want).abs().max() < 0.05 * want.abs().max()
+    assert not torch.equal(got, want)  # rounded: these are not the float32 weights
+    greedy = ("--prompt", "ROMEO:", "--temperature", "0", "--max-new-tokens", "12")
+    r = gen("--run", str(tiny_run), *greedy, "--dtype", dtype)
+    assert r.returncode == 0 and f", in {dtype}]" in r.stderr, r.stderr
+    assert r.stdout.rstrip("\n") == "ROMEO:" + minitf.generate(model, tok, "ROMEO:", max_new_tokens=12, temperature=0)
+    assert gen("--run", str(tiny_run), "--dtype", "int8").returncode == 2  # argparse names the choices

@@ -345,10 +345,10 @@ def test_bench_rows_run(llama_cpp, monkeypatch):
     cfg.model = ModelConfig(vocab_size=300, block_size=32, n_layer=1, n_head=2, n_embd=32)
     lines = []
     res = llamacpp_decode(cfg, torch.device("cpu"), 8, 2, log=lines.append, compile=False)
-    assert set(res["rows"]) == {"minitf eager", "llama.cpp f32", "llama.cpp f16", "llama.cpp q8_0"}
+    assert set(res["rows"]) == {"minitf eager", "minitf bfloat16", "llama.cpp f32", "llama.cpp f16", "llama.cpp q8_0"}
     assert res["new_tokens"] == 8 and res["format"] == "gptneox"  # the default shape
     assert all(len(r["rates"]) == 2 and r["tokens_per_s"] > 0 for r in res["rows"].values())
-    assert len(lines) == 4 and all("x minitf eager" in line for line in lines)
+    assert len(lines) == 5 and all("x minitf eager" in line for line in lines)
     cfg.model.vocab_size = 97  # below the 256 bytes + <|endoftext|> a GGUF tokenizer holds
     assert llamacpp_decode(cfg, torch.device("cpu"), 8, 1, log=lines.append) is None
     assert "skipped" in lines[-1]

@@ -401,3 +401,21 @@ def test_inspect_and_interpret_a_downloaded_family(tf, tok, arch, config):
         assert (
             abs(parts.total() - parts.logit) < 1e-3 and abs(parts.logit - float(logits(model, ids)[-1, ids[-1]])) < 1e-3
         )
+
+
+def test_a_bfloat16_download_samples_in_bfloat16_as_transformers_computes_it(tf, tok, tmp_path):
+    """`minitf generate --dtype bfloat16` on a downloaded bfloat16 model (as the hub holds Qwen3):
+    every weight is read into bfloat16 as stored (no float32 copy), and the logits are those of
+    transformers running the same model in bfloat16, up to the order of the roundings."""
+    from minitf.export.hf import load_model
+
+    hf = build(tf, "Qwen3", tok, **SMALL, head_dim=32).to(torch.bfloat16)
+    hf.save_pretrained(tmp_path / "hf")
+    tok.save(tmp_path / "hf" / "tokenizer.json")
+    model, _, _ = load_model(tmp_path / "hf", dtype="bfloat16")
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    ids = tok.encode("ROMEO: O love, sweet night! the quick brown fox")
+    a, b = logits(model, ids).float(), logits(hf, ids).float()
+    float32 = logits(load_model(tmp_path / "hf")[0], ids)
+    assert a.std() > 0.1 and (a - b).abs().max() < 0.05 * b.abs().max()
+    assert (a - b).abs().mean() < (float32 - b).abs().mean() * 2  # bfloat16's rounding, not another model

@@ -44,9 +44,11 @@ class Completions:
         wait: float = 60.0,
         on_token: Callable[[str, int], None] | None = None,
         on_finish: Callable[[dict], None] | None = None,
+        dtype: str = "float32",
     ):
         self.run_dir = Path(run_dir)
-        self.model, self.tok, self.cfg = load_model(run_dir, best=best, device=device)  # a run, or a downloaded model
+        # a run, or a downloaded model; dtype: the weights' while decoding (--dtype)
+        self.model, self.tok, self.cfg = load_model(run_dir, best=best, device=device, dtype=dtype)
         downloaded = is_hf_model(run_dir)
         self.name = str(run_dir) if downloaded else self.run_dir.resolve().name  # a hub id names itself
         self.created = int(time.time() if downloaded else (self.run_dir / (BEST if best else WEIGHTS)).stat().st_mtime)
