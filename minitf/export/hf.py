@@ -23,6 +23,7 @@ from ..errors import MinitfError
 from ..model import Transformer
 from ..run_dir import as_device, is_run_dir, load_run, which_weights
 from ..system.files import atomic_write_dir, special_kind
+from ..system.runtime import DTYPES
 from ..tokenizer import Tokenizer, check_vocab
 from .architecture import FORMATS, export_format
 from .hf_config import check_memory, hf_config, model_config
@@ -236,16 +237,16 @@ def load_model(
     a hub id, as it was downloaded (its config: minitf's defaults with the model's model.*).
     dtype: torch's name of the weights' dtype while sampling (--dtype); a 16-bit one halves the
     bytes each decoded token reads (a downloaded model's 16-bit matrices are read straight into it)."""
-    half = getattr(torch, dtype)
+    wanted = DTYPES[dtype]
     if not is_hf_model(path):
         model, tokenizer, cfg = load_run(path, best=best, device=device)
-        return model.to(half), tokenizer, cfg
+        return model.to(wanted), tokenizer, cfg
     if best:
         raise MinitfError(f"--best reads a run's best.safetensors; {path} is a Hugging Face model: leave --best out")
-    model, tokenizer = load_pretrained(path, key, frozen=None if half == torch.float32 else half)
+    model, tokenizer = load_pretrained(path, key, frozen=None if wanted == torch.float32 else wanted)
     cfg = Config()
     cfg.model = model.config
-    return model.to(as_device(device), half).eval(), tokenizer, cfg
+    return model.to(as_device(device), wanted).eval(), tokenizer, cfg
 
 
 def describe_weights(path, best: bool, verb: str) -> str:

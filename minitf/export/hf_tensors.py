@@ -16,6 +16,8 @@ from .hf_files import loaded
 from .layouts import VOCAB_ROWS
 from .weights import HEAD, TABLES, exported, hf_weights, minitf_tensors
 
+TRIM_EVERY = 256 * 2**20  # bytes read between two hand-backs of freed memory while importing
+
 # buffers some checkpoints carry that hold no trained value
 IGNORED = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq", ".attention.bias", ".attention.masked_bias")
 
@@ -106,7 +108,7 @@ def _minitf_state(
     say) stands in as zeros."""
     with torch.device("meta"):
         params = {k for k, _ in Transformer(cfg).named_parameters()}  # a tied head is listed once, as wte
-    out = {}
+    out, unreturned = {}, 0
     for name, hf_names, w in hf_weights(TABLES[fmt], cfg.n_layer):
         if name not in params:
             continue  # a bias of a model without biases, a tied head: nothing of minitf's to fill
@@ -115,8 +117,11 @@ def _minitf_state(
         missing += absent
         parts = [_read(state.pop(n), n, where) if n in state else torch.zeros(expected[n]) for n in hf_names]
         t = None if absent else _joined(w, name, parts, hf_names, cfg, frozen)
+        unreturned += sum(p.nbytes for p in parts)
         del parts  # the parts in the file's dtype go before the next is read
-        give_back_freed_memory()  # their pages too: freed between kept tensors, they would stay the process's
+        if unreturned >= TRIM_EVERY:  # their pages too, now and then: freed between kept tensors, they
+            give_back_freed_memory()  # would stay the process's (each trim walks the heap: not every tensor)
+            unreturned = 0
         if t is not None:
             out[name] = t
     return out

@@ -76,6 +76,10 @@ def _setting(what: str, value: str) -> str:
     return f"{what}={value}" if what.startswith("run.") else f"{what} {value}"
 
 
+# the dtypes a setting or an option names (train.dtype, --dtype), by torch's names
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def resolve_dtype(name: str, device: torch.device, sharded: bool = False) -> torch.dtype:
     """A train.dtype name as a torch dtype. "auto" is bfloat16 where the hardware multiplies it
     natively (native_bf16: a CPU with AVX512-BF16 or AMX, where the default recipe trains ~1.7x
@@ -86,7 +90,7 @@ def resolve_dtype(name: str, device: torch.device, sharded: bool = False) -> tor
         if native_bf16(device):
             return torch.bfloat16
         return torch.float16 if device.type == "cuda" and not sharded else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+    return DTYPES[name]
 
 
 def native_bf16(device: torch.device) -> bool:
