@@ -205,6 +205,7 @@ def test_the_docs_fine_tune_runs_from_a_local_directory(tiny_run, corpus, tmp_pa
     samples and exports the result; the fine-tune starts from the exported weights."""
     import os
 
+    pytest.importorskip("transformers", reason="the block exports: pip install -e '.[hf]'")
     page = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
     section = page.split("## Fine-tune a pretrained model", 1)[1]
     block = re.search(r"^```bash\n(.*?)^```", section, re.M | re.S)[1]

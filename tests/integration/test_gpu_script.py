@@ -4,7 +4,9 @@ numbers (nanoGPT's skipped, saying why, as no clone is given)."""
 
 import importlib.util
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_gpu_script_dry_run_writes_every_section(tmp_path):
     out = tmp_path / "gpu"
     cmd = ["bash", "bench/gpu.sh", "--dry-run", "--out", str(out)]
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    # the script's `python` is this one, so that the transformers check below asks the same environment
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert (out / "gpu.log").is_file()
     res = json.loads((out / "gpu.json").read_text())
