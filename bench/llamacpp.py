@@ -58,7 +58,7 @@ def synthetic_tokenizer(vocab_size: int) -> Tokenizer:
 def llamacpp_decode(
     cfg: Config, device: torch.device, new_tokens: int, rounds: int, log=print, compile: bool = True
 ) -> dict | None:
-    """Tokens/s of minitf eager (float32), in bfloat16 (--dtype), compiled (unless compile=False), llama.cpp
+    """Tokens/s of minitf eager (float32), in bfloat16 (--dtype), compiled in both (unless compile=False), llama.cpp
     f32, f16 and q8_0 at batch 1, in turns; None (with the reason logged) where llama.cpp cannot run this model."""
     reason = _why_not(cfg, device)
     if reason:
@@ -80,6 +80,7 @@ def llamacpp_decode(
             "minitf eager": lambda: _minitf_decode(model, settings, compile=False),
             "minitf bfloat16": lambda: _minitf_decode(half, settings, compile=False),
             **({"minitf compiled": lambda: _minitf_decode(model, settings, compile=True)} if compile else {}),
+            **({"minitf bfloat16 compiled": lambda: _minitf_decode(half, settings, compile=True)} if compile else {}),
             "llama.cpp f32": lambda: _llama_decode(llms["f32"], n),
             "llama.cpp f16": lambda: _llama_decode(llms["f16"], n),
             "llama.cpp q8_0": lambda: _llama_decode(llms["q8_0"], n),

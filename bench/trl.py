@@ -2,6 +2,7 @@
 
     python -m bench.trl                                    # Qwen3-0.6B's and Llama-3.2-1B's shapes
     python -m bench.trl --shapes tiny --steps 2 --rounds 1 --out trl.json   # a smoke run
+    python -m bench.trl --full --shapes qwen3-0.6b                          # full fine-tuning, no adapters
 
 The model: a Hugging Face directory of the family's real shape (every layer, the real vocabulary),
 random weights saved in bfloat16 as the hub holds them, with a tokenizer of that many tokens and the
@@ -17,6 +18,9 @@ every row, with no padding) for `steps` optimizer steps of `batch` rows in bfloa
   loaded in bfloat16 and a peft `LoraConfig`, the adapters saved at the end (`save_model`, "trl"),
   or the model merged in place and saved (`merge_and_unload().save_pretrained`, "trl-merged"),
   which is what minitf's run directory holds.
+
+With --full, both sides fine-tune every weight instead (minitf train.lora_rank=0; TRL with no
+peft_config, saving the model), and "trl-merged" is left out (there is nothing to merge).
 
 Peak memory is the process's peak resident set (VmHWM, loading included), each side with the
 allocator settings its command makes (`minitf train` keeps freed memory for a model it trained
@@ -178,7 +182,7 @@ def conversation_tokens(model_dir: Path) -> int:
     return len(tok.apply_chat_template(talk["messages"], tokenize=True, return_dict=False))
 
 
-def _minitf(model_dir: Path, batch: int, steps: int, out: Path) -> list[float]:
+def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int) -> list[float]:
     from minitf.cli.train import main
 
     main(
@@ -188,7 +192,7 @@ def _minitf(model_dir: Path, batch: int, steps: int, out: Path) -> list[float]:
             f"run.out_dir={out}",
             f"run.init_from={model_dir}",
             f"data.source=file:{model_dir / 'chats.jsonl'}",
-            f"train.lora_rank={RANK}",
+            f"train.lora_rank={rank}",
             f"train.lora_alpha={ALPHA}",
             f"train.batch_size={batch}",
             "train.grad_accum=1",
@@ -207,7 +211,7 @@ def _minitf(model_dir: Path, batch: int, steps: int, out: Path) -> list[float]:
     return [b - a for a, b in zip(elapsed, elapsed[1:])]
 
 
-def _trl(model_dir: Path, batch: int, steps: int, out: Path, merged: bool = False) -> list[float]:
+def _trl(model_dir: Path, batch: int, steps: int, out: Path, rank: int, merged: bool = False) -> list[float]:
     import torch
     from datasets import load_dataset
     from peft import LoraConfig
@@ -235,19 +239,19 @@ def _trl(model_dir: Path, batch: int, steps: int, out: Path, merged: bool = Fals
         seed=0,
         dataloader_num_workers=0,
     )
-    lora = LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM")
+    lora = LoraConfig(r=rank, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM") if rank else None
     trainer = SFTTrainer(
         model=model, args=args, train_dataset=data, processing_class=tok, peft_config=lora, callbacks=[Timer()]
     )
     trainer.train()
     if merged:  # a model any reader loads, as minitf's run directory holds: peft merges in place
         trainer.model.merge_and_unload().save_pretrained(str(out / "merged"))
-    else:
-        trainer.save_model(str(out / "adapter"))
+    else:  # the adapters, or with no LoRA the whole model
+        trainer.save_model(str(out / "saved"))
     return [b - a for a, b in zip(ends, ends[1:])]
 
 
-def _worker(side: str, model_dir: Path, batch: int, steps: int) -> dict:
+def _worker(side: str, model_dir: Path, batch: int, steps: int, rank: int) -> dict:
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -256,9 +260,9 @@ def _worker(side: str, model_dir: Path, batch: int, steps: int) -> dict:
         t = time.perf_counter()
         run = Path(tmp) / "run"
         times = (
-            _minitf(model_dir, batch, steps, run)
+            _minitf(model_dir, batch, steps, run, rank)
             if side == "minitf"
-            else _trl(model_dir, batch, steps, run, side == "trl-merged")
+            else _trl(model_dir, batch, steps, run, rank, side == "trl-merged")
         )
         wall = time.perf_counter() - t
     return {
@@ -270,7 +274,7 @@ def _worker(side: str, model_dir: Path, batch: int, steps: int) -> dict:
     }
 
 
-def measure(side: str, model_dir: Path, batch: int, steps: int) -> dict:
+def measure(side: str, model_dir: Path, batch: int, steps: int, rank: int) -> dict:
     """One measurement in a fresh process (its peak is its own)."""
     cmd = [
         sys.executable,
@@ -284,6 +288,8 @@ def measure(side: str, model_dir: Path, batch: int, steps: int) -> dict:
         str(batch),
         "--steps",
         str(steps),
+        "--rank",
+        str(rank),
     ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
@@ -299,19 +305,23 @@ def main(argv=None) -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "minitf-bench-trl")
     p.add_argument("--out", type=Path)
+    p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+    p.add_argument("--rank", type=int, default=RANK, help=argparse.SUPPRESS)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.worker:
-        print(json.dumps(_worker(a.worker, a.model_dir, a.batch, a.steps)))
+        print(json.dumps(_worker(a.worker, a.model_dir, a.batch, a.steps, a.rank)))
         return
+    rank = 0 if a.full else RANK
+    sides = SIDES[:2] if a.full else SIDES
     results = []
     for shape in a.shapes.split(","):
         model_dir = prepare(shape, a.work)
         tokens = conversation_tokens(model_dir) * a.batch
         for r in range(a.rounds):
-            for side in SIDES if r % 2 == 0 else SIDES[::-1]:
-                m = measure(side, model_dir, a.batch, a.steps)
+            for side in sides if r % 2 == 0 else sides[::-1]:
+                m = measure(side, model_dir, a.batch, a.steps, rank)
                 m.update(shape=shape, round=r, tokens_per_step=tokens)
                 m["tokens_per_s"] = tokens / statistics.median(m["step_s"][1:] or m["step_s"])
                 print(
@@ -333,7 +343,14 @@ def _setting(a) -> dict:
     from minitf.system.machine import machine
 
     versions = {p: version(p) for p in ("torch", "transformers", "peft", "trl")}
-    return {"batch": a.batch, "steps": a.steps, "rounds": a.rounds, "machine": machine(torch.device("cpu")), **versions}
+    return {
+        "lora_rank": 0 if a.full else RANK,
+        "batch": a.batch,
+        "steps": a.steps,
+        "rounds": a.rounds,
+        "machine": machine(torch.device("cpu")),
+        **versions,
+    }
 
 
 if __name__ == "__main__":
