@@ -16,7 +16,7 @@ from .attention import attention, attention_steps, causal_mask
 from .config import ModelConfig
 from .errors import ConfigError
 from .fast.fused_attention import constant_while_compiling, fused_attention, repeat_heads
-from .fast.lm_loss import IGNORE, LARGE_VOCAB, linear_cross_entropy
+from .fast.lm_loss import IGNORE, LARGE_VOCAB, cross_entropy_in_chunks, linear_cross_entropy
 from .positions import LearnedPositions, Rotary, SinusoidalPositions, local_rope, rope_scaling
 from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
 from .tokenizer import check_ids
@@ -364,13 +364,26 @@ class Transformer(nn.Module):
         return self.checkpoint_blocks and self.training and cache is None and torch.is_grad_enabled()
 
     def loss(self, x: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The loss alone, as training asks for it: from the fused head (lm_loss), which never holds
-        the logits whole, where that computes the same number; else from logits_and_loss."""
-        if self.fused_loss_applies(x):
+        """The loss alone, as training and evaluation ask for it: from the fused head (lm_loss), which
+        never holds the logits whole, where that computes the same number; with no gradient to find
+        (evaluation) from its chunks for a large vocabulary; else from logits_and_loss."""
+        fused, chunked = self.fused_loss_applies(x), self.chunked_loss_applies(x)
+        if fused or chunked:
             B, T, C = x.shape
             h = self.ln_f(x).reshape(B * T, C)  # (B*T, C)
-            return linear_cross_entropy(h, self.lm_head.weight[: self.config.vocab_size], targets.reshape(-1))
+            head = self.lm_head.weight[: self.config.vocab_size]  # (V, C)
+            return (linear_cross_entropy if fused else cross_entropy_in_chunks)(h, head, targets.reshape(-1))
         return self.logits_and_loss(x, targets)[1]
+
+    def chunked_loss_applies(self, x: torch.Tensor) -> bool:
+        """A loss with no backward (evaluation) from the head's chunks: for a large vocabulary only
+        (LARGE_VOCAB), whose whole logits are the largest tensors of a fine-tune of a downloaded model."""
+        return (
+            not (torch.is_grad_enabled() and x.requires_grad)
+            and self.config.vocab_size >= LARGE_VOCAB
+            and self.config.logit_softcap is None
+            and not self.compiled
+        )
 
     def fused_loss_applies(self, x: torch.Tensor) -> bool:
         """The fused head computes the plain loss for a step that will run backward: not with a soft

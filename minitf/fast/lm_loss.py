@@ -16,13 +16,16 @@ Under autocast (for a large vocabulary, Transformer.fused_loss_applies) the matm
 dtype as the plain path's would, the softmax in float32; a frozen head (LoRA's) gets no gradient,
 where the plain path's logits, their float32 copy, log-softmax and gradient would each be whole.
 
-Training uses it (`Transformer.forward(..., logits=False)`); evaluation and sampling, which need
-no gradient or want the logits, take the plain path.
+Training uses it (`Transformer.forward(..., logits=False)`). Evaluation asks for the loss alone too:
+for a large vocabulary it goes through the same chunks without gradients (`cross_entropy_in_chunks`),
+as the plain path's whole logits would be a LoRA run's largest tensors (a Qwen3's 151,936 per token,
+bf16, then float32, then log-softmax: 0.8 GB for 2 rows of 257). Sampling wants the logits: the plain path.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ..data import IGNORE  # noqa: F401 (targets equal to this count neither in the loss nor in the mean)
 
@@ -101,3 +104,19 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.T
     kind = x.device.type
     dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
     return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows(x.device, weight.size(0)), dtype)
+
+
+@torch.no_grad()
+def cross_entropy_in_chunks(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """linear_cross_entropy's loss with no gradient (evaluation): x (N, C), weight (V, C), targets (N,),
+    the matmuls in autocast's dtype where it is on, the softmax in float32; 0 where no target counts."""
+    kind = x.device.type
+    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+    w = weight.to(dtype)  # (V, C)
+    rows = chunk_rows(x.device, weight.size(0))
+    total = torch.zeros((), dtype=torch.float32, device=x.device)
+    with torch.autocast(kind, enabled=False):
+        for start in range(0, x.size(0), rows):
+            logits = (x[start : start + rows].to(dtype) @ w.T).float()  # (n, V)
+            total += F.cross_entropy(logits, targets[start : start + rows], ignore_index=IGNORE, reduction="sum")
+    return total / (targets != IGNORE).sum().clamp(min=1)

@@ -96,6 +96,29 @@ def test_under_autocast_a_large_vocabulary_takes_the_fused_head_a_small_one_the_
         assert (g_fused[name] - g_plain[name]).norm() <= 1e-2 * g_plain[name].norm(), name
 
 
+def test_evaluating_a_large_vocabulary_never_holds_its_logits_whole(monkeypatch):
+    """The loss alone with no gradient (evaluation, logits=False) from the head's chunks for a
+    large vocabulary: the plain path's loss, and no (B, T, V) tensor of logits made on the way."""
+    from minitf.fast import lm_loss
+
+    torch.manual_seed(0)
+    m = minitf.Transformer(tiny(vocab_size=lm_loss.LARGE_VOCAB + 7)).eval()
+    idx = torch.randint(0, lm_loss.LARGE_VOCAB + 7, (2, 33))  # 2 x 32 rows: under one CPU chunk of 256
+    monkeypatch.setattr(lm_loss, "chunk_rows", lambda device, vocab: 16)
+    widest = []
+    real_ce = lm_loss.F.cross_entropy
+    monkeypatch.setattr(
+        lm_loss.F, "cross_entropy", lambda lg, *a, **k: widest.append(lg.shape[0]) or real_ce(lg, *a, **k)
+    )
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        _, chunked = m(idx[:, :-1], idx[:, 1:], logits=False)
+        monkeypatch.undo()
+        _, plain = m(idx[:, :-1], idx[:, 1:])
+    assert widest == [16, 16, 16, 16]  # 64 rows in chunks of 16, never all at once
+    torch.testing.assert_close(chunked, plain, atol=1e-5, rtol=1e-5)
+    assert not minitf.Transformer(tiny()).chunked_loss_applies(idx)  # 100 tokens: the plain path, as ever
+
+
 def test_num_params_and_sizes():
     m = minitf.Transformer(tiny(positions="learned"))
     total = sum(p.numel() for p in m.parameters())

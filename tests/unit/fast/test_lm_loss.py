@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from minitf.fast import lm_loss
-from minitf.fast.lm_loss import CHUNK_ROWS, IGNORE, chunk_rows, linear_cross_entropy
+from minitf.fast.lm_loss import CHUNK_ROWS, IGNORE, chunk_rows, cross_entropy_in_chunks, linear_cross_entropy
 
 
 def test_a_cpu_keeps_its_cache_sized_chunks():
@@ -98,3 +98,17 @@ def test_under_autocast_the_chunks_give_the_plain_paths_bfloat16_loss_and_gradie
     else:
         assert gw is None and gw_plain is None
     assert gx.dtype == torch.float32 and gx.abs().sum() > 1.0
+
+
+def test_evaluations_chunks_give_the_plain_loss_in_float32_and_under_autocast():
+    """With no gradient to find, the chunks give the plain path's loss (its bfloat16 matmul's under
+    autocast, not float32's), ignored targets excluded; no target at all gives 0, not nan."""
+    x, w, t = autocast_case(head_trained=False)
+    x = x.detach()
+    with torch.no_grad():
+        torch.testing.assert_close(cross_entropy_in_chunks(x, w, t), F.cross_entropy(x @ w.T, t, ignore_index=IGNORE))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            chunked, plain = cross_entropy_in_chunks(x, w, t), plain_head(x, w, t)
+    float32 = F.cross_entropy(x @ w.T, t, ignore_index=IGNORE)
+    assert abs(chunked - plain) < 1e-5 < abs(float32 - plain) and chunked.item() > 1.0
+    assert cross_entropy_in_chunks(x, w, torch.full_like(t, IGNORE)).item() == 0.0
