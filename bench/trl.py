@@ -193,7 +193,7 @@ def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int) -> li
             f"run.init_from={model_dir}",
             f"data.source=file:{model_dir / 'chats.jsonl'}",
             f"train.lora_rank={rank}",
-            f"train.lora_alpha={ALPHA}",
+            *([f"train.lora_alpha={ALPHA}"] if rank else []),
             f"train.batch_size={batch}",
             "train.grad_accum=1",
             f"train.max_steps={steps}",

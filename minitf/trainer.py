@@ -88,7 +88,8 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         dtype = runtime.resolve_dtype(cfg.train.dtype, device, sharded=cfg.train.parallel == "fsdp")
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
             pretrained, tokenizer = _load_pretrained(cfg.run.init_from, lora.frozen_dtype(cfg.train, dtype))
-            setup.take_pretrained_config(cfg, pretrained, tokenizer, log)  # model.* and a fine-tune's rates
+            downloaded = not is_run_dir(Path(cfg.run.init_from))
+            setup.take_pretrained_config(cfg, pretrained, tokenizer, downloaded, log)  # model.*, optimizer, rates
         if cfg.run.weights_dtype == "auto":  # init_from's own (a download's bfloat16 stays so), else float32
             cfg.run.weights_dtype = getattr(pretrained, "stored_dtype", "float32")
         # what the data's format asks of them: conversations, a chat template and its tokens (data_format.py)

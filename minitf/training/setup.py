@@ -78,15 +78,37 @@ def claim_run_dir(
     return run_dir, changed
 
 
-def take_pretrained_config(cfg: Config, pretrained: Transformer, tokenizer: Tokenizer, log: Callable) -> None:
+def take_pretrained_config(
+    cfg: Config, pretrained: Transformer, tokenizer: Tokenizer, downloaded: bool, log: Callable
+) -> None:
     """run.init_from: model.* comes from the pretrained model (dropout is the one model key a
-    fine-tune sets), and the learning rates become a fine-tune's (finetune_rates)."""
+    fine-tune sets), a downloaded one trains with AdamW (adamw_for_a_download), and the learning
+    rates become a fine-tune's (finetune_rates)."""
     cfg.model = dataclasses.replace(pretrained.config, dropout=cfg.model.dropout)
     log(
         f"init_from {cfg.run.init_from}: {cfg.model.n_layer} layers x {cfg.model.n_embd} wide, "
         f"vocabulary {tokenizer.vocab_size}, block {cfg.model.block_size} (model.* comes from it)"
     )
+    if downloaded and (line := adamw_for_a_download(cfg.train, cfg.given)):
+        log(line)
     log(finetune_rates(cfg.train, cfg.given))  # trained weights want lower rates than a new model
+
+
+def adamw_for_a_download(tc: TrainConfig, given: frozenset[str]) -> str | None:
+    """A downloaded model's fine-tune trains with AdamW where train.optimizer is not set, and the
+    line that says so (None where nothing changed). Every family minitf imports was trained with
+    AdamW, and at a fine-tune's few rows per step Muon's Newton-Schulz iterations cost more than
+    the step itself: a full fine-tune of Qwen3-0.6B's shape, 2 rows of 257 tokens on 2 cores, took
+    37 s a step with Muon and 8.8 s with AdamW (docs/performance.md)."""
+    if tc.optimizer == "adamw" or "train.optimizer" in given:
+        return None
+    tc.optimizer = "adamw"
+    if "train.typical_steps" not in given:  # auto: the budget's step counts were measured with Muon
+        tc.typical_steps = None
+    return (
+        "optimizer: AdamW, as a downloaded model was trained (Muon's orthogonalisation costs more than "
+        "a fine-tune's small steps); train.optimizer=muon to choose Muon"
+    )
 
 
 def fit_to_format(

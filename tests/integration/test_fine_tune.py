@@ -175,6 +175,7 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
     assert any(line.startswith(said) for line in lines)  # configs/tiny.yaml's lr and min_lr
     tuned, tuned_tok, tuned_cfg = minitf.load_run(run)
     assert tuned_cfg.train.muon_lr == pytest.approx(0.015)  # config.yaml keeps the rates a resume goes on with
+    assert not any(line.startswith("optimizer:") for line in lines)  # configs/tiny.yaml asks for AdamW itself
     assert tuned_cfg.model.n_layer == 2 and tuned_cfg.model.block_size == 32 and tuned_tok.hash == tok.hash
     first = read_rows(run / METRICS)[0]
     assert first["train_loss"] < math.log(300) + 0.3  # trained from the pretrained weights, and they moved:

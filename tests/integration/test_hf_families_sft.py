@@ -127,7 +127,10 @@ def test_a_family_fine_tunes_on_its_own_template_and_exports_as_itself(tf, chats
     run = minitf.train(sft_config(tmp_path, chats, method, *overrides), log=lines.append)
     said = next(line for line in lines if line.startswith("chat: the template of"))
     assert f"ending each answer with {end!r}" in said, said
-    tuned, tok, _ = minitf.load_run(run)
+    tuned, tok, tuned_cfg = minitf.load_run(run)
+    # configs/chat.yaml names no optimizer: a download's fine-tune is AdamW's, said once, kept for a resume
+    assert tuned_cfg.train.optimizer == "adamw"
+    assert sum(line.startswith("optimizer: AdamW, as a downloaded") for line in lines) == (method == "full")
     tuned.eval()
     ids = tok.chat_template.prompt_ids(tok, ASK)
     assert (logits(tuned, ids) - logits(hf, ids)).abs().max() > 1e-4  # it trained

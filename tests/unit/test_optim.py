@@ -45,6 +45,20 @@ def test_a_fine_tune_gets_fine_tuning_rates_for_every_group(overrides, rates):
     assert ("as set" in line) == bool(overrides)
 
 
+@pytest.mark.parametrize(
+    "overrides, chosen",
+    [((), "adamw"), (("train.optimizer=muon",), None), (("train.optimizer=adamw",), None)],
+    ids=["default", "muon-asked", "adamw-asked"],
+)
+def test_a_download_fine_tunes_with_adamw_unless_the_optimizer_is_set(overrides, chosen):
+    cfg = minitf.load_config(overrides=["run.init_from=gpt2", *overrides])
+    asked = cfg.train.optimizer
+    line = setup.adamw_for_a_download(cfg.train, cfg.given)
+    assert cfg.train.optimizer == (chosen or asked) and (line is None) == (chosen is None)
+    if chosen:
+        assert line.endswith("train.optimizer=muon to choose Muon") and cfg.train.typical_steps is None
+
+
 def test_a_recipe_floor_above_the_fine_tune_rate_is_one_line():
     cfg = minitf.load_config(overrides=["run.init_from=gpt2", "train.min_lr=3e-4"])
     with pytest.raises(minitf.ConfigError, match=r"train.min_lr=0.0003 is above a fine-tune's train.lr=0.0001; set"):
