@@ -367,8 +367,8 @@ class Transformer(nn.Module):
         """The loss alone, as training and evaluation ask for it: from the fused head (lm_loss), which
         never holds the logits whole, where that computes the same number; with no gradient to find
         (evaluation) from its chunks for a large vocabulary; else from logits_and_loss."""
-        fused, chunked = self.fused_loss_applies(x), self.chunked_loss_applies(x)
-        if fused or chunked:
+        fused = self.fused_loss_applies(x)
+        if fused or self.chunked_loss_applies(x):
             B, T, C = x.shape
             h = self.ln_f(x).reshape(B * T, C)  # (B*T, C)
             head = self.lm_head.weight[: self.config.vocab_size]  # (V, C)

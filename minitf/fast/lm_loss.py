@@ -101,22 +101,25 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.T
     """mean over targets != -100 of cross_entropy(x @ weight.T, targets): x (N, C), weight (V, C),
     targets (N,). Its backward gives x's and weight's gradients (computed already, in the forward).
     Under autocast the matmuls run in its dtype and the softmax in float32, as the plain path's."""
-    kind = x.device.type
-    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
-    return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows(x.device, weight.size(0)), dtype)
+    return _LinearCrossEntropy.apply(x, weight, targets, chunk_rows(x.device, weight.size(0)), _matmul_dtype(x))
 
 
 @torch.no_grad()
 def cross_entropy_in_chunks(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """linear_cross_entropy's loss with no gradient (evaluation): x (N, C), weight (V, C), targets (N,),
     the matmuls in autocast's dtype where it is on, the softmax in float32; 0 where no target counts."""
-    kind = x.device.type
-    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+    dtype = _matmul_dtype(x)
     w = weight.to(dtype)  # (V, C)
     rows = chunk_rows(x.device, weight.size(0))
     total = torch.zeros((), dtype=torch.float32, device=x.device)
-    with torch.autocast(kind, enabled=False):
+    with torch.autocast(x.device.type, enabled=False):
         for start in range(0, x.size(0), rows):
             logits = (x[start : start + rows].to(dtype) @ w.T).float()  # (n, V)
             total += F.cross_entropy(logits, targets[start : start + rows], ignore_index=IGNORE, reduction="sum")
     return total / (targets != IGNORE).sum().clamp(min=1)
+
+
+def _matmul_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the head's matmuls run in: autocast's where it is on (as the plain path's would), else x's."""
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
