@@ -38,9 +38,18 @@ def run_main(main) -> None:
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        _forget_unhandled_interrupt()
         sys.exit(130)
     except BrokenPipeError:  # e.g. piped into head
         sys.exit(0)
+
+
+def _forget_unhandled_interrupt() -> None:
+    """A Ctrl-C that lands in source run by exec() (dataclasses build their methods so, and fastapi
+    and pydantic define hundreds while `serve` imports them) is marked unhandled by CPython even
+    though run_main caught it, and the interpreter then ends itself by SIGINT at exit instead of
+    with our 130. Running any source through exec() clears that mark: CPython resets it there."""
+    exec("pass")
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:

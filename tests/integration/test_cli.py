@@ -23,11 +23,24 @@ def test_run_main_handles_ctrl_c_and_a_closed_pipe(tmp_path):
         "import sys\nfrom minitf.cli.common import run_main\n"
         "def main():\n"
         "    if sys.argv[1] == 'int':\n        raise KeyboardInterrupt\n"
+        "    if sys.argv[1] == 'exec':\n        exec('raise KeyboardInterrupt')\n"
         "    for i in range(10**6):\n        print('line', i)\n"
         "run_main(main)\n"
     )
     r = script(str(prog), "int")
     assert r.returncode == 130 and r.stderr.strip() == "interrupted"
+    # Ctrl-C landing in source run by exec (dataclasses build their methods so, while a command
+    # imports fastapi): CPython marks that interrupt unhandled, and a process run as `python -m`
+    # (as `python -m minitf` is) would end by SIGINT (-2) after run_main caught it, not with 130
+    r = subprocess.run(
+        [sys.executable, "-m", "prog", "exec"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert r.returncode == 130 and r.stderr.strip() == "interrupted", (r.returncode, r.stderr)
     p = subprocess.Popen(
         f"{sys.executable} {prog} pipe | head -n 2",
         shell=True,
