@@ -399,6 +399,12 @@ class TrainConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = key(
         "auto", "auto: bfloat16 autocast on CUDA and on CPUs with native bf16, else float32"
     )
+    param_dtype: Literal["float32", "bfloat16"] = key(
+        "float32",
+        "the trained weights' dtype: bfloat16 holds them, their gradients and AdamW's moments in 2 bytes each "
+        "(8 a parameter, not 16: a full fine-tune in half the memory), updated with stochastic rounding so that "
+        "small steps still move them; needs bfloat16 compute and AdamW (docs/training.md)",
+    )
     compile: bool = key(
         False,
         "torch.compile each block and the head with its loss (seconds of the budget to compile; "
@@ -482,10 +488,27 @@ class TrainConfig(_Section):
                 f"train.{idle[0]}={getattr(self, idle[0])} does nothing without train.lora_rank; set train.lora_rank "
                 f"(e.g. 16) to fine-tune with LoRA, or remove it"
             )
+        if self.param_dtype == "bfloat16":
+            self._check_bfloat16_weights()
         if self.lora_rank and self.parallel == "fsdp":  # a frozen model needs no shards of optimizer state
             raise ConfigError("train.lora_rank does not support train.parallel=fsdp; use parallel=ddp")
         if self.parallel == "fsdp" and self.snapshot_every:  # snapshots are for small models, which need no shards
             raise ConfigError("train.snapshot_every is for small models, not train.parallel=fsdp; use parallel=ddp")
+
+    def _check_bfloat16_weights(self) -> None:
+        """train.param_dtype=bfloat16 goes with bfloat16 compute, AdamW, a full model and one copy per process."""
+        clash = {
+            "optimizer": (self.optimizer == "muon", "its stochastic rounding is AdamW's"),
+            "dtype": (self.dtype in ("float32", "float16"), "a bfloat16 weight is read by bfloat16 products"),
+            "lora_rank": (self.lora_rank > 0, "LoRA already holds its frozen weights in 16 bits"),
+            "parallel": (self.parallel == "fsdp", "FSDP keeps float32 shards of its own"),
+        }
+        for name, (clashes, why) in clash.items():
+            if clashes:
+                raise ConfigError(
+                    f"train.param_dtype=bfloat16 does not go with train.{name}={getattr(self, name)} ({why}); "
+                    f"remove one of them"
+                )
 
 
 # The sampler computes in float32 (largest 3.4e38; below 1.4e-45 a number is 0). A repetition
@@ -587,12 +610,13 @@ class Config:
 
 
 def _lora_trains_with_adamw(d: dict) -> dict:
-    """d, with train.optimizer=adamw where train.lora_rank > 0 and no optimizer is given: Muon would
-    orthogonalise each low-rank factor, so LoRA's default optimizer is AdamW (a Muon asked for by
-    name is refused by TrainConfig)."""
+    """d, with train.optimizer=adamw where train.lora_rank > 0 or train.param_dtype=bfloat16 and no
+    optimizer is given: Muon would orthogonalise each low-rank factor, and bfloat16 weights are
+    AdamW's, so AdamW is their default (a Muon asked for by name is refused by TrainConfig)."""
     train = d.get("train") or {}
     rank = train.get("lora_rank")
-    if isinstance(rank, int) and not isinstance(rank, bool) and rank > 0 and "optimizer" not in train:
+    lora = isinstance(rank, int) and not isinstance(rank, bool) and rank > 0
+    if (lora or train.get("param_dtype") == "bfloat16") and "optimizer" not in train:
         return {**d, "train": {**train, "optimizer": "adamw"}}
     return d
 

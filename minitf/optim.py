@@ -1,7 +1,8 @@
 """The optimizer and the learning-rate schedule.
 
-make_optimizer gives AdamW (weight decay on the linear layers' matrices only), or Muon (fast/muon.py:
-orthogonalised momentum, the blocks' matrices) beside AdamW for the rest. The schedule is a linear
+make_optimizer gives AdamW (weight decay on the linear layers' matrices only; fast/bf16_adamw.py's
+where the weights are held in bfloat16), or Muon (fast/muon.py: orthogonalised momentum, the
+blocks' matrices) beside AdamW for the rest. The schedule is a linear
 warmup, then a cosine from lr to min_lr over the run's progress (steps, or its time budget); a LoRA
 run's rates are train.lora_lr_scale times those."""
 
@@ -13,6 +14,7 @@ import torch
 import torch.nn as nn
 
 from .config import TrainConfig
+from .fast.bf16_adamw import BF16AdamW
 from .fast.muon import Muon, Optimizers
 from .system import runtime
 
@@ -51,6 +53,8 @@ def _adamw(model: nn.Module, params: list, tc: TrainConfig, device: torch.device
         {"params": [p for p in params if id(p) in decay], "weight_decay": tc.weight_decay},
         {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
     ]
+    if tc.param_dtype == "bfloat16":  # weights held in bfloat16: updated with stochastic rounding
+        return BF16AdamW(groups, lr=tc.lr * tc.rate_scale, betas=(tc.beta1, tc.beta2))
     # the fused kernel updates all tensors in one pass instead of one small kernel per tensor
     return torch.optim.AdamW(
         groups, lr=tc.lr * tc.rate_scale, betas=(tc.beta1, tc.beta2), fused=device.type in ("cuda", "cpu")

@@ -45,7 +45,7 @@ from .run_dir import TOKENIZER, is_run_dir, load_run
 from .system import runtime
 from .tokenizer import Tokenizer
 from .training import checkpoint as ckpt
-from .training import fsdp, lora, setup, snapshots
+from .training import fsdp, lora, precision, setup, snapshots
 from .training.naming import name_and_prompt
 from .training.report import StepReport, say_how_it_ended
 from .training.session import Session, finished, keep_best, last_good, save_checkpoint
@@ -86,8 +86,10 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         tokenizer = Tokenizer.load(run_dir / TOKENIZER) if resume else None
         pretrained = None
         dtype = runtime.resolve_dtype(cfg.train.dtype, device, sharded=cfg.train.parallel == "fsdp")
+        precision.check_compute(cfg.train.param_dtype, dtype)
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
-            pretrained, tokenizer = _load_pretrained(cfg.run.init_from, lora.frozen_dtype(cfg.train, dtype))
+            held_in = torch.bfloat16 if cfg.train.param_dtype == "bfloat16" else lora.frozen_dtype(cfg.train, dtype)
+            pretrained, tokenizer = _load_pretrained(cfg.run.init_from, held_in)
             downloaded = not is_run_dir(Path(cfg.run.init_from))
             setup.take_pretrained_config(cfg, pretrained, tokenizer, downloaded, log)  # model.*, optimizer, rates
         if cfg.run.weights_dtype == "auto":  # init_from's own (a download's bfloat16 stays so), else float32
@@ -105,6 +107,8 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
         # train.lora_rank: peft's adapters train (and a chat template's new tokens' rows), the rest is frozen
         model = lora.adapt(model, cfg.train, log, dtype, template_tokens(data.tokenizer))
+        if cfg.train.param_dtype == "bfloat16":  # the weights, their gradients and AdamW's moments in 2 bytes
+            precision.hold_in_bfloat16(model)
         model.checkpoint_blocks = cfg.train.checkpoints_blocks(model.num_params(non_embedding=False))
         model.weights_dtype = getattr(torch, cfg.run.weights_dtype)  # what its weights files are written in
         if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards

@@ -39,6 +39,7 @@ from ..config import TrainConfig
 from ..errors import MinitfError
 from ..model import Transformer
 from ..system.streamed_safetensors import Entry
+from .precision import rows_as_float32
 
 ADAPTER = "default"  # peft's name for the one adapter a run trains
 NO_PEFT = (
@@ -78,8 +79,7 @@ def adapt(
         for name, module in model.named_modules():
             if name.endswith(".base_layer") and isinstance(module, nn.Linear):  # frozen, read through autocast
                 module.weight.data = module.weight.data.to(dtype)
-    if model.wte.weight.dtype != torch.float32:
-        model.wte.register_forward_hook(_as_float32)
+    rows_as_float32(model)
     rows = ""
     if tokens:
         train_rows(model, list(tokens))
@@ -93,12 +93,6 @@ def adapt(
         f"train.lora_lr_scale={tc.lora_lr_scale:g})"
     )
     return model
-
-
-def _as_float32(module: nn.Module, args, out: torch.Tensor) -> torch.Tensor:
-    """A 16-bit embedding's rows as float32 (B, T, C): exactly its values, where the residual stream,
-    float32 as ever, begins."""
-    return out.float()
 
 
 def _check_targets(model: Transformer, tc: TrainConfig, targets: list[str]) -> None:

@@ -163,6 +163,9 @@ def compile_and_wrap(session: Session) -> None:
         )
 
 
+BF16_WEIGHTS_WORDS = " | weights in bfloat16, updates stochastically rounded (train.param_dtype)"
+
+
 def startup_line(session: Session, exports: str) -> str:
     """The model's size, the device, dtype and parallelism, the global batch, and where the model can go (exports)."""
     cfg, model, procs = session.cfg, session.raw_model, session.procs
@@ -171,6 +174,7 @@ def startup_line(session: Session, exports: str) -> str:
         f"model: {model.num_params(non_embedding=False):,} parameters ({model.num_params():,} without the "
         f"learned position table) | device {session.device} | dtype "
         f"{_dtype_words(cfg.train.dtype, session.dtype, session.device)}"
+        f"{BF16_WEIGHTS_WORDS if cfg.train.param_dtype == 'bfloat16' else ''}"
         f"{' | compiled' if cfg.train.compile else ''}"
         f"{_checkpointing_words(cfg.train.activation_checkpointing, model.checkpoint_blocks)}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if session.sharded else ''}"

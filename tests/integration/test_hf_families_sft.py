@@ -145,11 +145,12 @@ def test_a_family_fine_tunes_on_its_own_template_and_exports_as_itself(tf, chats
     assert theirs.convert_ids_to_tokens(again.generation_config.eos_token_id)[0] == end
 
 
-@pytest.mark.parametrize("method", ["full", "lora"])
+@pytest.mark.parametrize("method", ["full", "lora", "bfloat16-weights"])
 def test_a_bfloat16_download_is_fine_tuned_and_written_back_in_bfloat16(tf, chats, tmp_path, method):
     """run.weights_dtype=auto takes the download's dtype: the run's weights file and its export are
     bfloat16, as the hub holds the model, not a float32 file twice the size; transformers reads the
-    export with the logits minitf computes from that file."""
+    export with the logits minitf computes from that file. train.param_dtype=bfloat16 trains the
+    download in bfloat16 itself (its matrices; the norms' gains stay float32) and moves it."""
     from safetensors import safe_open
 
     from minitf.cli import export
@@ -158,8 +159,11 @@ def test_a_bfloat16_download_is_fine_tuned_and_written_back_in_bfloat16(tf, chat
     tf.AutoModelForCausalLM.from_pretrained(tmp_path / "downloaded").to(torch.bfloat16).save_pretrained(
         tmp_path / "downloaded"
     )
-    run = minitf.train(sft_config(tmp_path, chats, method), log=lambda *a: None)
+    held = ["train.dtype=bfloat16", "train.param_dtype=bfloat16"] if method == "bfloat16-weights" else []
+    lines = []
+    run = minitf.train(sft_config(tmp_path, chats, method, *held), log=lines.append)
     assert load_run_config(run / "config.yaml").run.weights_dtype == "bfloat16"
+    assert any("weights in bfloat16, updates stochastically rounded" in line for line in lines) == bool(held)
     with safe_open(run / "model.safetensors", "pt") as f:
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"BF16"}
     tuned, tok, _ = minitf.load_run(run)
@@ -169,6 +173,8 @@ def test_a_bfloat16_download_is_fine_tuned_and_written_back_in_bfloat16(tf, chat
     again = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "back", dtype=torch.float32).eval()
     ids = tok.chat_template.prompt_ids(tok, ASK)
     assert (logits(again, ids) - logits(tuned, ids)).abs().max() < 1e-4
+    before = tf.AutoModelForCausalLM.from_pretrained(tmp_path / "downloaded", dtype=torch.float32).eval()
+    assert (logits(before, ids) - logits(tuned, ids)).abs().max() > 1e-3  # it trained
 
 
 def test_a_lora_run_holds_a_bfloat16_downloads_frozen_matrices_as_they_came(tf, tmp_path):

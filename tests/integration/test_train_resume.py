@@ -249,8 +249,13 @@ def test_a_resume_keeps_the_snapshots_written_and_adds_its_own(tmp_path, corpus)
 # Training: optimizer groups, schedule, exact resume, crash safety and bad input.
 
 
-# the tiny recipe (learned positions, AdamW), and the default recipe's parts (rotary positions, Muon)
-@pytest.mark.parametrize("parts", [(), ("model.positions=rope", "train.optimizer=muon")], ids=["tiny", "default"])
+# the tiny recipe (learned positions, AdamW), the default recipe's parts (rotary positions, Muon),
+# and weights held in bfloat16, whose stochastic rounding draws by the step
+@pytest.mark.parametrize(
+    "parts",
+    [(), ("model.positions=rope", "train.optimizer=muon"), ("train.dtype=bfloat16", "train.param_dtype=bfloat16")],
+    ids=["tiny", "default", "bfloat16-weights"],
+)
 def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch, parts):
     # dropout on, so the torch RNG state must come back too
     over = ("model.dropout=0.1", "train.grad_accum=2", *parts)

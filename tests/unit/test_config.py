@@ -417,6 +417,26 @@ def test_lora_chooses_adamw_unless_muon_is_asked_for_by_name():
 
 
 @pytest.mark.parametrize(
+    "clash, why",
+    [
+        ("train.optimizer=muon", "its stochastic rounding is AdamW's"),
+        ("train.dtype=float32", "a bfloat16 weight is read by bfloat16 products"),
+        ("train.dtype=float16", "a bfloat16 weight is read by bfloat16 products"),
+        ("train.lora_rank=8", "LoRA already holds its frozen weights in 16 bits"),
+        ("train.parallel=fsdp", "FSDP keeps float32 shards of its own"),
+    ],
+)
+def test_bfloat16_weights_choose_adamw_and_refuse_what_they_do_not_go_with(clash, why):
+    cfg = minitf.load_config(None, ["train.param_dtype=bfloat16"])
+    assert cfg.train.optimizer == "adamw" and "train.optimizer" not in cfg.given  # chosen, not given
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["train.param_dtype=bfloat16", clash])
+    assert one_line(e) == (f"train.param_dtype=bfloat16 does not go with {clash} ({why}); remove one of them"), (
+        one_line(e)
+    )
+
+
+@pytest.mark.parametrize(
     "setting", ["train.lora_alpha=32", "train.lora_targets=c_attn", "train.lora_dropout=0.1", "train.lora_lr_scale=3"]
 )
 def test_a_lora_setting_without_a_rank_says_it_does_nothing(setting):
