@@ -70,7 +70,10 @@ def _fused(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ro
     w = weight.to(dtype)  # (V, C) the head as the matmuls read it (itself in float32)
     grad_x = torch.empty_like(x)  # (N, C)
     trained = ctx.needs_input_grad[1]
-    grad_w = torch.zeros_like(weight, dtype=torch.float32) if trained else weight.new_empty(0)  # (V, C)
+    # summed in float32, or in the head's own 16 bits where it is held so (train.param_dtype): no
+    # float32 (V, C) beside it, which autograd would then have to copy into the head's dtype
+    summed = torch.float32 if weight.dtype == torch.float32 else weight.dtype
+    grad_w = torch.zeros_like(weight, dtype=summed) if trained else weight.new_empty(0)  # (V, C)
     total = x.new_zeros(())
     for start in range(0, x.size(0), rows):
         chunk = slice(start, start + rows)
@@ -88,8 +91,8 @@ def _fused(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ro
         grad_x[chunk] = grad @ w  # (n, C)
         if not trained:
             continue
-        if dtype == torch.float32:
-            grad_w.addmm_(grad.T, xc)  # (V, C)
+        if grad_w.dtype == dtype:
+            grad_w.addmm_(grad.T, xc)  # (V, C), in place
         else:
             grad_w += grad.T @ xc  # (V, C) summed in float32 over the chunks
     count = count.to(x.dtype)

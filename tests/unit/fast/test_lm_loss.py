@@ -100,6 +100,21 @@ def test_under_autocast_the_chunks_give_the_plain_paths_bfloat16_loss_and_gradie
     assert gx.dtype == torch.float32 and gx.abs().sum() > 1.0
 
 
+def test_a_bfloat16_head_gets_its_gradient_summed_in_bfloat16():
+    """train.param_dtype=bfloat16: the head is held in bfloat16, and its gradient is summed over the
+    chunks in bfloat16 (no float32 (V, C) beside it): the plain path's, up to bfloat16's rounding."""
+    x, w, t = autocast_case(head_trained=True)
+    w = w.detach().to(torch.bfloat16).requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        held = linear_cross_entropy(x, w, t).grad_fn.saved_tensors  # (grad_x, grad_w), made in the forward
+    assert held[1].dtype == torch.bfloat16  # no float32 (V, C)
+    loss, gx, gw = grads_of(linear_cross_entropy, x, w, t)
+    plain, gx_plain, gw_plain = grads_of(plain_head, x, w, t)
+    assert gw.dtype == gw_plain.dtype == torch.bfloat16 and gw.abs().sum() > 1.0
+    assert abs(loss - plain) < 1e-5 and near(gx, gx_plain)
+    assert (gw.float() - gw_plain.float()).norm() < 8e-3 * gw_plain.float().norm()
+
+
 def test_evaluations_chunks_give_the_plain_loss_in_float32_and_under_autocast():
     """With no gradient to find, the chunks give the plain path's loss (its bfloat16 matmul's under
     autocast, not float32's), ignored targets excluded; no target at all gives 0, not nan."""
