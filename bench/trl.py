@@ -20,7 +20,9 @@ every row, with no padding) for `steps` optimizer steps of `batch` rows in bfloa
   which is what minitf's run directory holds.
 
 With --full, both sides fine-tune every weight instead (minitf train.lora_rank=0; TRL with no
-peft_config, saving the model), and "trl-merged" is left out (there is nothing to merge).
+peft_config, saving the model), and "trl-merged" is left out (there is nothing to merge). minitf
+runs twice there: with its float32 weights ("minitf") and with them held in bfloat16 as TRL's are
+("minitf-bf16", train.param_dtype=bfloat16).
 
 Peak memory is the process's peak resident set (VmHWM, loading included), each side with the
 allocator settings its command makes (`minitf train` keeps freed memory for a model it trained
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # every linear layer
 RANK, ALPHA = 16, 32.0
 SIDES = ("minitf", "trl", "trl-merged")  # TRL saving its adapters (its default), or the merged model as minitf does
+FULL_SIDES = ("minitf", "minitf-bf16", "trl")  # minitf's float32 weights, or bfloat16 ones (train.param_dtype)
 LLAMA3 = dict(
     rope_type="llama3",
     factor=32.0,
@@ -182,7 +185,7 @@ def conversation_tokens(model_dir: Path) -> int:
     return len(tok.apply_chat_template(talk["messages"], tokenize=True, return_dict=False))
 
 
-def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int) -> list[float]:
+def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int, bf16_weights: bool = False) -> list[float]:
     from minitf.cli.train import main
 
     main(
@@ -203,6 +206,7 @@ def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int) -> li
             "train.eval_batches=1",
             "train.log_every=1",
             "train.dtype=bfloat16",
+            *(["train.param_dtype=bfloat16"] if bf16_weights else []),
             "data.val_fraction=0",
         ]
     )
@@ -260,8 +264,8 @@ def _worker(side: str, model_dir: Path, batch: int, steps: int, rank: int) -> di
         t = time.perf_counter()
         run = Path(tmp) / "run"
         times = (
-            _minitf(model_dir, batch, steps, run, rank)
-            if side == "minitf"
+            _minitf(model_dir, batch, steps, run, rank, side == "minitf-bf16")
+            if side.startswith("minitf")
             else _trl(model_dir, batch, steps, run, rank, side == "trl-merged")
         )
         wall = time.perf_counter() - t
@@ -314,7 +318,7 @@ def main(argv=None) -> None:
         print(json.dumps(_worker(a.worker, a.model_dir, a.batch, a.steps, a.rank)))
         return
     rank = 0 if a.full else RANK
-    sides = SIDES[:2] if a.full else SIDES
+    sides = FULL_SIDES if a.full else SIDES
     results = []
     for shape in a.shapes.split(","):
         model_dir = prepare(shape, a.work)
