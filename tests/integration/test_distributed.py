@@ -14,6 +14,7 @@ from minitf import optim
 from minitf.config import TrainConfig
 from minitf.optim import make_optimizer
 from minitf.trainer import forward_backward
+from minitf.training import precision
 from minitf.training.metrics import METRICS, read_rows
 from tests.support import ROOT
 from tests.support.models import MUON, step_session
@@ -113,6 +114,40 @@ def _muon_ddp_worker(rank, world, init_file, x, out):
     opt.step()
     torch.save(model.module.state_dict(), f"{out}.{rank}")
     leave_gloo()
+
+
+def _bfloat16_weights_ddp_worker(rank, world, init_file, x, out):
+    join_gloo(rank, world, init_file)
+    torch.manual_seed(0)
+    model = minitf.Transformer(CFG)
+    precision.hold_in_bfloat16(model)
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    tc = TrainConfig(optimizer="adamw", param_dtype="bfloat16", dtype="bfloat16", lr=1e-3)
+    opt = optim.make_optimizer(model.module, tc, torch.device("cpu"))
+    torch.manual_seed(100 + rank)  # each rank's own process generator, as a run's ranks have
+    mine = x[rank * 4 : (rank + 1) * 4]
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(mine, mine)[1].backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    torch.save(model.module.state_dict(), f"{out}.{rank}")
+    leave_gloo()
+
+
+def test_bfloat16_weights_stay_identical_on_every_rank(tmp_path):
+    """train.param_dtype=bfloat16's stochastic rounding draws by the step, not from each process's
+    generator: after three steps under DDP both ranks hold the same weights, bit for bit."""
+    x = torch.randint(0, 64, (8, 16), generator=torch.Generator().manual_seed(1))
+    out = str(tmp_path / "w")
+    mp.spawn(_bfloat16_weights_ddp_worker, args=(2, str(tmp_path / "init"), x, out), nprocs=2)
+    r0, r1 = torch.load(f"{out}.0", weights_only=True), torch.load(f"{out}.1", weights_only=True)
+    torch.manual_seed(0)
+    start = minitf.Transformer(CFG).state_dict()
+    assert r0["blocks.0.mlp.c_fc.weight"].dtype == torch.bfloat16
+    for k in r0:
+        assert torch.equal(r0[k], r1[k]), k
+    assert not torch.equal(r0["blocks.0.mlp.c_fc.weight"].float(), start["blocks.0.mlp.c_fc.weight"])
 
 
 def test_muon_under_ddp_keeps_ranks_identical_and_matches_one_process(tmp_path):
