@@ -5,6 +5,8 @@ A break or a recompile costs little on a CPU but a GPU's speed. And what compile
 the unit tier never does: compiled generation gives the eager tokens, and the fused attention's
 GPU check is a constant to torch.compile."""
 
+import copy
+
 import pytest
 import torch
 from torch._dynamo.utils import counters
@@ -92,6 +94,30 @@ def test_compiled_generation_gives_the_eager_tokens():
     a = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, compile=True, **kw)), 1)
     b = torch.stack(list(generate_tokens(m, [1, 2, 3], settings, use_cache=False, **kw)), 1)
     assert torch.equal(a, b)
+
+
+def test_compiled_generation_follows_weights_changed_since_it_compiled():
+    """On a CPU the compiled step holds the weights it froze (bfloat16 matrices repacked for
+    oneDNN: copies): a step of training, or another state loaded into the same model, must not
+    leave it decoding the old ones. After each change the model decodes what a model compiled
+    afresh with those weights decodes."""
+    m = spread_model(positions="rope").to(torch.bfloat16)
+    settings = SampleConfig(temperature=1.0, top_k=20, seed=3, max_new_tokens=8)
+
+    def tokens(model):
+        return list(generate_tokens(model, [1, 2, 3], settings, compile=True))
+
+    first = tokens(m)
+    with torch.no_grad():
+        m.lm_head.weight.mul_(-1)  # in place, as an optimizer step is
+    flipped = tokens(m)
+    assert flipped == tokens(copy.deepcopy(m)) != first
+    other = spread_model(positions="rope")
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    m.load_state_dict(other.state_dict())
+    assert tokens(m) == tokens(copy.deepcopy(m)) != flipped
 
 
 def test_the_gpu_check_is_a_constant_to_torch_compile(monkeypatch):

@@ -1,6 +1,7 @@
 """The compiled decode step's settings, read off torch.compile's arguments without compiling: on a
-CPU exactly as before, on a GPU with CUDA graphs (torch.compile's "reduce-overhead"), whose
-logits the caller may keep. tests/integration/test_compiled_graphs.py compiles for real."""
+CPU with the weights frozen in (and their version kept, to compile again when they change), on a
+GPU with CUDA graphs (torch.compile's "reduce-overhead"), whose logits the caller may keep.
+tests/integration/test_compiled_graphs.py compiles for real."""
 
 import pytest
 import torch
@@ -30,7 +31,8 @@ class Compiles:
         monkeypatch.setattr(torch, "compile", self)
 
     def __call__(self, fn, **kw):
-        self.calls.append((fn, kw))
+        assert fn is not decoding.decode_step and fn.__code__ == decoding.decode_step.__code__  # its own copy
+        self.calls.append((decoding.decode_step, kw))
         return self.step
 
 
@@ -38,17 +40,30 @@ def cpu_model() -> Transformer:
     return Transformer(ModelConfig(n_layer=1, n_head=2, n_embd=16, block_size=8, vocab_size=32))
 
 
-def test_a_cpu_model_compiles_decoding_as_before(monkeypatch):
-    compiles = Compiles(monkeypatch)
-    step, graphs = decoding.compile_decode(cpu_model())
+def test_a_cpu_model_compiles_decoding_with_its_weights_frozen(monkeypatch):
+    import torch._inductor.config as inductor_config
+
+    seen = []  # inductor's freezing switch while the step runs (and compiles, on its first call)
+    compiles = Compiles(monkeypatch, step=lambda model, idx, cache: seen.append(inductor_config.freezing))
+    model = cpu_model()
+    step, graphs, weights = decoding.compile_decode(model)
     assert compiles.calls == [(decoding.decode_step, {"dynamic": False, "options": CPU_OPTIONS})]
     assert graphs is False and step is compiles.step
+    assert weights == decoding.weights_version(model)
+    with torch.no_grad():
+        model.lm_head.weight.add_(1)
+    assert weights != decoding.weights_version(model)  # an in-place change is seen
+    decoding.compiled_decode_step(model, torch.zeros(1, 1, dtype=torch.long), None, checked=True)
+    assert len(compiles.calls) == 1  # within a generation: not checked again
+    decoding.compiled_decode_step(model, torch.zeros(1, 1, dtype=torch.long), None, checked=False)
+    assert len(compiles.calls) == 2  # a new generation compiles the changed weights in
+    assert seen == [True, True] and inductor_config.freezing is False  # on for the step only
 
 
 def test_a_gpu_model_compiles_decoding_with_cuda_graphs(monkeypatch):
     """mode="reduce-overhead" is torch.compile's name for these options (it takes one or the other)."""
     compiles = Compiles(monkeypatch)
-    _, graphs = decoding.compile_decode(OnAGPU())
+    _, graphs, _ = decoding.compile_decode(OnAGPU())
     reduce_overhead = torch._inductor.list_mode_options("reduce-overhead")
     assert reduce_overhead == {"triton.cudagraphs": True}
     assert compiles.calls == [(decoding.decode_step, {"dynamic": False, "options": CPU_OPTIONS | reduce_overhead})]
