@@ -98,17 +98,22 @@ def encoded(tasks: Iterable, tok: Tokenizer, dtype: np.dtype, num_proc: int) -> 
         yield from (encode_task(tok, dtype, t) for t in tasks)
         return
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with (
-        _env("TOKENIZERS_PARALLELISM", "false"),
-        ctx.Pool(num_proc, _worker_start, (tok.to_json(), dtype.str, os.getpid())) as pool,
-    ):
-        pending: deque = deque()
-        for t in tasks:
-            pending.append(pool.apply_async(_worker_encode, (t,)))
-            if len(pending) >= 2 * num_proc:
+    with _env("TOKENIZERS_PARALLELISM", "false"):
+        pool = ctx.Pool(num_proc, _worker_start, (tok.to_json(), dtype.str, os.getpid()))
+        try:
+            pending: deque = deque()
+            for t in tasks:
+                pending.append(pool.apply_async(_worker_encode, (t,)))
+                if len(pending) >= 2 * num_proc:
+                    yield pending.popleft().get()
+            while pending:
                 yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+        finally:
+            # however it ends (Ctrl-C too), the workers finish the few tasks they hold (2 each at
+            # most) and exit. Pool.terminate() would kill one that may be holding the result
+            # queue's lock as it sends a result, and then wait for that lock forever
+            pool.close()
+            pool.join()
 
 
 _worker: dict = {}  # a worker process's tokenizer and dtype, set once by _worker_start
