@@ -86,9 +86,8 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
         tokenizer = Tokenizer.load(run_dir / TOKENIZER) if resume else None
         pretrained = None
         dtype = runtime.resolve_dtype(cfg.train.dtype, device, sharded=cfg.train.parallel == "fsdp")
-        precision.check_compute(cfg.train.param_dtype, dtype)
+        held_in = precision.held_dtype(cfg.train, dtype)  # 16-bit matrices (LoRA, param_dtype), or None
         if cfg.run.init_from and not resume:  # a resume has its own weights and tokenizer
-            held_in = torch.bfloat16 if cfg.train.param_dtype == "bfloat16" else lora.frozen_dtype(cfg.train, dtype)
             pretrained, tokenizer = _load_pretrained(cfg.run.init_from, held_in)
             downloaded = not is_run_dir(Path(cfg.run.init_from))
             setup.take_pretrained_config(cfg, pretrained, tokenizer, downloaded, log)  # model.*, optimizer, rates
@@ -107,8 +106,7 @@ def _train(cfg: Config, resume: bool, log, on_eval) -> Path:
             model = _fit_to_budget(cfg, model, data, dtype, run_dir, log)
         # train.lora_rank: peft's adapters train (and a chat template's new tokens' rows), the rest is frozen
         model = lora.adapt(model, cfg.train, log, dtype, template_tokens(data.tokenizer))
-        if cfg.train.param_dtype == "bfloat16":  # the weights, their gradients and AdamW's moments in 2 bytes
-            precision.hold_in_bfloat16(model)
+        precision.hold(model, cfg.train)  # train.param_dtype=bfloat16: weights, gradients, moments in 2 bytes
         model.checkpoint_blocks = cfg.train.checkpoints_blocks(model.num_params(non_embedding=False))
         model.weights_dtype = getattr(torch, cfg.run.weights_dtype)  # what its weights files are written in
         if cfg.train.parallel == "fsdp" and procs.world > 1:  # before the optimizer: it must hold the shards
@@ -314,8 +312,8 @@ def _own_config(cfg: Config | str | Path, resume: bool, overrides) -> Config:
 
 def _load_pretrained(path: str, frozen: torch.dtype | None) -> tuple[Transformer, Tokenizer]:
     """run.init_from: (model in train mode, tokenizer) from a minitf run directory or a local Hugging
-    Face directory; the tokenizer carries the directory's chat template, if it has one. frozen: a
-    LoRA run's 16-bit dtype, which a download's frozen matrices are loaded in (lora.frozen_dtype)."""
+    Face directory; the tokenizer carries the directory's chat template, if it has one. frozen: the
+    16-bit dtype a download's matrices are loaded in (precision.held_dtype), or None."""
     if is_run_dir(Path(path)):
         model, tokenizer, cfg = load_run(path)
         model.stored_dtype = "float32" if cfg.run.weights_dtype == "auto" else cfg.run.weights_dtype

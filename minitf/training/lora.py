@@ -47,12 +47,6 @@ NO_PEFT = (
 )
 
 
-def frozen_dtype(tc: TrainConfig, dtype: torch.dtype) -> torch.dtype | None:
-    """The dtype a LoRA run's frozen matrices are held in: the training's, where it is 16-bit
-    (autocast reads them so at every use); None (float32) otherwise."""
-    return dtype if tc.lora_rank and dtype in (torch.bfloat16, torch.float16) else None
-
-
 def adapt(
     model: Transformer, tc: TrainConfig, log=print, dtype: torch.dtype = torch.float32, tokens: Sequence[int] = ()
 ) -> Transformer:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ..config import TrainConfig
 from ..errors import ConfigError
 
 
@@ -25,23 +26,32 @@ def _as_float32(module: nn.Module, args, out: torch.Tensor) -> torch.Tensor:
     return out.float()  # (B, T, C)
 
 
-def check_compute(param_dtype: str, compute: torch.dtype) -> None:
-    """train.param_dtype=bfloat16 needs bfloat16 compute (compute: train.dtype, resolved): a float32
-    product cannot read bfloat16 weights. Checked before a download is loaded."""
-    if param_dtype == "bfloat16" and compute != torch.bfloat16:
-        raise ConfigError(
-            f"train.param_dtype=bfloat16 needs bfloat16 compute, but train.dtype resolved to "
-            f"{str(compute).split('.')[-1]} here; set train.dtype=bfloat16, or train.param_dtype=float32"
-        )
+def held_dtype(tc: TrainConfig, compute: torch.dtype) -> torch.dtype | None:
+    """The dtype a download's matrices are loaded in (compute: train.dtype, resolved).
+    train.param_dtype=bfloat16: bfloat16, which needs bfloat16 compute (a float32 product cannot
+    read bfloat16 weights), checked here before anything is loaded. A LoRA run: the training's
+    dtype for its frozen matrices where it is 16-bit (autocast reads them so at every use).
+    Otherwise None (float32)."""
+    if tc.param_dtype == "bfloat16":
+        if compute != torch.bfloat16:
+            raise ConfigError(
+                f"train.param_dtype=bfloat16 needs bfloat16 compute, but train.dtype resolved to "
+                f"{str(compute).split('.')[-1]} here; set train.dtype=bfloat16, or train.param_dtype=float32"
+            )
+        return torch.bfloat16
+    return compute if tc.lora_rank and compute in (torch.bfloat16, torch.float16) else None
 
 
-def hold_in_bfloat16(model: nn.Module) -> None:
+def hold(model: nn.Module, tc: TrainConfig) -> None:
     """train.param_dtype=bfloat16: the matrices of model (its embeddings, the linear layers'
-    weights; a tied head is the embedding's one parameter, cast once) in bfloat16, in place.
+    weights; a tied head is the embedding's one parameter, cast once) in bfloat16, in place;
+    float32 leaves model as it is.
 
     The vectors stay float32: the norms' gains and biases (a layer norm on a CPU takes float32
     input with float32 parameters only) and the linear layers' biases, a ten-thousandth of a
     model's size. So do the buffers, such as the rotary tables."""
+    if tc.param_dtype != "bfloat16":
+        return
     for p in model.parameters():
         if p.dim() >= 2:
             p.data = p.data.to(torch.bfloat16)

@@ -120,9 +120,9 @@ def _bfloat16_weights_ddp_worker(rank, world, init_file, x, out):
     join_gloo(rank, world, init_file)
     torch.manual_seed(0)
     model = minitf.Transformer(CFG)
-    precision.hold_in_bfloat16(model)
-    model = torch.nn.parallel.DistributedDataParallel(model)
     tc = TrainConfig(optimizer="adamw", param_dtype="bfloat16", dtype="bfloat16", lr=1e-3)
+    precision.hold(model, tc)
+    model = torch.nn.parallel.DistributedDataParallel(model)
     opt = optim.make_optimizer(model.module, tc, torch.device("cpu"))
     torch.manual_seed(100 + rank)  # each rank's own process generator, as a run's ranks have
     mine = x[rank * 4 : (rank + 1) * 4]
