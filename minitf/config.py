@@ -601,7 +601,7 @@ class Config:
     def from_dict(cls, d: dict) -> Config:
         check_names(d)
         hints = typing.get_type_hints(cls)
-        cfg = cls(**{name: hints[name](**(body or {})) for name, body in _lora_trains_with_adamw(d).items()})
+        cfg = cls(**{name: hints[name](**(body or {})) for name, body in _adamw_by_default(d).items()})
         cfg.given = frozenset(f"{name}.{key}" for name, body in d.items() for key in body or {})
         return cfg
 
@@ -609,7 +609,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-def _lora_trains_with_adamw(d: dict) -> dict:
+def _adamw_by_default(d: dict) -> dict:
     """d, with train.optimizer=adamw where train.lora_rank > 0 or train.param_dtype=bfloat16 and no
     optimizer is given: Muon would orthogonalise each low-rank factor, and bfloat16 weights are
     AdamW's, so AdamW is their default (a Muon asked for by name is refused by TrainConfig)."""

@@ -70,10 +70,9 @@ def _fused(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ro
     w = weight.to(dtype)  # (V, C) the head as the matmuls read it (itself in float32)
     grad_x = torch.empty_like(x)  # (N, C)
     trained = ctx.needs_input_grad[1]
-    # summed in float32, or in the head's own 16 bits where it is held so (train.param_dtype): no
-    # float32 (V, C) beside it, which autograd would then have to copy into the head's dtype
-    summed = torch.float32 if weight.dtype == torch.float32 else weight.dtype
-    grad_w = torch.zeros_like(weight, dtype=summed) if trained else weight.new_empty(0)  # (V, C)
+    # summed in the head's own dtype: float32, or bfloat16 where it is held so (train.param_dtype),
+    # with no float32 (V, C) beside it that autograd would then have to copy into the head's dtype
+    grad_w = torch.zeros_like(weight) if trained else weight.new_empty(0)  # (V, C)
     total = x.new_zeros(())
     for start in range(0, x.size(0), rows):
         chunk = slice(start, start + rows)
