@@ -17,6 +17,7 @@ from .config import ModelConfig
 from .errors import ConfigError
 from .fast.fused_attention import constant_while_compiling, fused_attention, repeat_heads
 from .fast.lm_loss import IGNORE, LARGE_VOCAB, cross_entropy_in_chunks, linear_cross_entropy
+from .fast.tied_embedding import TiedEmbedding
 from .positions import LearnedPositions, Rotary, SinusoidalPositions, local_rope, rope_scaling
 from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
 from .tokenizer import check_ids
@@ -251,7 +252,8 @@ class Transformer(nn.Module):
             )
         check_fits_in_memory(cfg)
         self.config = cfg
-        self.wte = nn.Embedding(padded_vocab(cfg.vocab_size), cfg.n_embd)  # rows padded to a multiple of 64
+        # rows padded to a multiple of 64; tied to the head, its gradient is added into the head's
+        self.wte = (TiedEmbedding if cfg.tie_embeddings else nn.Embedding)(padded_vocab(cfg.vocab_size), cfg.n_embd)
         additive = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
         self.wpe = additive(cfg.block_size, cfg.n_embd) if additive else None  # None: rope rotates q, k instead
         self.rope = (
