@@ -21,8 +21,10 @@ every row, with no padding) for `steps` optimizer steps of `batch` rows in bfloa
 
 With --full, both sides fine-tune every weight instead (minitf train.lora_rank=0; TRL with no
 peft_config, saving the model), and "trl-merged" is left out (there is nothing to merge). minitf
-runs twice there: with its float32 weights ("minitf") and with them held in bfloat16 as TRL's are
-("minitf-bf16", train.param_dtype=bfloat16).
+runs three times there: with its float32 weights ("minitf"), with them held in bfloat16 as TRL's are
+("minitf-bf16", train.param_dtype=bfloat16), and so with each weight updated as backward finishes
+its gradient ("minitf-bf16-in-backward", train.optimizer_in_backward=true with train.grad_clip=0,
+as that mode cannot clip; TRL and the other sides clip at 1.0).
 
 Peak memory is the process's peak resident set (VmHWM, loading included), each side with the
 allocator settings its command makes (`minitf train` keeps freed memory for a model it trained
@@ -49,7 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # every linear layer
 RANK, ALPHA = 16, 32.0
 SIDES = ("minitf", "trl", "trl-merged")  # TRL saving its adapters (its default), or the merged model as minitf does
-FULL_SIDES = ("minitf", "minitf-bf16", "trl")  # minitf's float32 weights, or bfloat16 ones (train.param_dtype)
+# minitf's float32 weights, or bfloat16 ones (train.param_dtype), also updated during backward (no clipping)
+FULL_SIDES = ("minitf", "minitf-bf16", "minitf-bf16-in-backward", "trl")
 LLAMA3 = dict(
     rope_type="llama3",
     factor=32.0,
@@ -185,7 +188,7 @@ def conversation_tokens(model_dir: Path) -> int:
     return len(tok.apply_chat_template(talk["messages"], tokenize=True, return_dict=False))
 
 
-def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int, bf16_weights: bool = False) -> list[float]:
+def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int, side: str) -> list[float]:
     from minitf.cli.train import main
 
     main(
@@ -206,7 +209,8 @@ def _minitf(model_dir: Path, batch: int, steps: int, out: Path, rank: int, bf16_
             "train.eval_batches=1",
             "train.log_every=1",
             "train.dtype=bfloat16",
-            *(["train.param_dtype=bfloat16"] if bf16_weights else []),
+            *(["train.param_dtype=bfloat16"] if side.startswith("minitf-bf16") else []),
+            *(["train.optimizer_in_backward=true", "train.grad_clip=0"] if side.endswith("in-backward") else []),
             "data.val_fraction=0",
         ]
     )
@@ -264,7 +268,7 @@ def _worker(side: str, model_dir: Path, batch: int, steps: int, rank: int) -> di
         t = time.perf_counter()
         run = Path(tmp) / "run"
         times = (
-            _minitf(model_dir, batch, steps, run, rank, side == "minitf-bf16")
+            _minitf(model_dir, batch, steps, run, rank, side)
             if side.startswith("minitf")
             else _trl(model_dir, batch, steps, run, rank, side == "trl-merged")
         )

@@ -405,6 +405,12 @@ class TrainConfig(_Section):
         "(8 a parameter, not 16: a full fine-tune in half the memory), updated with stochastic rounding so that "
         "small steps still move them; needs bfloat16 compute and AdamW (docs/training.md)",
     )
+    optimizer_in_backward: bool = key(
+        False,
+        "with train.param_dtype=bfloat16: update each weight the moment backward finishes its gradient and let the "
+        "gradient go, so a step never holds them all (2 bytes a parameter less at the peak); gives up clipping, so "
+        "it needs train.grad_clip=0, and train.grad_accum=1 on one process (docs/training.md)",
+    )
     compile: bool = key(
         False,
         "torch.compile each block and the head with its loss (seconds of the budget to compile; "
@@ -490,6 +496,8 @@ class TrainConfig(_Section):
             )
         if self.param_dtype == "bfloat16":
             self._check_bfloat16_weights()
+        if self.optimizer_in_backward:
+            self._check_in_backward()
         if self.lora_rank and self.parallel == "fsdp":  # a frozen model needs no shards of optimizer state
             raise ConfigError("train.lora_rank does not support train.parallel=fsdp; use parallel=ddp")
         if self.parallel == "fsdp" and self.snapshot_every:  # snapshots are for small models, which need no shards
@@ -508,6 +516,20 @@ class TrainConfig(_Section):
                 raise ConfigError(
                     f"train.param_dtype=bfloat16 does not go with train.{name}={getattr(self, name)} ({why}); "
                     f"remove one of them"
+                )
+
+    def _check_in_backward(self) -> None:
+        """train.optimizer_in_backward updates each bfloat16 weight from its own gradient as it comes."""
+        needs = {
+            "param_dtype": ("bfloat16", self.param_dtype == "bfloat16", "it is BF16AdamW's way of stepping"),
+            "grad_clip": (0, not self.grad_clip, "clipping needs every gradient before the first update"),
+            "grad_accum": (1, self.grad_accum == 1, "each micro-batch's gradient would update the weights"),
+        }
+        for name, (value, met, why) in needs.items():
+            if not met:
+                raise ConfigError(
+                    f"train.optimizer_in_backward=true needs train.{name}={value} ({why}), not "
+                    f"{getattr(self, name)}; set train.{name}={value}, or remove train.optimizer_in_backward"
                 )
 
 

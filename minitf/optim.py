@@ -53,12 +53,11 @@ def _adamw(model: nn.Module, params: list, tc: TrainConfig, device: torch.device
         {"params": [p for p in params if id(p) in decay], "weight_decay": tc.weight_decay},
         {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
     ]
+    lr, betas = tc.lr * tc.rate_scale, (tc.beta1, tc.beta2)
     if tc.param_dtype == "bfloat16":  # weights held in bfloat16: updated with stochastic rounding
-        return BF16AdamW(groups, lr=tc.lr * tc.rate_scale, betas=(tc.beta1, tc.beta2))
+        return BF16AdamW(groups, lr=lr, betas=betas, in_backward=tc.optimizer_in_backward)
     # the fused kernel updates all tensors in one pass instead of one small kernel per tensor
-    return torch.optim.AdamW(
-        groups, lr=tc.lr * tc.rate_scale, betas=(tc.beta1, tc.beta2), fused=device.type in ("cuda", "cpu")
-    )
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=device.type in ("cuda", "cpu"))
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:

@@ -228,6 +228,8 @@ def forward_backward(session: Session) -> tuple[torch.Tensor, torch.Tensor]:
             loss = loss * share
         session.scaler.scale(loss).backward()
         loss_sum = loss.detach() if loss_sum is None else loss_sum + loss.detach()
+    if tc.optimizer_in_backward:  # the weights were updated as their gradients came: the norm is the optimizer's
+        return loss_sum, session.optimizer.gradient_norm()
     session.scaler.unscale_(session.optimizer)
     norm = nn.utils.clip_grad_norm_(raw_model.parameters(), tc.grad_clip or float("inf"))
     return loss_sum, fsdp.full_tensor(norm)

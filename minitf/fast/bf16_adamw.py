@@ -13,9 +13,10 @@ up to ~1,000 steps (beta2 0.999), moves by less than the spacing and is rounded 
 
 The random bits: the CPU's generator makes 4M numbers in 12 ms, ten times what the update itself
 takes, so each chunk's bits are a window of one random buffer at a random place, xor'd with a
-random word. Every value's bits are uniform, which is all the rounding's odds rest on. The places
-and words come from a generator seeded by the step: every process of a run draws the same (DDP's
-replicas stay equal) and a resumed run draws what it would have drawn (resume is exact).
+random word. Every value's bits are uniform, which is all the rounding's odds rest on. The windows'
+places and words come from a generator seeded by the step and the weight's index in the optimizer:
+every process of a run draws the same (DDP's replicas stay equal), a resumed run draws what it
+would have drawn (resume is exact), and the weights may be updated in any order.
 
 The update is one function compiled by torch.compile into a single pass over memory (0.5 s a step
 for 0.6B parameters on 2 cores, where the same ops one by one take 8 s); where compiling fails (no
@@ -28,7 +29,10 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.distributed as dist
 from torch.optim.adamw import adamw
+
+from ..errors import ConfigError
 
 CHUNK = 1 << 22  # elements updated at a time: float32 temporaries of 16 MB, not of a whole embedding
 KEEP_HIGH = -(1 << 16)  # 0xFFFF0000 as an int32: the 16 bits a bfloat16 keeps of a float32
@@ -44,6 +48,12 @@ def round_stochastically(x: torch.Tensor, bits16: torch.Tensor) -> torch.Tensor:
     the next bfloat16 away from zero; then the lower bits are dropped. Sign-magnitude makes this
     the same for negative numbers."""
     return ((x.view(torch.int32) + bits16) & KEEP_HIGH).view(torch.float32).to(torch.bfloat16)  # exact: low bits 0
+
+
+def summed_squares(g: torch.Tensor) -> torch.Tensor:
+    """The sum of g's squared values in float32 (()), CHUNK at a time: no float32 copy of a whole embedding."""
+    flat = g.view(-1)
+    return sum(flat[i : i + CHUNK].float().square().sum() for i in range(0, flat.numel(), CHUNK))
 
 
 def adamw_chunk(w, g, m, v, bits, hyper) -> None:
@@ -63,34 +73,89 @@ def adamw_chunk(w, g, m, v, bits, hyper) -> None:
 class BF16AdamW(torch.optim.Optimizer):
     """AdamW (torch.optim.AdamW's rule, decoupled weight decay) whose bfloat16 weights and moments
     are updated in float32 and stored back as above. A float32 weight (a norm's gain, a bias:
-    vectors that training/precision.py leaves in float32) is updated exactly as torch's AdamW does."""
+    vectors that training/precision.py leaves in float32) is updated exactly as torch's AdamW does.
 
-    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, seed: int = 0):
+    in_backward=True (train.optimizer_in_backward): each weight is updated the moment backward has
+    finished its gradient, which is then let go, so a step never holds every gradient at once (the
+    weights, moments and gradients are 6 of a full fine-tune's 8 bytes a parameter at its peak: this
+    takes the last 2 away). What it gives up: clipping by the global norm, which needs every
+    gradient before the first update. gradient_norm() gives the norm of what it updated from."""
+
+    def __init__(
+        self,
+        params,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        seed: int = 0,
+        in_backward: bool = False,
+    ):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
         self.seed = seed
         self.buffers: dict[torch.device, torch.Tensor] = {}  # the random bits each chunk takes a window of
         self.update = None  # adamw_chunk, compiled on first use
+        self.entries = self._entries()
+        for p in self.entries:  # the moments now, before any activation: they lie together, not between them
+            self._state_of(p)
+        self.squares: torch.Tensor | None = None  # in_backward: the gradients' summed squares this step
+        if in_backward:
+            if dist.is_initialized() and dist.get_world_size() > 1:
+                raise ConfigError(
+                    "train.optimizer_in_backward updates each weight from this process's gradient before DDP "
+                    "averages it over the processes; train on one process, or remove train.optimizer_in_backward"
+                )
+            for p in self.entries:
+                p.register_post_accumulate_grad_hook(self._update_now)
+
+    def _entries(self) -> dict:
+        """Each weight's group and index, in the order the groups list them."""
+        return {p: (g, i) for i, (g, p) in enumerate((g, p) for g in self.param_groups for p in g["params"])}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.entries = self._entries()  # the groups are new dicts now: the learning rate is set in those
 
     @torch.no_grad()
     def step(self) -> None:
-        gen = None  # the step's generator: the windows of every weight, drawn in turn
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.tensor(0.0)
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                if p.dtype == torch.float32:
-                    self._exact(p, state, group)
-                    continue
-                if p.dtype != torch.bfloat16:
-                    raise TypeError(f"BF16AdamW updates bfloat16 or float32 weights; got {p.dtype}")
-                state["step"] += 1
-                gen = gen or torch.Generator().manual_seed(self.seed * 1_000_003 + int(state["step"]))
-                self._rounded(p, state, group, gen)
+        for p in self.entries:
+            if p.grad is not None:  # in_backward: none left, each weight was updated as its gradient came
+                self._update_weight(p)
+
+    def gradient_norm(self) -> torch.Tensor:
+        """in_backward: the global norm of the gradients updated from since the last call (float32 ()),
+        what clip_grad_norm_ returns; non-finite where any was, whose weight was then left as it was."""
+        squares, self.squares = self.squares, None
+        return torch.zeros(()) if squares is None else squares.sqrt()
+
+    @torch.no_grad()
+    def _update_now(self, p: torch.Tensor) -> None:
+        """in_backward: p's gradient is complete. Update p from it and let it go."""
+        squares = summed_squares(p.grad)
+        self.squares = squares if self.squares is None else self.squares + squares
+        if torch.isfinite(squares):
+            self._update_weight(p)
+        p.grad = None  # the memory this mode is for
+
+    def _update_weight(self, p: torch.Tensor) -> None:
+        group, index = self.entries[p]
+        state = self._state_of(p)
+        if p.dtype == torch.float32:
+            self._exact(p, state, group)
+            return
+        if p.dtype != torch.bfloat16:
+            raise TypeError(f"BF16AdamW updates bfloat16 or float32 weights; got {p.dtype}")
+        state["step"] += 1
+        # each weight's own generator, seeded by the step and its place: the same windows in any order
+        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + int(state["step"])) * 65_537 + index)
+        self._rounded(p, state, group, gen)
+
+    def _state_of(self, p: torch.Tensor) -> dict:
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(p)
+            state["exp_avg_sq"] = torch.zeros_like(p)
+        return state
 
     def _exact(self, p: torch.Tensor, state: dict, group: dict) -> None:
         """A float32 weight: torch's AdamW, in place (it counts the step itself)."""

@@ -164,6 +164,7 @@ def compile_and_wrap(session: Session) -> None:
 
 
 BF16_WEIGHTS_WORDS = " | weights in bfloat16, updates stochastically rounded (train.param_dtype)"
+IN_BACKWARD_WORDS = " | each weight updated during backward, no clipping (train.optimizer_in_backward)"
 
 
 def startup_line(session: Session, exports: str) -> str:
@@ -175,6 +176,7 @@ def startup_line(session: Session, exports: str) -> str:
         f"learned position table) | device {session.device} | dtype "
         f"{_dtype_words(cfg.train.dtype, session.dtype, session.device)}"
         f"{BF16_WEIGHTS_WORDS if cfg.train.param_dtype == 'bfloat16' else ''}"
+        f"{IN_BACKWARD_WORDS if cfg.train.optimizer_in_backward else ''}"
         f"{' | compiled' if cfg.train.compile else ''}"
         f"{_checkpointing_words(cfg.train.activation_checkpointing, model.checkpoint_blocks)}"
         f"{f' | sharded over {procs.world} procs (fsdp)' if session.sharded else ''}"

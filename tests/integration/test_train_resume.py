@@ -18,7 +18,7 @@ from minitf.budget import budget_steps
 from minitf.config import load_config
 from minitf.errors import MinitfError
 from minitf.optim import lr_at
-from minitf.run_dir import list_snapshots, snapshot_path
+from minitf.run_dir import STEPS, list_snapshots, snapshot_path
 from minitf.training import checkpoint as ckpt
 from minitf.training import session as session_module
 from minitf.training.metrics import METRICS, read_rows
@@ -267,6 +267,24 @@ def test_exact_resume_is_bit_identical(tmp_path, corpus, monkeypatch, parts):
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert [r["step"] for r in read_rows(resumed / METRICS)] == [4, 8]
+
+
+def test_optimizer_in_backward_trains_as_the_whole_step_does_and_resumes_exactly(tmp_path, corpus, monkeypatch):
+    """train.optimizer_in_backward: each weight updated as backward finishes its gradient gives the
+    weights the step after a whole backward gives (no clipping in either), bit for bit; a resumed
+    run repeats it; and the logged grad norms are the same gradients' (clip_grad_norm_ sums bfloat16 norms)."""
+    held = ("model.dropout=0.1", "train.dtype=bfloat16", "train.param_dtype=bfloat16", "train.grad_clip=0")
+    stepped = minitf.train(tiny_config(tmp_path / "stepped", corpus, *held), **QUIET)
+    over = (*held, "train.optimizer_in_backward=true")
+    snapshot = tmp_path / "at-step-4"
+    straight = train_with_snapshot(tiny_config(tmp_path / "straight", corpus, *over), snapshot, 4, monkeypatch)
+    resumed = minitf.train(tiny_config(snapshot, corpus, *over), resume=True, **QUIET)
+    a = load_file(stepped / "model.safetensors")
+    for run in (straight, resumed):
+        b = load_file(run / "model.safetensors")
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), run.name
+    norms = [[r["grad_norm"] for r in read_rows(run / STEPS)] for run in (stepped, straight)]
+    assert len(norms[0]) == 4 and norms[1] == pytest.approx(norms[0], rel=1e-2)  # every other step is logged
 
 
 def test_a_compiled_run_resumes_bit_identically_in_float32(tmp_path, corpus, monkeypatch):

@@ -437,6 +437,26 @@ def test_bfloat16_weights_choose_adamw_and_refuse_what_they_do_not_go_with(clash
 
 
 @pytest.mark.parametrize(
+    "missing, given, why",
+    [
+        ("train.param_dtype=bfloat16", "train.param_dtype=float32", "it is BF16AdamW's way of stepping"),
+        ("train.grad_clip=0", "train.grad_clip=1.0", "clipping needs every gradient before the first update"),
+        ("train.grad_accum=1", "train.grad_accum=2", "each micro-batch's gradient would update the weights"),
+    ],
+)
+def test_optimizer_in_backward_names_what_it_needs(missing, given, why):
+    meets = {"train.param_dtype=bfloat16", "train.grad_clip=0", "train.grad_accum=1"}
+    cfg = load_config(None, ["train.optimizer_in_backward=true", *meets])
+    assert cfg.train.optimizer == "adamw"
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["train.optimizer_in_backward=true", *(meets - {missing}), given])
+    assert one_line(e) == (
+        f"train.optimizer_in_backward=true needs {missing} ({why}), not {given.split('=')[1]}; set {missing}, or "
+        f"remove train.optimizer_in_backward"
+    ), one_line(e)
+
+
+@pytest.mark.parametrize(
     "setting", ["train.lora_alpha=32", "train.lora_targets=c_attn", "train.lora_dropout=0.1", "train.lora_lr_scale=3"]
 )
 def test_a_lora_setting_without_a_rank_says_it_does_nothing(setting):

@@ -11,6 +11,7 @@ import minitf.system.files
 from minitf import optim
 from minitf.budget import budget_steps
 from minitf.config import TrainConfig
+from minitf.fast import bf16_adamw
 from minitf.optim import make_optimizer
 from minitf.training import setup
 from tests.support.models import model_and_batch
@@ -144,3 +145,20 @@ def test_a_lora_run_steps_at_its_rates_times_lora_lr_scale():
     assert optim.lr_at(50, 0.5, tc, budget_steps(tc)) == pytest.approx(2 * 0.55)
     opt = make_optimizer(model_and_batch()[0], tc, torch.device("cpu"))
     assert {g["lr"] for g in opt.param_groups} == {2.0}
+
+
+def test_optimizer_in_backward_refuses_ddp_in_one_line(monkeypatch):
+    """Each weight would be updated from its own process's gradient before DDP averaged it."""
+    model, _, _ = model_and_batch()
+    tc = TrainConfig(
+        optimizer="adamw", param_dtype="bfloat16", dtype="bfloat16", optimizer_in_backward=True, grad_clip=0
+    )
+    make_optimizer(model, tc, torch.device("cpu"))  # one process: taken
+    monkeypatch.setattr(bf16_adamw.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(bf16_adamw.dist, "get_world_size", lambda: 2)
+    with pytest.raises(minitf.ConfigError) as e:
+        make_optimizer(model, tc, torch.device("cpu"))
+    assert str(e.value) == (
+        "train.optimizer_in_backward updates each weight from this process's gradient before DDP averages it over "
+        "the processes; train on one process, or remove train.optimizer_in_backward"
+    )

@@ -6,7 +6,11 @@ import copy
 
 import torch
 
+import minitf
+from minitf.config import TrainConfig
 from minitf.fast.bf16_adamw import BF16AdamW, round_stochastically
+from minitf.training import precision
+from tests.support.models import model_and_batch
 
 
 def spacing(x: torch.Tensor) -> torch.Tensor:
@@ -101,3 +105,52 @@ def test_the_draws_repeat_by_step_so_replicas_agree_and_a_resume_is_exact():
         opt_r.step()
     assert torch.equal(a, resumed)
     assert opt_r.state[resumed]["exp_avg"].dtype == torch.bfloat16
+
+
+def _held_model(seed: int) -> minitf.Transformer:
+    """CFG's model (tied head) with its matrices in bfloat16 as train.param_dtype=bfloat16 holds them,
+    its norm gains moved off one (a trained model's are)."""
+    model, _, _ = model_and_batch(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)
+    precision.hold(model, TrainConfig(param_dtype="bfloat16", dtype="bfloat16", optimizer="adamw"))
+    return model
+
+
+def test_in_backward_makes_the_steps_updates_and_holds_no_gradient():
+    """train.optimizer_in_backward: each weight is updated as backward finishes its gradient. The
+    weights and moments after three steps are the ones step() makes after a whole backward, bit for
+    bit (each weight's random windows are its own, in any order); no gradient is left after
+    backward; the reported norm is the gradients' (in float32: clip_grad_norm_ sums bfloat16 norms)."""
+    stepped, hooked = _held_model(0), _held_model(0)
+    opt_s, opt_h = BF16AdamW(stepped.parameters(), lr=1e-2), BF16AdamW(hooked.parameters(), lr=1e-2, in_backward=True)
+    _, x, y = model_and_batch(0)
+    for _ in range(3):
+        for model in (stepped, hooked):
+            with torch.autocast("cpu", torch.bfloat16):
+                model(x, y, logits=False)[1].backward()
+        norm = torch.cat(
+            [p.grad.float().flatten() for p in stepped.parameters()]
+        ).norm()  # clip_grad_norm_'s, in float32
+        opt_s.step()
+        opt_s.zero_grad()
+        assert all(p.grad is None for p in hooked.parameters())
+        torch.testing.assert_close(opt_h.gradient_norm(), norm, rtol=1e-5, atol=0)
+    for (name, a), b in zip(stepped.named_parameters(), hooked.parameters()):
+        assert torch.equal(a, b), name
+        assert torch.equal(opt_s.state[a]["exp_avg_sq"], opt_h.state[b]["exp_avg_sq"]), name
+
+
+def test_in_backward_leaves_a_weight_with_a_non_finite_gradient_as_it_was():
+    w, _ = _pair(2)
+    ok = torch.nn.Parameter(torch.randn(50).to(torch.bfloat16))
+    opt = BF16AdamW([w, ok], lr=1e-2, in_backward=True)
+    before, before_ok = w.detach().clone(), ok.detach().clone()
+    bad = torch.ones(w.shape)
+    bad[3, 4] = float("nan")
+    ((w.float() * bad).sum() + ok.float().sum()).backward()
+    assert torch.equal(w, before) and not torch.equal(ok, before_ok)
+    assert opt.gradient_norm().isnan()  # the step reports it: the trainer counts it as a bad step
+    assert opt.gradient_norm() == 0  # and begins the next from nothing
