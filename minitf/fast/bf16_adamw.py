@@ -76,10 +76,10 @@ class BF16AdamW(torch.optim.Optimizer):
     vectors that training/precision.py leaves in float32) is updated exactly as torch's AdamW does.
 
     in_backward=True (train.optimizer_in_backward): each weight is updated the moment backward has
-    finished its gradient, which is then let go, so a step never holds every gradient at once (the
-    weights, moments and gradients are 6 of a full fine-tune's 8 bytes a parameter at its peak: this
-    takes the last 2 away). What it gives up: clipping by the global norm, which needs every
-    gradient before the first update. gradient_norm() gives the norm of what it updated from."""
+    finished its gradient, which is then let go, so a step never holds every gradient at once (at
+    its peak a full fine-tune holds 8 bytes a parameter, the weight, its gradient and two moments:
+    this takes the gradient's 2 away). What it gives up: clipping by the global norm, which needs
+    every gradient before the first update. gradient_norm() gives the norm of what it updated from."""
 
     def __init__(
         self,
@@ -125,7 +125,7 @@ class BF16AdamW(torch.optim.Optimizer):
         """in_backward: the global norm of the gradients updated from since the last call (float32 ()),
         what clip_grad_norm_ returns; non-finite where any was, whose weight was then left as it was."""
         squares, self.squares = self.squares, None
-        return torch.zeros(()) if squares is None else squares.sqrt()
+        return torch.zeros((), device=next(iter(self.entries)).device) if squares is None else squares.sqrt()
 
     @torch.no_grad()
     def _update_now(self, p: torch.Tensor) -> None:

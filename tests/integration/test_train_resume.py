@@ -22,6 +22,7 @@ from minitf.run_dir import STEPS, list_snapshots, snapshot_path
 from minitf.training import checkpoint as ckpt
 from minitf.training import session as session_module
 from minitf.training.metrics import METRICS, read_rows
+from minitf.training.setup import IN_BACKWARD_WORDS
 from tests.support.corpus import make_play, same_size_edit
 from tests.support.processes import command
 from tests.support.runs import QUIET, TENSOR, copy_run, tiny_args, tiny_config, train_with_snapshot
@@ -278,7 +279,9 @@ def test_optimizer_in_backward_trains_as_the_whole_step_does_and_resumes_exactly
     over = (*held, "train.optimizer_in_backward=true")
     snapshot = tmp_path / "at-step-4"
     straight = train_with_snapshot(tiny_config(tmp_path / "straight", corpus, *over), snapshot, 4, monkeypatch)
-    resumed = minitf.train(tiny_config(snapshot, corpus, *over), resume=True, **QUIET)
+    said = []
+    resumed = minitf.train(tiny_config(snapshot, corpus, *over), resume=True, log=said.append)
+    assert any(IN_BACKWARD_WORDS in line for line in said)  # the start-up line says so
     a = load_file(stepped / "model.safetensors")
     for run in (straight, resumed):
         b = load_file(run / "model.safetensors")
