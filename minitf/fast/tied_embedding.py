@@ -9,13 +9,15 @@ largest tensor a full fine-tune makes at its peak. As rows (a sparse tensor: the
 one (C,) gradient each, 1 MB for 514 tokens) autograd adds it into the head's gradient in place,
 row by row, each row by one thread in token order (the same sum every run: resume stays exact).
 
-On a CPU, the laptop this memory matters on; elsewhere torch's dense gradient (MPS has no sparse
-tensors, and how a GPU adds the rows, in which order, is not what this file checks). Only while
-training with gradients on, and only on a plain weight: evaluation and sampling get torch's dense
-gradient, as does a weight that LoRA computes from its parts (training/lora.py's new-token rows),
-whose backward takes a dense one. A training backward that never reached the head would leave the
-rows alone as the weight's gradient, which optimizers do not take; minitf's loss always goes
-through the head."""
+For a downloaded model's vocabulary (from 32,768 tokens, as for the fused head) on a CPU, the
+laptop this memory matters on. The default model's 4,096 x 128 table is 2 MB and keeps torch's
+dense gradient (its step was no faster either way, measured in turns), as does every other device
+(MPS has no sparse tensors, and how a GPU adds the rows, in which order, is not what this file
+checks). Only while training with gradients on, and only on a plain weight: evaluation and
+sampling get torch's dense gradient, as does a weight that LoRA computes from its parts
+(training/lora.py's new-token rows), whose backward takes a dense one. A training backward that
+never reached the head would leave the rows alone as the weight's gradient, which optimizers do
+not take; minitf's loss always goes through the head."""
 
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import parametrize
+
+from .lm_loss import LARGE_VOCAB
+
+ROWS_FROM = LARGE_VOCAB  # a vocabulary this large or larger: below it the dense (V, C) is a few MB
 
 
 class TiedEmbedding(nn.Embedding):
@@ -32,7 +38,8 @@ class TiedEmbedding(nn.Embedding):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         rows = (
-            idx.device.type == "cpu"
+            self.num_embeddings >= ROWS_FROM
+            and idx.device.type == "cpu"
             and self.training
             and torch.is_grad_enabled()
             and self.weight.requires_grad

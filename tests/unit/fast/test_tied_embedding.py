@@ -6,6 +6,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import minitf
+from minitf.fast import tied_embedding
 from minitf.fast.tied_embedding import TiedEmbedding
 from tests.support.models import model_and_batch
 
@@ -38,7 +39,8 @@ def _gradient(model, x, y, training: bool, dtype) -> tuple[torch.Tensor, list[st
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_tied_gradient_is_the_dense_one_with_no_vocabulary_sized_embedding_gradient(dtype):
+def test_the_tied_gradient_is_the_dense_one_with_no_vocabulary_sized_embedding_gradient(dtype, monkeypatch):
+    monkeypatch.setattr(tied_embedding, "ROWS_FROM", 64)  # the rows path, as for a downloaded model's vocabulary
     model, _, _ = model_and_batch(0)  # dropout 0: training and evaluation compute the same
     g = torch.Generator().manual_seed(1)
     x, y = torch.randint(0, 64, (3, 15), generator=g), torch.randint(0, 64, (3, 15), generator=g)  # 45 rows, not V
@@ -52,6 +54,11 @@ def test_the_tied_gradient_is_the_dense_one_with_no_vocabulary_sized_embedding_g
     # (Both also list an "add": the references this mode holds keep autograd from adding in place.)
     assert "embedding_dense_backward" in dense_made and "embedding_dense_backward" not in rows_made
     assert len(rows_made) == len(dense_made) - 1
+
+
+def test_a_small_vocabulary_keeps_the_dense_gradient():
+    model, x, y = model_and_batch(0)  # 64 tokens: the default path, bit for bit as before
+    assert "embedding_dense_backward" in _gradient(model, x[:3, :15], y[:3, :15], training=True, dtype=torch.float32)[1]
 
 
 def test_an_untied_model_keeps_torchs_embedding():
