@@ -521,7 +521,11 @@ class TrainConfig(_Section):
     def _check_in_backward(self) -> None:
         """train.optimizer_in_backward updates each bfloat16 weight from its own gradient as it comes."""
         needs = {
-            "param_dtype": ("bfloat16", self.param_dtype == "bfloat16", "it is BF16AdamW's way of stepping"),
+            "param_dtype": (
+                "bfloat16",
+                self.param_dtype == "bfloat16",
+                "only the optimizer of bfloat16 weights updates in backward",
+            ),
             "grad_clip": (0, not self.grad_clip, "clipping needs every gradient before the first update"),
             "grad_accum": (1, self.grad_accum == 1, "each micro-batch's gradient would update the weights"),
         }

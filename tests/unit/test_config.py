@@ -439,7 +439,11 @@ def test_bfloat16_weights_choose_adamw_and_refuse_what_they_do_not_go_with(clash
 @pytest.mark.parametrize(
     "missing, given, why",
     [
-        ("train.param_dtype=bfloat16", "train.param_dtype=float32", "it is BF16AdamW's way of stepping"),
+        (
+            "train.param_dtype=bfloat16",
+            "train.param_dtype=float32",
+            "only the optimizer of bfloat16 weights updates in backward",
+        ),
         ("train.grad_clip=0", "train.grad_clip=1.0", "clipping needs every gradient before the first update"),
         ("train.grad_accum=1", "train.grad_accum=2", "each micro-batch's gradient would update the weights"),
     ],
