@@ -112,6 +112,7 @@ class BF16AdamW(torch.optim.Optimizer):
         return {p: (g, i) for i, (g, p) in enumerate((g, p) for g in self.param_groups for p in g["params"])}
 
     def load_state_dict(self, state_dict: dict) -> None:
+        self.state.clear()  # the zero moments made at construction go before the loaded ones are taken
         super().load_state_dict(state_dict)
         self.entries = self._entries()  # the groups are new dicts now: the learning rate is set in those
 

@@ -33,8 +33,8 @@ ROWS_FROM = LARGE_VOCAB  # a vocabulary this large or larger: below it the dense
 
 class TiedEmbedding(nn.Embedding):
     """nn.Embedding whose training backward on a CPU is sparse (its rows), for the head's dense
-    gradient to take in place. DDP reads nn.Embedding.sparse to expect a sparse gradient: it stays False, as
-    the weight's gradient, the sum, is dense."""
+    gradient to take in place. DDP reads nn.Embedding.sparse to expect a sparse gradient: it stays
+    False, as the weight's gradient, the sum, is dense."""
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         rows = (

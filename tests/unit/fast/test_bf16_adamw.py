@@ -131,9 +131,8 @@ def test_in_backward_makes_the_steps_updates_and_holds_no_gradient():
         for model in (stepped, hooked):
             with torch.autocast("cpu", torch.bfloat16):
                 model(x, y, logits=False)[1].backward()
-        norm = torch.cat(
-            [p.grad.float().flatten() for p in stepped.parameters()]
-        ).norm()  # clip_grad_norm_'s, in float32
+        grads = torch.cat([p.grad.float().flatten() for p in stepped.parameters()])  # (P,) in float32
+        norm = grads.norm()  # clip_grad_norm_'s, without its bfloat16 per-tensor norms
         opt_s.step()
         opt_s.zero_grad()
         assert all(p.grad is None for p in hooked.parameters())
