@@ -50,10 +50,15 @@ def round_stochastically(x: torch.Tensor, bits16: torch.Tensor) -> torch.Tensor:
     return ((x.view(torch.int32) + bits16) & KEEP_HIGH).view(torch.float32).to(torch.bfloat16)  # exact: low bits 0
 
 
-def summed_squares(g: torch.Tensor) -> torch.Tensor:
+def squares_chunk(g: torch.Tensor) -> torch.Tensor:
+    """The sum of a chunk's squared values in float32 (()); compiled, one read of g and no float32 copy."""
+    return g.float().square().sum()
+
+
+def summed_squares(g: torch.Tensor, squares=squares_chunk) -> torch.Tensor:
     """The sum of g's squared values in float32 (()), CHUNK at a time: no float32 copy of a whole embedding."""
     flat = g.view(-1)
-    return sum(flat[i : i + CHUNK].float().square().sum() for i in range(0, flat.numel(), CHUNK))
+    return sum(squares(flat[i : i + CHUNK]) for i in range(0, flat.numel(), CHUNK))
 
 
 def adamw_chunk(w, g, m, v, bits, hyper) -> None:
@@ -68,6 +73,28 @@ def adamw_chunk(w, g, m, v, bits, hyper) -> None:
     w.copy_(round_stochastically(w32, bits & LOW16))
     v.copy_(round_stochastically(v32, (bits >> 16) & LOW16))
     m.copy_(m32.to(torch.bfloat16))
+
+
+class Compiled:
+    """fn compiled by torch.compile on its first call; run as it is where compiling fails (no C++
+    compiler, or a backend that cannot), with a warning: the same ops, one by one."""
+
+    def __init__(self, fn):
+        self.fn, self.run = fn, None
+
+    def __call__(self, *args):
+        if self.run is None:
+            self.run = torch.compile(self.fn, dynamic=True)
+        try:
+            return self.run(*args)
+        except Exception as e:
+            if self.run is self.fn:
+                raise
+            warnings.warn(
+                f"the bfloat16 AdamW step runs uncompiled, several times slower ({type(e).__name__})", stacklevel=3
+            )
+            self.run = self.fn
+            return self.run(*args)
 
 
 class BF16AdamW(torch.optim.Optimizer):
@@ -93,7 +120,7 @@ class BF16AdamW(torch.optim.Optimizer):
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": 0.0})
         self.seed = seed
         self.buffers: dict[torch.device, torch.Tensor] = {}  # the random bits each chunk takes a window of
-        self.update = None  # adamw_chunk, compiled on first use
+        self.update, self.squares_of = Compiled(adamw_chunk), Compiled(squares_chunk)
         self.entries = self._entries()
         for p in self.entries:  # the moments now, before any activation: they lie together, not between them
             self._state_of(p)
@@ -131,7 +158,7 @@ class BF16AdamW(torch.optim.Optimizer):
     @torch.no_grad()
     def _update_now(self, p: torch.Tensor) -> None:
         """in_backward: p's gradient is complete. Update p from it and let it go."""
-        squares = summed_squares(p.grad)
+        squares = summed_squares(p.grad, self.squares_of)
         self.squares = squares if self.squares is None else self.squares + squares
         if torch.isfinite(squares):
             self._update_weight(p)
@@ -177,7 +204,7 @@ class BF16AdamW(torch.optim.Optimizer):
             w, g, m, v = (x[start : start + CHUNK] for x in flat)
             at, word = torch.randint(0, CHUNK, (2,), generator=gen).tolist()
             bits = buffer[at : at + w.numel()] ^ word  # uniform, as the buffer is
-            self._update(w, g, m, v, bits, hyper)
+            self.update(w, g, m, v, bits, hyper)
 
     def _buffer(self, device: torch.device) -> torch.Tensor:
         """2 x CHUNK random int32s on device, drawn once from the seed."""
@@ -186,18 +213,3 @@ class BF16AdamW(torch.optim.Optimizer):
             bits = torch.randint(-(2**31), 2**31 - 1, (2 * CHUNK,), dtype=torch.int32, generator=gen)
             self.buffers[device] = bits.to(device)
         return self.buffers[device]
-
-    def _update(self, *args) -> None:
-        """adamw_chunk compiled into one pass; run as it is where compiling fails."""
-        if self.update is None:
-            self.update = torch.compile(adamw_chunk, dynamic=True)
-        try:
-            self.update(*args)
-        except Exception as e:  # no C++ compiler, or a backend that cannot: the same ops, one by one
-            if self.update is adamw_chunk:
-                raise
-            warnings.warn(
-                f"the bfloat16 AdamW step runs uncompiled, several times slower ({type(e).__name__})", stacklevel=3
-            )
-            self.update = adamw_chunk
-            self.update(*args)
