@@ -3,6 +3,7 @@
     python -m bench.trl                                    # Qwen3-0.6B's and Llama-3.2-1B's shapes
     python -m bench.trl --shapes tiny --steps 2 --rounds 1 --out trl.json   # a smoke run
     python -m bench.trl --full --shapes qwen3-0.6b                          # full fine-tuning, no adapters
+    python -m bench.trl --full --shapes llama-3.2-1b --sides minitf-bf16,trl   # only these sides
 
 The model: a Hugging Face directory of the family's real shape (every layer, the real vocabulary),
 random weights saved in bfloat16 as the hub holds them, with a tokenizer of that many tokens and the
@@ -314,6 +315,7 @@ def main(argv=None) -> None:
     p.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "minitf-bench-trl")
     p.add_argument("--out", type=Path)
     p.add_argument("--full", action="store_true", help="full fine-tuning instead of LoRA")
+    p.add_argument("--sides", help="comma-separated sides to run (default: all of the mode's)")
     p.add_argument("--rank", type=int, default=RANK, help=argparse.SUPPRESS)
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
@@ -323,6 +325,11 @@ def main(argv=None) -> None:
         return
     rank = 0 if a.full else RANK
     sides = FULL_SIDES if a.full else SIDES
+    if a.sides:
+        unknown = set(a.sides.split(",")) - set(sides)
+        if unknown:
+            p.error(f"--sides: no side {', '.join(sorted(unknown))}; choose from {', '.join(sides)}")
+        sides = tuple(s for s in sides if s in a.sides.split(","))
     results = []
     for shape in a.shapes.split(","):
         model_dir = prepare(shape, a.work)
@@ -356,6 +363,7 @@ def _setting(a) -> dict:
         "batch": a.batch,
         "steps": a.steps,
         "rounds": a.rounds,
+        "sides": a.sides.split(",") if a.sides else "all",
         "machine": machine(torch.device("cpu")),
         **versions,
     }
