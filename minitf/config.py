@@ -636,13 +636,15 @@ class Config:
 
 
 def _adamw_by_default(d: dict) -> dict:
-    """d, with train.optimizer=adamw where train.lora_rank > 0 or train.param_dtype=bfloat16 and no
-    optimizer is given: Muon would orthogonalise each low-rank factor, and bfloat16 weights are
-    AdamW's, so AdamW is their default (a Muon asked for by name is refused by TrainConfig)."""
+    """d, with train.optimizer=adamw where train.lora_rank > 0, train.param_dtype=bfloat16 or
+    train.parallel=fsdp and no optimizer is given: Muon would orthogonalise each low-rank factor,
+    bfloat16 weights are AdamW's, and Newton-Schulz needs whole matrices where FSDP holds shards, so
+    AdamW is their default (a Muon asked for by name is refused by TrainConfig)."""
     train = d.get("train") or {}
     rank = train.get("lora_rank")
     lora = isinstance(rank, int) and not isinstance(rank, bool) and rank > 0
-    if (lora or train.get("param_dtype") == "bfloat16") and "optimizer" not in train:
+    adamw_only = lora or train.get("param_dtype") == "bfloat16" or train.get("parallel") == "fsdp"
+    if adamw_only and "optimizer" not in train:
         return {**d, "train": {**train, "optimizer": "adamw"}}
     return d
 

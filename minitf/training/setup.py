@@ -179,10 +179,18 @@ def startup_line(session: Session, exports: str) -> str:
         f"{IN_BACKWARD_WORDS if cfg.train.optimizer_in_backward else ''}"
         f"{' | compiled' if cfg.train.compile else ''}"
         f"{_checkpointing_words(cfg.train.activation_checkpointing, model.checkpoint_blocks)}"
-        f"{f' | sharded over {procs.world} procs (fsdp)' if session.sharded else ''}"
+        f"{_fsdp_words(cfg.train.parallel, session.sharded, procs.world)}"
         f" | global batch {batch} x {accum} accum x {procs.world} procs = "
         f"{session.data.batch_words(batch * accum * procs.world, cfg.model.block_size)} | {exports}"
     )
+
+
+def _fsdp_words(parallel: str, sharded: bool, world: int) -> str:
+    """fsdp for the start-up line: over how many processes, and its optimizer (AdamW: chosen by itself
+    where none was given, as Muon's Newton-Schulz needs whole matrices)."""
+    if parallel != "fsdp":
+        return ""
+    return f" | sharded over {world} procs (fsdp, AdamW)" if sharded else " | fsdp in one process, unsharded (AdamW)"
 
 
 def _checkpointing_words(asked, on: bool) -> str:

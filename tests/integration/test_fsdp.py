@@ -207,7 +207,7 @@ def test_torchrun_fsdp_killed_before_a_commit_resumes_exactly_then_on_one_proces
     ]
     r = _torchrun(2, "scripts/train.py", *args(tmp_path / "straight"), env=env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "sharded over 2 procs (fsdp)" in r.stdout and r.stdout.count("run directory:") == 1
+    assert "sharded over 2 procs (fsdp, AdamW)" in r.stdout and r.stdout.count("run directory:") == 1
 
     run = tmp_path / "killed"
     (tmp_path / "kill.py").write_text(KILLED_BEFORE_COMMIT)
@@ -241,7 +241,11 @@ def test_wrong_combinations_and_damaged_checkpoints_are_one_line(tmp_path, corpu
         minitf.load_config(None, ["train.parallel=fsdp", "train.dtype=float16"])
 
     # one process: trained unsharded, checkpointed as fsdp does, so many processes can take it on
-    run = minitf.train(tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4"), **QUIET)
+    lines = []
+    run = minitf.train(
+        tiny_config(tmp_path / "run", corpus, "train.parallel=fsdp", "train.max_steps=4"), log=lines.append
+    )
+    assert any(" | fsdp in one process, unsharded (AdamW) | " in line for line in lines)
     assert (run / "sharded-00000004" / ".metadata").is_file() and "model" not in torch.load(
         run / "state.pt", weights_only=True
     )

@@ -416,6 +416,15 @@ def test_lora_chooses_adamw_unless_muon_is_asked_for_by_name():
         minitf.load_config(None, ["train.lora_rank=8", "train.optimizer=muon"])
 
 
+def test_fsdp_chooses_adamw_unless_muon_is_asked_for_by_name():
+    """A fine-tune of a download with train.parallel=fsdp and no optimizer trains with AdamW (it was
+    refused for the recipe's Muon, which the user never asked for); Muon by name is still refused."""
+    cfg = minitf.load_config("chat", ["train.parallel=fsdp"])
+    assert cfg.train.optimizer == "adamw" and "train.optimizer" not in cfg.given
+    with pytest.raises(ConfigError, match=r"train.parallel=fsdp does not support train.optimizer=muon"):
+        minitf.load_config(None, ["train.parallel=fsdp", "train.optimizer=muon"])
+
+
 @pytest.mark.parametrize(
     "clash, why",
     [
