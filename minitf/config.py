@@ -361,7 +361,9 @@ class TrainConfig(_Section):
     max_steps: int = key(100000, "optimizer steps (a cap when max_seconds is set)")
     max_seconds: float | None = key(210.0, "wall-clock budget; the LR schedule then follows elapsed time (null: off)")
     optimizer: Literal["adamw", "muon"] = key(
-        "muon", "muon: Muon for the blocks' matrices, AdamW (lr) for the rest; adamw: AdamW for all"
+        "muon",
+        "muon: Muon for the blocks' matrices, AdamW (lr) for the rest; adamw: AdamW for all (the default "
+        "with lora_rank, param_dtype=bfloat16, parallel=fsdp or a downloaded init_from)",
     )
     lr: float = key(4e-3, "AdamW's peak learning rate")
     min_lr: float | None = key(None, "the schedule's floor (null: lr / 10); Muon's follows in proportion")
