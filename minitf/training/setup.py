@@ -200,8 +200,12 @@ def _checkpointing_words(asked, on: bool) -> str:
 
 
 def _dtype_words(asked: str, dtype: torch.dtype, device: torch.device) -> str:
-    """The dtype for the start-up line; on a CPU or a GPU, why "auto" chose it."""
+    """The dtype for the start-up line; on a CPU or a GPU, why "auto" chose it, and where bfloat16
+    asked for by name is emulated on a CPU (each operation converts to float32 and back: training
+    runs slower than in float32 itself)."""
     name = str(dtype).split(".")[-1]
+    if asked == "bfloat16" and device.type == "cpu" and not runtime.native_bf16(device):
+        return f"{name} (emulated on this CPU, which has no native bf16: float32, train.dtype=auto, is faster)"
     if asked != "auto" or device.type not in ("cpu", "cuda"):
         return name
     where = "this CPU" if device.type == "cpu" else "this GPU"

@@ -224,6 +224,16 @@ def test_the_startup_line_says_why_auto_chose_the_dtype():
     assert _dtype_words("auto", torch.float32, torch.device("mps")) == "float32"
 
 
+def test_the_startup_line_says_when_bfloat16_asked_for_is_emulated_on_a_cpu(monkeypatch):
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: False)
+    assert _dtype_words("bfloat16", torch.bfloat16, cpu) == (
+        "bfloat16 (emulated on this CPU, which has no native bf16: float32, train.dtype=auto, is faster)"
+    )
+    monkeypatch.setattr(runtime, "cpu_has_native_bf16", lambda: True)
+    assert _dtype_words("bfloat16", torch.bfloat16, cpu) == "bfloat16"
+
+
 # ---------------------------------------------------------------- torchrun's process group
 
 
