@@ -177,6 +177,19 @@ def test_a_bfloat16_download_is_fine_tuned_and_written_back_in_bfloat16(tf, chat
     assert (logits(before, ids) - logits(tuned, ids)).abs().max() > 1e-3  # it trained
 
 
+def test_a_lora_fine_tune_of_a_download_is_the_same_run_after_run(tf, chats, tmp_path):
+    """Two LoRA runs of one config make the same weights whatever the process drew before each:
+    the adapters' initial values come from run.seed (they came from the process's generator)."""
+    downloaded(tf, "qwen3", tmp_path / "downloaded")
+    weights = []
+    for i in range(2):
+        torch.manual_seed(100 + i)  # a caller that drew something else before
+        cfg = sft_config(tmp_path, chats, "lora", f"run.out_dir={tmp_path / f'run{i}'}", "train.lora_dropout=0.1")
+        run = minitf.train(cfg, log=lambda *a: None)
+        weights.append(minitf.load_run(run)[0].state_dict())
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
 def test_a_lora_run_holds_a_bfloat16_downloads_frozen_matrices_as_they_came(tf, tmp_path):
     """Under a bfloat16 autocast a LoRA run loads the blocks' matrices and the embedding in bfloat16
     (no float32 copy is ever made), the norms in float32, and computes the same loss and gradients
