@@ -325,9 +325,7 @@ def _load_pretrained(path: str, frozen: torch.dtype | None) -> tuple[Transformer
 
 def _new_model(cfg: Config, device: torch.device, pretrained: Transformer | None = None) -> Transformer:
     """A new Transformer for cfg.model, the same on every rank, with the pretrained weights if any."""
-    # the same initial weights on every rank; for a pretrained model, the same LoRA adapters and
-    # dropout masks drawn next, run after run (whatever the process drew before)
-    torch.manual_seed(cfg.run.seed)
+    torch.manual_seed(cfg.run.seed)  # the same weights on every rank; a pretrained one's LoRA and dropout draws too
     if pretrained is not None:  # its own tensors: a downloaded model is never held twice
         return Transformer.holding(cfg.model, pretrained.state_dict()).to(device)
     return Transformer(cfg.model).to(device)
