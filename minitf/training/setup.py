@@ -239,9 +239,12 @@ def finetune_rates(tc: TrainConfig, given: frozenset[str]) -> str:
             f"train.min_lr={tc.min_lr:g} is above a fine-tune's train.lr={tc.lr:g}; set train.lr too, or a "
             f"lower train.min_lr"
         )
-    kept = [k for k in ("train.lr", "train.min_lr", "train.muon_lr") if k in given]
+    muon = tc.optimizer == "muon"  # muon_lr is said only where Muon trains: AdamW never reads it
+    keys = ("train.lr", "train.min_lr", "train.muon_lr") if muon else ("train.lr", "train.min_lr")
+    kept = [k for k in keys if k in given]
     return (
-        f"fine-tune rates: lr {tc.lr:.3g}, min_lr {tc.min_lr:.3g}, muon_lr {tc.muon_lr:.3g} "
-        f"({', '.join(kept) + ' as set; ' if kept else ''}a fine-tune's lr defaults to {FINETUNE_LR:g}, muon_lr "
-        f"to {ratio:g}x lr, min_lr to lr / 10; set train.lr, train.muon_lr or train.min_lr to choose)"
+        f"fine-tune rates: lr {tc.lr:.3g}, min_lr {tc.min_lr:.3g}{f', muon_lr {tc.muon_lr:.3g}' if muon else ''} "
+        f"({', '.join(kept) + ' as set; ' if kept else ''}a fine-tune's lr defaults to {FINETUNE_LR:g}, "
+        f"{f'muon_lr to {ratio:g}x lr, ' if muon else ''}min_lr to lr / 10; set {', '.join(keys[:-1])} or "
+        f"{keys[-1]} to choose)"
     )

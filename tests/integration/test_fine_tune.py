@@ -171,7 +171,7 @@ def test_fine_tune_from_a_local_gpt2_then_sample_and_export(tmp_path, corpus):
     lines = []
     run = minitf.train(cfg, log=lines.append)
     assert any(f"init_from {gpt2}" in line for line in lines)
-    said = "fine-tune rates: lr 0.003, min_lr 0.0003, muon_lr 0.015 (train.lr, train.min_lr as set; "
+    said = "fine-tune rates: lr 0.003, min_lr 0.0003 (train.lr, train.min_lr as set; "  # AdamW: no muon_lr
     assert any(line.startswith(said) for line in lines)  # configs/tiny.yaml's lr and min_lr
     tuned, tuned_tok, tuned_cfg = minitf.load_run(run)
     assert tuned_cfg.train.muon_lr == pytest.approx(0.015)  # config.yaml keeps the rates a resume goes on with

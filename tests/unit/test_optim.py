@@ -44,6 +44,9 @@ def test_a_fine_tune_gets_fine_tuning_rates_for_every_group(overrides, rates):
     assert (cfg.train.lr, cfg.train.min_lr, cfg.train.muon_lr) == pytest.approx(rates)
     assert line.startswith(f"fine-tune rates: lr {rates[0]:.3g}, min_lr {rates[1]:.3g}, muon_lr {rates[2]:.3g} (")
     assert ("as set" in line) == bool(overrides)
+    cfg = minitf.load_config(overrides=["run.init_from=gpt2", "train.optimizer=adamw", *overrides])
+    line = setup.finetune_rates(cfg.train, cfg.given)  # AdamW reads no muon_lr: the line leaves it out
+    assert line.startswith(f"fine-tune rates: lr {rates[0]:.3g}, min_lr {rates[1]:.3g} (") and "muon" not in line
 
 
 @pytest.mark.parametrize(
