@@ -50,6 +50,7 @@ def atomic_write(path: str | Path, write) -> None:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
+        _raise_an_interrupt(e)
         if not _is_write_failure(e):
             raise
         raise _failure(path, e, kept) from None
@@ -84,6 +85,7 @@ def atomic_write_dir(path: str | Path, write) -> None:
         for p in made:
             with contextlib.suppress(OSError):
                 p.rmdir()
+        _raise_an_interrupt(e)
         if not _is_write_failure(e):
             raise
         raise _failure(path, e, "the files there are intact" if existed else "nothing was written there") from None
@@ -188,6 +190,18 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o666) -> int:
         if os.path.islink(path):
             refuse_symlink(path)
         raise
+
+
+def _raise_an_interrupt(e: BaseException) -> None:
+    """Raise the KeyboardInterrupt that e was raised while handling, if any: a second Ctrl-C (the
+    one that aborts a stopping run) landing in torch.save's stream write comes out of torch.save as
+    RuntimeError("unexpected pos"), which is no failing disk, and the command must say interrupted."""
+    for _ in range(4):
+        if e is None:
+            return
+        if isinstance(e, KeyboardInterrupt):
+            raise e from None
+        e = e.__cause__ or e.__context__
 
 
 def _is_write_failure(e: BaseException) -> bool:

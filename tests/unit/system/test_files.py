@@ -1,9 +1,11 @@
 """minitf.system.files: atomic_write never writes through a link, and a failed write is one line that leaves nothing."""
 
+import io
 import os
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors import SafetensorError
 
 import minitf
@@ -38,6 +40,34 @@ def test_a_failed_write_is_one_line_and_leaves_nothing(tmp_path, error):
         minitf.system.files.atomic_write(tmp_path / "old.bin", fail)
     assert (tmp_path / "old.bin").read_bytes() == b"complete"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.bin"]
+
+
+def test_ctrl_c_during_torch_save_is_an_interrupt_not_a_failed_write(tmp_path):
+    """A second Ctrl-C in torch.save's stream write comes out of torch.save as RuntimeError
+    ("unexpected pos"): the write raises the interrupt (the command then says interrupted, exit
+    130), not "could not write" (exit 2); the previous file stays and nothing is left beside it."""
+
+    class Interrupted(io.RawIOBase):  # Ctrl-C in its third write, past the header torch.save writes itself
+        writes = 0
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            self.writes += 1
+            if self.writes == 3:
+                raise KeyboardInterrupt
+            return len(b)
+
+    (tmp_path / "state.pt").write_bytes(b"complete")
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "state.pt", lambda tmp: torch.save({"a": torch.zeros(10)}, Interrupted()))
+    with pytest.raises(KeyboardInterrupt):
+        minitf.system.files.atomic_write_dir(
+            tmp_path / "out", lambda tmp: torch.save({"a": torch.zeros(10)}, Interrupted())
+        )
+    assert (tmp_path / "state.pt").read_bytes() == b"complete"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.pt"]
 
 
 # Writes land only where minitf means them to: no symlink redirects a write out of the run
