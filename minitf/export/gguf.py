@@ -38,6 +38,17 @@ DTYPES = ("f32", "f16", "q8_0")
 # the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
 # performs: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 GPT2_PRE = "gpt-2"
+# a downloaded tokenizer's own split (a Split regex, then ByteLevel without GPT-2's regex), by the name
+# llama.cpp gives it, and whether its BPE takes a whole word found in the vocabulary before any merge
+# (ignore_merges: llama.cpp's llama-bpe does, its qwen2 does not). Llama 3 groups digits by three, Qwen
+# splits them one by one; both keep a newline run apart from the spaces before a word.
+_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|{digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+NAMED_SPLITS = {
+    _SPLIT.replace("{digits}", r"\p{N}{1,3}"): ("llama-bpe", True),  # Llama 3.x
+    _SPLIT.replace("{digits}", r"\p{N}"): ("qwen2", False),  # Qwen2, Qwen2.5, Qwen3
+}
 Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
 F16_MAX = 65504.0  # the largest finite float16
 # what llama.cpp's gemma3 graph fixes (its llama_load_hparams for gemma3): the sliding layers are five in
@@ -57,15 +68,18 @@ def _gguf():
 # the tokenizer
 
 
-def check_tokenizer(tokenizer: Tokenizer) -> None:
-    """Raise MinitfError unless llama.cpp's "gpt-2" BPE tokenizes exactly as `tokenizer` does:
-    no normaliser, GPT-2's byte-level regex split without a prefix space, plain BPE merges."""
+def check_tokenizer(tokenizer: Tokenizer) -> str:
+    """The name of llama.cpp's byte-level BPE pre-tokenizer that tokenizes exactly as `tokenizer`
+    does (GPT-2's regex split, or a downloaded Llama 3's or Qwen's, NAMED_SPLITS); MinitfError
+    naming what differs otherwise. Qwen's NFC normalizer is taken too, as llama.cpp's own converter
+    takes it: llama.cpp does not normalize, which changes nothing for text already in NFC."""
     spec = json.loads(tokenizer.to_json())
-    pre, model = spec.get("pre_tokenizer") or {}, spec.get("model") or {}
+    pre, model, normalizer = spec.get("pre_tokenizer") or {}, spec.get("model") or {}, spec.get("normalizer")
+    name, ignore_merges = _named_split(pre)
     why = []
-    if spec.get("normalizer"):
-        why.append(f"a {spec['normalizer'].get('type')} normalizer")
-    if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+    if normalizer and not (name == "qwen2" and normalizer.get("type") == "NFC"):
+        why.append(f"a {normalizer.get('type')} normalizer")
+    if name is None:
         why.append(f"the pre-tokenizer {json.dumps(pre, sort_keys=True)}")
     if model.get("type") != "BPE":
         why.append(f"a {model.get('type')} model")
@@ -73,15 +87,33 @@ def check_tokenizer(tokenizer: Tokenizer) -> None:
         for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
             if model.get(key):
                 why.append(f"BPE {key}={model[key]!r}")
-        for key in ("byte_fallback", "ignore_merges"):
-            if model.get(key):
-                why.append(f"BPE {key}=true")
+        if model.get("byte_fallback"):
+            why.append("BPE byte_fallback=true")
+        if name is not None and bool(model.get("ignore_merges")) != ignore_merges:
+            have, its = (str(x).lower() for x in (bool(model.get("ignore_merges")), ignore_merges))
+            why.append(f"BPE ignore_merges={have} where llama.cpp's {name} has {its}")
     if why:
         raise MinitfError(
             f"this tokenizer has {', '.join(why)}; llama.cpp knows byte-level BPE pre-tokenizers by name and "
-            f"the only one minitf writes is GPT-2's ({GPT2_PRE!r}: ByteLevel, no prefix space, no normalizer), "
-            f"so this run cannot be exported to GGUF; train with minitf's own tokenizer"
+            f"minitf writes GPT-2's ({GPT2_PRE!r}: ByteLevel, no prefix space, no normalizer), Llama 3's "
+            f"('llama-bpe') and Qwen's ('qwen2'), so this run cannot be exported to GGUF; export it with "
+            f"`minitf export` (Hugging Face) instead"
         )
+    return name
+
+
+def _named_split(pre: dict) -> tuple[str | None, bool]:
+    """(llama.cpp's name, its ignore_merges) for a pre-tokenizer it knows, else (None, False)."""
+    if pre.get("type") == "ByteLevel" and not pre.get("add_prefix_space") and pre.get("use_regex", True):
+        return GPT2_PRE, False
+    parts = pre.get("pretokenizers") or []
+    if pre.get("type") != "Sequence" or len(parts) != 2:
+        return None, False
+    split, level = parts
+    regex = (split.get("pattern") or {}).get("Regex") if split.get("type") == "Split" else None
+    plain = split.get("behavior") == "Isolated" and not split.get("invert")
+    bytes_only = level.get("type") == "ByteLevel" and not level.get("add_prefix_space") and not level.get("use_regex")
+    return NAMED_SPLITS.get(regex, (None, False)) if plain and bytes_only else (None, False)
 
 
 def _merges(tokenizer: Tokenizer) -> list[str]:
@@ -92,7 +124,7 @@ def _merges(tokenizer: Tokenizer) -> list[str]:
 
 def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
     gguf = _gguf()
-    check_tokenizer(tokenizer)
+    pre = check_tokenizer(tokenizer)
     added = tokenizer.backend.get_added_tokens_decoder()  # {id: AddedToken}
     tokens, types = [], []
     for i in range(tokenizer.vocab_size):
@@ -105,7 +137,7 @@ def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
         else:
             types.append(gguf.TokenType.NORMAL)
     writer.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
-    writer.add_tokenizer_pre(GPT2_PRE)
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(_merges(tokenizer))

@@ -8,6 +8,7 @@ off their initial values (norm weights off one, biases off zero, logits of unit 
 swapped, mis-permuted or dropped tensor shows in the logits.
 """
 
+import json
 import subprocess
 import sys
 
@@ -194,6 +195,34 @@ def test_tokenization_equals_minitf(llama_cpp, tokenizer, tmp_path):
         merged += len(ids) < len(text.encode())
     assert merged >= 15  # the strings exercise merges, not only single bytes
     assert tokenizer.encode("<|endoftext|>") == [tokenizer.eot_id]
+
+
+@pytest.mark.parametrize("name", ["llama-bpe", "qwen2"])
+def test_a_downloaded_tokenizers_own_split_is_written_by_its_llama_cpp_name(llama_cpp, tmp_path, name):
+    """A Llama 3 tokenizer (its regex split, digits by three, ignore_merges) and a Qwen one (digits one
+    by one, Qwen's NFC normalizer) export under llama.cpp's names for them, and llama.cpp tokenizes
+    every string as minitf does (GPT-2's name would split digits, newlines and contractions apart)."""
+    from tokenizers import Regex, normalizers, pre_tokenizers
+
+    from minitf.export.gguf import NAMED_SPLITS, check_tokenizer
+
+    regex, ignore_merges = next((r, m) for r, (n, m) in NAMED_SPLITS.items() if n == name)
+    tok = minitf.Tokenizer.train([make_play(i) for i in range(4)] + [EXTRA, "2024 12345 1,000,000 it's\n\n" * 20], 400)
+    split = pre_tokenizers.Split(Regex(regex), behavior="isolated")
+    tok.backend.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(False, use_regex=False)])
+    tok.backend.model.ignore_merges = ignore_merges
+    if name == "qwen2":
+        tok.backend.normalizer = normalizers.NFC()
+    assert json.loads(tok.to_json())["model"]["ignore_merges"] is ignore_merges
+    llm = load_llama(llama_cpp, export(save_run(tmp_path / "run", tok), tmp_path / "m.gguf"), 64)
+    assert llm.metadata["tokenizer.ggml.pre"] == name
+    for text in [*STRINGS, "2024 12345 1,000,000\n\n  it's 3.14"]:
+        ids = tok.encode(text)
+        assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids, text
+        assert llm.detokenize(ids, special=True) == text.encode(), text
+    tok.backend.model.ignore_merges = not ignore_merges  # what llama.cpp's tokenizer of that name would not do
+    with pytest.raises(MinitfError, match=f"ignore_merges={str(not ignore_merges).lower()} where llama.cpp's {name}"):
+        check_tokenizer(tok)
 
 
 class Fp16TableGelu(torch.nn.Module):
