@@ -70,9 +70,10 @@ def _gguf():
 
 def check_tokenizer(tokenizer: Tokenizer) -> str:
     """The name of llama.cpp's byte-level BPE pre-tokenizer that tokenizes exactly as `tokenizer`
-    does (GPT-2's regex split, or a downloaded Llama 3's or Qwen's, NAMED_SPLITS); MinitfError
-    naming what differs otherwise. Qwen's NFC normalizer is taken too, as llama.cpp's own converter
-    takes it: llama.cpp does not normalize, which changes nothing for text already in NFC."""
+    does (GPT-2's regex split; a downloaded Llama 3's or Qwen's, NAMED_SPLITS; SmolLM's digits, then
+    GPT-2's split); MinitfError naming what differs otherwise. Qwen's NFC normalizer is taken too, as
+    llama.cpp's own converter takes it: llama.cpp does not normalize, which changes nothing for text
+    already in NFC."""
     spec = json.loads(tokenizer.to_json())
     pre, model, normalizer = spec.get("pre_tokenizer") or {}, spec.get("model") or {}, spec.get("normalizer")
     name, ignore_merges = _named_split(pre)
@@ -96,8 +97,8 @@ def check_tokenizer(tokenizer: Tokenizer) -> str:
         raise MinitfError(
             f"this tokenizer has {', '.join(why)}; llama.cpp knows byte-level BPE pre-tokenizers by name and "
             f"minitf writes GPT-2's ({GPT2_PRE!r}: ByteLevel, no prefix space, no normalizer), Llama 3's "
-            f"('llama-bpe') and Qwen's ('qwen2'), so this run cannot be exported to GGUF; export it with "
-            f"`minitf export` (Hugging Face) instead"
+            f"('llama-bpe'), Qwen's ('qwen2') and SmolLM's ('smollm'), so this run cannot be exported to "
+            f"GGUF; export it with `minitf export` (Hugging Face) instead"
         )
     return name
 
@@ -110,6 +111,9 @@ def _named_split(pre: dict) -> tuple[str | None, bool]:
     if pre.get("type") != "Sequence" or len(parts) != 2:
         return None, False
     split, level = parts
+    if split == {"type": "Digits", "individual_digits": True} and level.get("type") == "ByteLevel":
+        # SmolLM's: each digit alone, then GPT-2's split
+        return ("smollm", False) if not level.get("add_prefix_space") and level.get("use_regex") else (None, False)
     regex = (split.get("pattern") or {}).get("Regex") if split.get("type") == "Split" else None
     plain = split.get("behavior") == "Isolated" and not split.get("invert")
     bytes_only = level.get("type") == "ByteLevel" and not level.get("add_prefix_space") and not level.get("use_regex")

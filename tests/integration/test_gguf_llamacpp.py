@@ -197,19 +197,24 @@ def test_tokenization_equals_minitf(llama_cpp, tokenizer, tmp_path):
     assert tokenizer.encode("<|endoftext|>") == [tokenizer.eot_id]
 
 
-@pytest.mark.parametrize("name", ["llama-bpe", "qwen2"])
+@pytest.mark.parametrize("name", ["llama-bpe", "qwen2", "smollm"])
 def test_a_downloaded_tokenizers_own_split_is_written_by_its_llama_cpp_name(llama_cpp, tmp_path, name):
-    """A Llama 3 tokenizer (its regex split, digits by three, ignore_merges) and a Qwen one (digits one
-    by one, Qwen's NFC normalizer) export under llama.cpp's names for them, and llama.cpp tokenizes
-    every string as minitf does (GPT-2's name would split digits, newlines and contractions apart)."""
+    """A Llama 3 tokenizer (its regex split, digits by three, ignore_merges), a Qwen one (digits one
+    by one, Qwen's NFC normalizer) and a SmolLM2 one (each digit alone, then GPT-2's split) export
+    under llama.cpp's names for them, and llama.cpp tokenizes every string as minitf does (GPT-2's
+    name would split digits, newlines and contractions apart)."""
     from tokenizers import Regex, normalizers, pre_tokenizers
 
     from minitf.export.gguf import NAMED_SPLITS, check_tokenizer
 
-    regex, ignore_merges = next((r, m) for r, (n, m) in NAMED_SPLITS.items() if n == name)
+    regex, ignore_merges = next(((r, m) for r, (n, m) in NAMED_SPLITS.items() if n == name), (None, False))
     tok = minitf.Tokenizer.train([make_play(i) for i in range(4)] + [EXTRA, "2024 12345 1,000,000 it's\n\n" * 20], 400)
-    split = pre_tokenizers.Split(Regex(regex), behavior="isolated")
-    tok.backend.pre_tokenizer = pre_tokenizers.Sequence([split, pre_tokenizers.ByteLevel(False, use_regex=False)])
+    if name == "smollm":  # SmolLM2's: each digit alone, then GPT-2's split
+        split, level = pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(False, use_regex=True)
+    else:
+        split = pre_tokenizers.Split(Regex(regex), behavior="isolated")
+        level = pre_tokenizers.ByteLevel(False, use_regex=False)
+    tok.backend.pre_tokenizer = pre_tokenizers.Sequence([split, level])
     tok.backend.model.ignore_merges = ignore_merges
     if name == "qwen2":
         tok.backend.normalizer = normalizers.NFC()
