@@ -13,7 +13,7 @@ from tokenizers import Regex, pre_tokenizers
 import minitf
 from minitf.config import load_run_config
 from minitf.export.hf import to_hf
-from tests.integration.test_hf_families import SMALL, logits, trained_like
+from tests.integration.test_hf_families import SMALL, greedy, logits, trained_like
 from tests.support import ROOT
 from tests.support.corpus import make_play
 
@@ -241,3 +241,30 @@ def test_a_llama_3_gguf_begins_its_prompts_with_its_own_bos(tf, tmp_path):
     bos = int(fields["tokenizer.ggml.bos_token_id"].parts[-1][0])
     eos = int(fields["tokenizer.ggml.eos_token_id"].parts[-1][0])
     assert tok.backend.id_to_token(bos) == "<|begin_of_text|>" and tok.backend.id_to_token(eos) == "<|eot_id|>"
+
+
+def test_a_fine_tuned_qwen_goes_to_llama_cpp_with_its_own_tokenizer(tf, chats, tmp_path):
+    """import -> LoRA fine-tune -> export-gguf -> llama.cpp, for a Qwen2.5 whose tokenizer splits as
+    Qwen's does (digits one by one: llama.cpp's 'qwen2'): llama.cpp tokenizes the chat prompt as
+    minitf does, its f32 logits equal minitf's at every position and its greedy answer is the same."""
+    llama_cpp = pytest.importorskip(
+        "llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')"
+    )
+    from minitf.cli.export_gguf import main as export_gguf
+    from tests.integration.test_gguf_llamacpp import llama_logits, load_llama
+
+    downloaded(tf, "qwen2.5", tmp_path / "downloaded")
+    run = minitf.train(sft_config(tmp_path, chats, "lora", "train.dtype=float32"), log=lambda *a: None)
+    tuned, tok, _ = minitf.load_run(run)
+    export_gguf(["--run", str(run), "--out", str(tmp_path / "m.gguf")])
+    llm = load_llama(llama_cpp, tmp_path / "m.gguf", 160)
+    assert llm.metadata["tokenizer.ggml.pre"] == "qwen2"
+    ids = tok.chat_template.prompt_ids(tok, [{"role": "user", "content": "What is 1234 plus 56?"}])
+    text = tok.decode(ids)
+    assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids
+    ours = logits(tuned.eval(), ids).numpy()  # (T, V)
+    assert abs(llama_logits(llm, ids) - ours).max() < 1e-4
+    answer = greedy(tuned, ids)  # 12 new tokens
+    llm.reset()
+    theirs = [t for _, t in zip(range(len(answer)), llm.generate(ids, temp=0.0))]
+    assert theirs == answer
