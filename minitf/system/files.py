@@ -94,7 +94,7 @@ def atomic_write_dir(path: str | Path, write) -> None:
 def _failure(path: Path, e: BaseException, kept: str, beside: bool = False) -> MinitfError:
     """The one line for a write that failed: the path, the cause, and what is left of the old file
     (kept). beside: the temporary file itself could not be made next to the path."""
-    e = _os_error(e) or e  # torch.save's RuntimeError ("unexpected pos ...") over the OSError that caused it
+    e = _in_chain(e, OSError) or e  # torch.save's RuntimeError ("unexpected pos ...") over the OSError that caused it
     cause = e.strerror if isinstance(e, OSError) and e.strerror else first_line(e, 160)
     if beside:
         cause = (
@@ -104,10 +104,10 @@ def _failure(path: Path, e: BaseException, kept: str, beside: bool = False) -> M
     return MinitfError(f"could not write {path}: {cause}; {kept}")
 
 
-def _os_error(e: BaseException | None) -> OSError | None:
-    """The OSError that e is, or that it was raised while handling (a few links down, at most)."""
+def _in_chain(e: BaseException | None, kind: type) -> BaseException | None:
+    """The exception of `kind` that e is, or that it was raised while handling (a few links down, at most)."""
     for _ in range(4):
-        if e is None or isinstance(e, OSError):
+        if e is None or isinstance(e, kind):
             return e
         e = e.__cause__ or e.__context__
     return None
@@ -196,12 +196,9 @@ def _raise_an_interrupt(e: BaseException) -> None:
     """Raise the KeyboardInterrupt that e was raised while handling, if any: a second Ctrl-C (the
     one that aborts a stopping run) landing in torch.save's stream write comes out of torch.save as
     RuntimeError("unexpected pos"), which is no failing disk, and the command must say interrupted."""
-    for _ in range(4):
-        if e is None:
-            return
-        if isinstance(e, KeyboardInterrupt):
-            raise e from None
-        e = e.__cause__ or e.__context__
+    interrupt = _in_chain(e, KeyboardInterrupt)
+    if interrupt is not None:
+        raise interrupt from None
 
 
 def _is_write_failure(e: BaseException) -> bool:
