@@ -4,11 +4,12 @@
 
 The architecture comes from minitf.export.architecture (gpt2, llama, qwen3 or gptneox); the file holds the
 hyperparameters llama.cpp reads for it, the weights under llama.cpp's tensor names, and the
-tokenizer (byte-level BPE: tokens, types, merges, <|endoftext|> as bos and eos), so nothing else
-has to travel with it; a chat run's file also holds its template (tokenizer.chat_template) and
-its end-of-turn token as eos and eot, where llama.cpp's chat ends an answer. The writer is the
-`gguf` package (the `gguf` extra: pip install -e '.[gguf]'), published by the llama.cpp project;
-it is imported inside the functions only.
+tokenizer (minitf.export.gguf_vocab: byte-level BPE's tokens, types and merges, or a SentencePiece-style
+vocabulary's tokens, types and scores; <|endoftext|> as bos and eos), so nothing else has to travel
+with it; a chat run's file also holds its template (tokenizer.chat_template) and its end-of-turn token
+as eos and eot, where llama.cpp's chat ends an answer. The writer is the `gguf` package (the `gguf`
+extra: pip install -e '.[gguf]'), published by the llama.cpp project; it is imported inside the
+functions only.
 
 Layout facts the file depends on (each checked by tests/integration/test_gguf_llamacpp.py against llama.cpp itself):
 - GGUF stores a (rows, cols) array as ne = (cols, rows): nn.Linear's (out, in) weight and the
@@ -20,7 +21,6 @@ Layout facts the file depends on (each checked by tests/integration/test_gguf_ll
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -32,131 +32,15 @@ from ..positions import rope_scaling, rotary_angles
 from ..system.sizes import ffn_hidden
 from ..tokenizer import Tokenizer, check_vocab
 from .architecture import FORMAT_NAMES, export_format
+from .gguf_vocab import add_tokenizer, check_tokenizer, gguf_package
 from .weights import HEAD, TABLES, Weight, exported, minitf_name, minitf_tensors
 
 DTYPES = ("f32", "f16", "q8_0")
-# the name llama.cpp gives the GPT-2 regex split, which HF tokenizers' ByteLevel(use_regex=True)
-# performs: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-GPT2_PRE = "gpt-2"
-# a downloaded tokenizer's own split (a Split regex, then ByteLevel without GPT-2's regex), by the name
-# llama.cpp gives it, and whether its BPE takes a whole word found in the vocabulary before any merge
-# (ignore_merges: llama.cpp's llama-bpe does, its qwen2 does not). Llama 3 groups digits by three, Qwen
-# splits them one by one; both keep a newline run apart from the spaces before a word.
-_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|{digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-NAMED_SPLITS = {
-    _SPLIT.replace("{digits}", r"\p{N}{1,3}"): ("llama-bpe", True),  # Llama 3.x
-    _SPLIT.replace("{digits}", r"\p{N}"): ("qwen2", False),  # Qwen2, Qwen2.5, Qwen3
-}
 Q8_BLOCK = 32  # q8_0 quantizes rows in blocks of 32 values
 F16_MAX = 65504.0  # the largest finite float16
 # what llama.cpp's gemma3 graph fixes (its llama_load_hparams for gemma3): the sliding layers are five in
 # six, rotating at base 10,000
 GEMMA3_GLOBAL_EVERY, GEMMA3_LOCAL_BASE = 6, 10000.0
-
-
-def _gguf():
-    try:
-        import gguf
-    except ImportError:
-        raise MinitfError("the gguf package is not installed; pip install -e '.[gguf]' (or pip install gguf)") from None
-    return gguf
-
-
-# ---------------------------------------------------------------------------------------------
-# the tokenizer
-
-
-def check_tokenizer(tokenizer: Tokenizer) -> str:
-    """The name of llama.cpp's byte-level BPE pre-tokenizer that tokenizes exactly as `tokenizer`
-    does (GPT-2's regex split; a downloaded Llama 3's or Qwen's, NAMED_SPLITS; SmolLM's digits, then
-    GPT-2's split); MinitfError naming what differs otherwise. Qwen's NFC normalizer is taken too, as
-    llama.cpp's own converter takes it: llama.cpp does not normalize, which changes nothing for text
-    already in NFC."""
-    spec = json.loads(tokenizer.to_json())
-    pre, model, normalizer = spec.get("pre_tokenizer") or {}, spec.get("model") or {}, spec.get("normalizer")
-    name, ignore_merges = _named_split(pre)
-    why = []
-    if normalizer and not (name == "qwen2" and normalizer.get("type") == "NFC"):
-        why.append(f"a {normalizer.get('type')} normalizer")
-    if name is None:
-        why.append(f"the pre-tokenizer {json.dumps(pre, sort_keys=True)}")
-    if model.get("type") != "BPE":
-        why.append(f"a {model.get('type')} model")
-    else:
-        for key in ("dropout", "continuing_subword_prefix", "end_of_word_suffix"):
-            if model.get(key):
-                why.append(f"BPE {key}={model[key]!r}")
-        if model.get("byte_fallback"):
-            why.append("BPE byte_fallback=true")
-        if name is not None and bool(model.get("ignore_merges")) != ignore_merges:
-            have, its = (str(x).lower() for x in (bool(model.get("ignore_merges")), ignore_merges))
-            why.append(f"BPE ignore_merges={have} where llama.cpp's {name} has {its}")
-    if why:
-        raise MinitfError(
-            f"this tokenizer has {', '.join(why)}; llama.cpp knows byte-level BPE pre-tokenizers by name and "
-            f"minitf writes GPT-2's ({GPT2_PRE!r}: ByteLevel, no prefix space, no normalizer), Llama 3's "
-            f"('llama-bpe'), Qwen's ('qwen2') and SmolLM's ('smollm'), so this run cannot be exported to "
-            f"GGUF; export it with `minitf export` (Hugging Face) instead"
-        )
-    return name
-
-
-def _named_split(pre: dict) -> tuple[str | None, bool]:
-    """(llama.cpp's name, its ignore_merges) for a pre-tokenizer it knows, else (None, False)."""
-    if pre.get("type") == "ByteLevel" and not pre.get("add_prefix_space") and pre.get("use_regex", True):
-        return GPT2_PRE, False
-    parts = pre.get("pretokenizers") or []
-    if pre.get("type") != "Sequence" or len(parts) != 2:
-        return None, False
-    split, level = parts
-    if split == {"type": "Digits", "individual_digits": True} and level.get("type") == "ByteLevel":
-        # SmolLM's: each digit alone, then GPT-2's split
-        return ("smollm", False) if not level.get("add_prefix_space") and level.get("use_regex") else (None, False)
-    regex = (split.get("pattern") or {}).get("Regex") if split.get("type") == "Split" else None
-    plain = split.get("behavior") == "Isolated" and not split.get("invert")
-    bytes_only = level.get("type") == "ByteLevel" and not level.get("add_prefix_space") and not level.get("use_regex")
-    return NAMED_SPLITS.get(regex, (None, False)) if plain and bytes_only else (None, False)
-
-
-def _merges(tokenizer: Tokenizer) -> list[str]:
-    """BPE merges as "left right" strings, in rank order (tokenizers writes pairs or strings)."""
-    merges = json.loads(tokenizer.to_json())["model"]["merges"]
-    return [m if isinstance(m, str) else " ".join(m) for m in merges]
-
-
-def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
-    gguf = _gguf()
-    pre = check_tokenizer(tokenizer)
-    added = tokenizer.backend.get_added_tokens_decoder()  # {id: AddedToken}
-    tokens, types = [], []
-    for i in range(tokenizer.vocab_size):
-        token = tokenizer.backend.id_to_token(i)
-        if token is None:
-            raise MinitfError(f"the tokenizer has no token with id {i}; its ids must run 0..{tokenizer.vocab_size - 1}")
-        tokens.append(token)
-        if i in added:  # special ones (<|endoftext|>) control generation, others are user-added text
-            types.append(gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED)
-        else:
-            types.append(gguf.TokenType.NORMAL)
-    writer.add_tokenizer_model("gpt2")  # llama.cpp's name for byte-level BPE
-    writer.add_tokenizer_pre(pre)
-    writer.add_token_list(tokens)
-    writer.add_token_types(types)
-    writer.add_token_merges(_merges(tokenizer))
-    template = getattr(tokenizer, "chat_template", None)
-    # a downloaded template's own bos_token (Llama 3's <|begin_of_text|>, which it writes first), else <|endoftext|>
-    bos = tokenizer.backend.token_to_id(template.special.get("bos_token", "")) if template is not None else None
-    writer.add_bos_token_id(tokenizer.eot_id if bos is None else bos)
-    if template is None:
-        writer.add_eos_token_id(tokenizer.eot_id)
-    else:  # a chat model: llama.cpp's chat renders the template and ends the answer at the end of its turn
-        writer.add_chat_template(template.source)
-        writer.add_eos_token_id(template.end_of_turn(tokenizer))
-        writer.add_eot_token_id(template.end_of_turn(tokenizer))
-    writer.add_add_bos_token(False)  # minitf adds no special token around a prompt
-    writer.add_add_eos_token(False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +76,7 @@ def _tensors(model: Transformer, fmt: str) -> dict[str, torch.Tensor]:
 def _encode(t: torch.Tensor, dtype: str):
     """(array, raw GGML type or None) for one tensor: vectors stay float32 (as llama.cpp's own
     converter keeps them), matrices become f16 or q8_0 (rows not a multiple of 32: f16)."""
-    gguf = _gguf()
+    gguf = gguf_package()
     a = t.contiguous().numpy().astype(np.float32)
     if dtype == "f32" or a.ndim == 1:
         return a, None
@@ -224,7 +108,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
         )
     check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
     check_tokenizer(tokenizer)
-    gguf = _gguf()
+    gguf = gguf_package()
     arch = gguf.MODEL_ARCH[TABLES[fmt].gguf_arch]
     _check_rope_and_window(cfg, fmt)
     tensors = {**_tensors(model, fmt), **_rope_tensors(cfg)}
@@ -323,7 +207,7 @@ def _check_range(tensors: dict[str, torch.Tensor], dtype: str) -> None:
 
 def _check_names(tensors: dict[str, torch.Tensor], arch, fmt: str) -> None:
     """Every tensor name is one gguf's own table lists for the architecture (llama.cpp loads no other)."""
-    gguf = _gguf()
+    gguf = gguf_package()
     known = {gguf.TENSOR_NAMES[t] for t in gguf.MODEL_TENSORS[arch]}
     for name in tensors:
         parts = name.split(".")
@@ -349,7 +233,7 @@ def _add_hyperparameters(writer, model: Transformer, fmt: str, ffn: int) -> None
     if TABLES[fmt].gguf_parallel_residual:
         writer.add_parallel_residual(False)  # minitf's sublayers run one after the other
     if cfg.rope_scaling == "linear":  # llama3's factors are a tensor (_rope_tensors)
-        writer.add_rope_scaling_type(_gguf().RopeScalingType.LINEAR)
+        writer.add_rope_scaling_type(gguf_package().RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(cfg.rope_factor)
     if TABLES[fmt].gguf_sliding:  # the others' graphs see every key (checked)
         writer.add_sliding_window(cfg.sliding_window)

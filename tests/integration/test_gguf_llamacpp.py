@@ -8,6 +8,7 @@ off their initial values (norm weights off one, biases off zero, logits of unit 
 swapped, mis-permuted or dropped tensor shows in the logits.
 """
 
+import ctypes
 import json
 import subprocess
 import sys
@@ -24,6 +25,7 @@ from minitf.model import Transformer
 from minitf.training.checkpoint import WEIGHTS, save_weights, write_run_files
 from tests.support import ROOT
 from tests.support.corpus import make_play
+from tests.support.sentencepiece import sentencepiece_style
 
 INSTALL = "pip install -e '.[gguf,llamacpp]'"
 
@@ -177,6 +179,18 @@ def llama_logits(llm, ids) -> np.ndarray:
     return np.array(llm.scores[: len(ids)])  # (T, V)
 
 
+def detokenized(llama_cpp, llm, ids) -> bytes:
+    """llama.cpp's own text of `ids` (llama_detokenize, special tokens as their text), which takes off
+    the space a SentencePiece-style vocabulary put before the text; llama-cpp-python's detokenize
+    joins the tokens' pieces and keeps it."""
+    buffer = ctypes.create_string_buffer(16 * len(ids) + 16)
+    n = llama_cpp.llama_detokenize(
+        llm._model.vocab, (llama_cpp.llama_token * len(ids))(*ids), len(ids), buffer, len(buffer), False, True
+    )
+    assert n >= 0
+    return buffer.raw[:n]
+
+
 def minitf_logits(model, ids) -> np.ndarray:
     with torch.no_grad():
         return model(torch.tensor([ids]))[0][0].numpy()  # (T, V)
@@ -205,7 +219,7 @@ def test_a_downloaded_tokenizers_own_split_is_written_by_its_llama_cpp_name(llam
     name would split digits, newlines and contractions apart)."""
     from tokenizers import Regex, normalizers, pre_tokenizers
 
-    from minitf.export.gguf import NAMED_SPLITS, check_tokenizer
+    from minitf.export.gguf_vocab import NAMED_SPLITS, check_tokenizer
 
     regex, ignore_merges = next(((r, m) for r, (n, m) in NAMED_SPLITS.items() if n == name), (None, False))
     tok = minitf.Tokenizer.train([make_play(i) for i in range(4)] + [EXTRA, "2024 12345 1,000,000 it's\n\n" * 20], 400)
@@ -228,6 +242,37 @@ def test_a_downloaded_tokenizers_own_split_is_written_by_its_llama_cpp_name(llam
     tok.backend.model.ignore_merges = not ignore_merges  # what llama.cpp's tokenizer of that name would not do
     with pytest.raises(MinitfError, match=f"ignore_merges={str(not ignore_merges).lower()} where llama.cpp's {name}"):
         check_tokenizer(tok)
+
+
+@pytest.mark.parametrize("style, prefix", [("gemma", False), ("metaspace-never", False), ("mistral", True)])
+def test_a_sentencepiece_style_tokenizer_is_written_as_llama_cpps_llama_vocabulary(llama_cpp, tmp_path, style, prefix):
+    """Gemma's and Mistral's tokenizers (▁ for a space, <0xXX> for a character the vocabulary lacks,
+    a merge for every cut of a piece) export as llama.cpp's SentencePiece-style vocabulary, with a
+    space put before each text for Mistral's: llama.cpp tokenizes every string, special tokens
+    among them, as minitf does, and decodes the ids to minitf's text."""
+    from minitf.export.gguf_vocab import check_tokenizer
+
+    tok = sentencepiece_style([make_play(i) for i in range(4)] + [EXTRA], 400, style)
+    llm = load_llama(llama_cpp, export(save_run(tmp_path / "run", tok), tmp_path / "m.gguf"), 64)
+    assert llm.metadata["tokenizer.ggml.model"] == "llama" and "tokenizer.ggml.merges" not in llm.metadata
+    assert llm.metadata["tokenizer.ggml.add_space_prefix"] == str(prefix).lower()
+    marked = ["[INST] What is 17?[/INST] It is 42.</s>", "<start_of_turn>user\nhi<end_of_turn>\n", "<unk> <s>"]
+    marked += ["characters it never saw: Æ ∑ ♞ ₂ 🦜"]
+    fallbacks = 0
+    for text in [*STRINGS, *marked]:
+        ids = tok.encode(text)
+        assert llm.tokenize(text.encode(), add_bos=False, special=True) == ids, text
+        assert detokenized(llama_cpp, llm, ids) == tok.decode(ids).encode(), text
+        fallbacks += any(tok.backend.id_to_token(i).startswith("<0x") for i in ids)
+    assert fallbacks >= 5  # characters the vocabulary lacks went to bytes, in llama.cpp too
+    # what llama.cpp would tokenize otherwise is refused: a ▁ a Metaspace does not put before " text",
+    # merges that are not one for each cut of a piece (llama.cpp joins any pair that makes a piece)
+    with pytest.raises(MinitfError, match=r"prepend_scheme.*first.*one before every text or before none"):
+        check_tokenizer(sentencepiece_style([EXTRA], 300, "metaspace-first"))
+    spec = json.loads(tok.to_json())
+    del spec["model"]["merges"][-1]
+    with pytest.raises(MinitfError, match="not one for each cut of a token in two, grouped by token"):
+        check_tokenizer(minitf.Tokenizer.load_str(json.dumps(spec)))
 
 
 class Fp16TableGelu(torch.nn.Module):
@@ -322,7 +367,7 @@ def test_f16_and_q8_0_files_load_and_agree(llama_cpp, tokenizer, tmp_path, name)
 
 def test_refusals(tokenizer, tmp_path):
     pytest.importorskip("gguf", reason=f"the gguf package is not installed ({INSTALL})")
-    from minitf.export.gguf import check_tokenizer
+    from minitf.export.gguf_vocab import check_tokenizer
 
     run = save_run(tmp_path / "run", tokenizer)
     with pytest.raises(MinitfError, match="does not exist"):

@@ -16,6 +16,7 @@ from minitf.export.hf import to_hf
 from tests.integration.test_hf_families import SMALL, greedy, logits, trained_like
 from tests.support import ROOT
 from tests.support.corpus import make_play
+from tests.support.sentencepiece import sentencepiece_style
 
 TEMPLATES = json.loads((ROOT / "tests" / "data" / "chat_templates.json").read_text(encoding="utf-8"))
 LLAMA3 = dict(
@@ -73,15 +74,22 @@ def chats(tmp_path_factory):
     return path
 
 
-def downloaded(tf, family: str, where):
+def downloaded(tf, family: str, where, sentencepiece: str | None = None, **config):
     """A directory as the hub holds the family: config.json and safetensors of a trained-like model
-    of two layers, tokenizer.json with the template's special tokens, tokenizer_config.json with it."""
+    of two layers (or as `config` says), tokenizer.json with the template's special tokens (byte-level,
+    or SentencePiece-style as Gemma's and Mistral's are: tests/support/sentencepiece.py's style),
+    tokenizer_config.json with the template."""
     from tokenizers import AddedToken
 
     arch, extra, template, _ = FAMILIES[family]
+    extra = {**extra, **config}
     spec = TEMPLATES[template]
-    tok = minitf.Tokenizer.train([make_play(i) for i in range(2)] + ["What is 4 plus 3? It is 7. " * 20], 400)
-    tok.backend.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in spec["added_tokens"].items()])
+    texts = [make_play(i) for i in range(2)] + ["What is 4 plus 3? It is 7. " * 20]
+    if sentencepiece:
+        tok = sentencepiece_style(texts, 300, sentencepiece, spec["added_tokens"])
+    else:
+        tok = minitf.Tokenizer.train(texts, 400)
+        tok.backend.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in spec["added_tokens"].items()])
     if arch == "Qwen2":  # transformers reads a qwen2 tokenizer with Qwen's own split (digits one by one),
         tok.backend.pre_tokenizer = QWEN2_SPLIT  # whatever tokenizer.json says: a real one says the same
     torch.manual_seed(0)
@@ -268,3 +276,43 @@ def test_a_fine_tuned_qwen_goes_to_llama_cpp_with_its_own_tokenizer(tf, chats, t
     llm.reset()
     theirs = [t for _, t in zip(range(len(answer)), llm.generate(ids, temp=0.0))]
     assert theirs == answer
+
+
+# Gemma 3 as llama.cpp's gemma3 graph computes it (five sliding layers in six), Mistral without a window
+# (llama.cpp's llama graph has none), each with its SentencePiece-style tokenizer
+SENTENCEPIECE_FAMILIES = {"gemma-3": dict(num_hidden_layers=6), "mistral": dict(sliding_window=None)}
+
+
+@pytest.mark.parametrize("family", SENTENCEPIECE_FAMILIES)
+def test_a_fine_tuned_gemma_or_mistral_goes_to_llama_cpp_with_its_own_tokenizer(tf, chats, tmp_path, family):
+    """import -> LoRA fine-tune -> export-gguf -> llama.cpp for the families whose tokenizer is
+    SentencePiece's (llama.cpp's "llama" vocabulary): llama.cpp tokenizes the chat prompt as minitf
+    does, its f32 logits equal minitf's at every position (Gemma's with llama.cpp's float16 GELU
+    table in minitf's gate) and its greedy answer is the same."""
+    llama_cpp = pytest.importorskip(
+        "llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')"
+    )
+    from minitf.cli.export_gguf import main as export_gguf
+    from tests.integration.test_gguf_llamacpp import Fp16TableGeGLU, llama_logits, load_llama
+
+    style = family.split("-")[0]
+    downloaded(tf, family, tmp_path / "downloaded", sentencepiece=style, **SENTENCEPIECE_FAMILIES[family])
+    run = minitf.train(sft_config(tmp_path, chats, "lora", "train.dtype=float32"), log=lambda *a: None)
+    tuned, tok, _ = minitf.load_run(run)
+    export_gguf(["--run", str(run), "--out", str(tmp_path / "m.gguf")])
+    llm = load_llama(llama_cpp, tmp_path / "m.gguf", 160)
+    assert llm.metadata["tokenizer.ggml.model"] == "llama"
+    ask = [{"role": "user", "content": "What is 1234 plus 56?"}]
+    ids = tok.chat_template.prompt_ids(tok, ask)
+    prompt = tok.chat_template.render(ask, add_generation_prompt=True)
+    assert llm.tokenize(prompt.encode(), add_bos=False, special=True) == ids
+    if family == "gemma-3":
+        for b in tuned.blocks:
+            b.mlp.act = Fp16TableGeGLU()
+    ours = logits(tuned.eval(), ids).numpy()  # (T, V)
+    # Gemma's bound is test_gguf_llamacpp's for its gate: llama.cpp's table also rounds the GELU's input
+    assert abs(llama_logits(llm, ids) - ours).max() < (1e-3 if family == "gemma-3" else 1e-4)
+    answer = greedy(tuned, ids)  # 12 new tokens
+    llm.reset()
+    theirs = [t for _, t in zip(range(len(answer)), llm.generate(ids, temp=0.0))]
+    assert theirs == answer and len(set(answer)) > 2
