@@ -11,8 +11,8 @@ both against llama.cpp itself):
   has a merge for every way of cutting a token in two, ranked by the token (what transformers writes
   from a SentencePiece model). llama.cpp merges the adjacent pair whose joined text is the token of the
   highest score, so each token's score is minus the rank of its first merge: the order in which minitf's
-  BPE applies them. Whether a space is put before the text (Mistral's, Llama 2's; not Gemma's) is
-  add_space_prefix.
+  BPE applies them (_first_ranks says where the two can still differ). Whether a space is put before
+  the text (Mistral's, Llama 2's; not Gemma's) is add_space_prefix.
 """
 
 from __future__ import annotations
@@ -40,11 +40,14 @@ SPACE = "▁"  # SentencePiece's visible space (U+2581)
 SENTENCEPIECE = "llama"  # llama.cpp's name for the SentencePiece-style vocabulary
 _REPLACE_SPACE = {"type": "Replace", "pattern": {"String": " "}, "content": SPACE}
 # SentencePiece-style text preparation in tokenizer.json (normalizer, pre-tokenizer) -> add_space_prefix:
-# Gemma's (spaces only, also written as a Metaspace that never prepends) and Mistral's and Llama 2's as
-# transformers writes them (a ▁ before each text between special tokens, where llama.cpp puts a space).
-# A Metaspace that prepends is not llama.cpp's: it puts no ▁ before a text that starts with a space.
+# Gemma's (spaces only; transformers adds a split at spaces, which are all ▁ by then; also written as a
+# Metaspace that never prepends) and Mistral's and Llama 2's as transformers writes them (a ▁ before
+# each text between special tokens, where llama.cpp puts a space). A Metaspace that prepends is not
+# llama.cpp's: it puts no ▁ before a text that starts with a space.
+_AT_SPACES = {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": False}
 _PREFIXES = (
     (_REPLACE_SPACE, None, False),
+    (_REPLACE_SPACE, _AT_SPACES, False),
     (None, {"type": "Metaspace", "replacement": SPACE, "prepend_scheme": "never", "split": False}, False),
     ({"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": SPACE}, _REPLACE_SPACE]}, None, True),
 )
@@ -133,11 +136,13 @@ def _sentencepiece_differences(spec: dict) -> list[str]:
         )
     if model.get("ignore_merges"):
         why.append("byte_fallback with ignore_merges=true")
-    missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in model.get("vocab", {})]
+    vocab = model.get("vocab", {})
+    # a byte llama.cpp may need as <0xXX>: one of a character the vocabulary lacks (Gemma's tab is "\t" itself)
+    missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in vocab and not (b < 128 and chr(b) in vocab)]
     if missing:
         why.append(f"byte_fallback without the byte token {missing[0]}")
     if _first_ranks(model) is None:
-        why.append("byte_fallback with merges that are not one for each cut of a token in two, grouped by token")
+        why.append("byte_fallback with merges that are not one for each cut of a token in two")
     return why
 
 
@@ -149,21 +154,18 @@ def _space_prefix(spec: dict) -> bool | None:
 
 
 def _first_ranks(model: dict) -> dict[str, int] | None:
-    """Token -> the rank of the first merge that makes it; None unless the merges are SentencePiece's as
-    transformers writes them: each token's merges one after another, one for every cut of it into two
-    tokens. Only then does llama.cpp, which joins any adjacent pair whose text is a token of the best
-    score, join what minitf's BPE joins."""
+    """Token -> the rank of the first merge that makes it; None unless there is a merge for every cut
+    of a token into two tokens, as transformers writes SentencePiece's: llama.cpp joins any adjacent
+    pair whose text is a token, the best-scored first, so a cut without a merge would be joined there
+    and not here. The order is then minitf's wherever a piece's merges come together in the list,
+    which they do but for pieces of equal SentencePiece score (Gemma's whitespace runs, say): there
+    llama.cpp, like SentencePiece itself, takes the leftmost pair where minitf takes the earlier merge."""
     vocab, first, cuts = model.get("vocab", {}), {}, {}
-    previous = None
     for rank, merge in enumerate(model.get("merges", [])):
         left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
-        token = left + right
-        if token != previous:
-            if token in first:  # a token's merges apart from each other: two scores would be needed
-                return None
-            first[token], previous = rank, token
-        cuts[token] = cuts.get(token, 0) + 1
-    for token in vocab:  # a token with a cut but no merge would be joined by llama.cpp and not by minitf
+        first.setdefault(left + right, rank)
+        cuts[left + right] = cuts.get(left + right, 0) + 1
+    for token in vocab:
         if cuts.get(token, 0) != sum(token[:k] in vocab and token[k:] in vocab for k in range(1, len(token))):
             return None
     return first
