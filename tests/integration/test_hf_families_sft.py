@@ -16,7 +16,7 @@ from minitf.export.hf import to_hf
 from tests.integration.test_hf_families import SMALL, greedy, logits, trained_like
 from tests.support import ROOT
 from tests.support.corpus import make_play
-from tests.support.sentencepiece import sentencepiece_style
+from tests.support.sentencepiece import ADDED, sentencepiece_style
 
 TEMPLATES = json.loads((ROOT / "tests" / "data" / "chat_templates.json").read_text(encoding="utf-8"))
 LLAMA3 = dict(
@@ -86,7 +86,8 @@ def downloaded(tf, family: str, where, sentencepiece: str | None = None, **confi
     spec = TEMPLATES[template]
     texts = [make_play(i) for i in range(2)] + ["What is 4 plus 3? It is 7. " * 20]
     if sentencepiece:
-        tok = sentencepiece_style(texts, 300, sentencepiece, spec["added_tokens"])
+        # the style's own first tokens (Phi-3's <unk> <s> </s> are Llama 2's), then the template's
+        tok = sentencepiece_style(texts, 300, sentencepiece, {**ADDED[sentencepiece], **spec["added_tokens"]})
     else:
         tok = minitf.Tokenizer.train(texts, 400)
         tok.backend.add_tokens([AddedToken(t, special=s, normalized=False) for t, s in spec["added_tokens"].items()])
@@ -278,15 +279,20 @@ def test_a_fine_tuned_qwen_goes_to_llama_cpp_with_its_own_tokenizer(tf, chats, t
     assert theirs == answer
 
 
-# Gemma 3 as llama.cpp's gemma3 graph computes it (five sliding layers in six), Mistral without a window
-# (llama.cpp's llama graph has none), each with its SentencePiece-style tokenizer
-SENTENCEPIECE_FAMILIES = {"gemma-3": dict(num_hidden_layers=6), "mistral": dict(sliding_window=None)}
+# Gemma 3 as llama.cpp's gemma3 graph computes it (five sliding layers in six), Mistral and Phi-3.5
+# without a window (llama.cpp's llama and phi3 graphs have none), each with its SentencePiece-style
+# tokenizer (Phi-3's is Llama 2's, written as Mistral's is): (tokenizer style, config)
+SENTENCEPIECE_FAMILIES = {
+    "gemma-3": ("gemma", dict(num_hidden_layers=6)),
+    "mistral": ("mistral", dict(sliding_window=None)),
+    "phi-3.5": ("mistral", dict(sliding_window=None)),
+}
 
 
 @pytest.mark.parametrize("family", SENTENCEPIECE_FAMILIES)
-def test_a_fine_tuned_gemma_or_mistral_goes_to_llama_cpp_with_its_own_tokenizer(tf, chats, tmp_path, family):
+def test_a_fine_tuned_gemma_mistral_or_phi_goes_to_llama_cpp_with_its_own_tokenizer(tf, chats, tmp_path, family):
     """import -> LoRA fine-tune -> export-gguf -> llama.cpp for the families whose tokenizer is
-    SentencePiece's (llama.cpp's "llama" vocabulary): llama.cpp tokenizes the chat prompt as minitf
+    SentencePiece's (llama.cpp's "llama" vocabulary: Gemma 3, Mistral, Phi-3.5): llama.cpp tokenizes the chat prompt as minitf
     does, its f32 logits equal minitf's at every position (Gemma's with llama.cpp's float16 GELU
     table in minitf's gate) and its greedy answer is the same."""
     llama_cpp = pytest.importorskip(
@@ -295,8 +301,8 @@ def test_a_fine_tuned_gemma_or_mistral_goes_to_llama_cpp_with_its_own_tokenizer(
     from minitf.cli.export_gguf import main as export_gguf
     from tests.integration.test_gguf_llamacpp import Fp16TableGeGLU, llama_logits, load_llama
 
-    style = family.split("-")[0]
-    downloaded(tf, family, tmp_path / "downloaded", sentencepiece=style, **SENTENCEPIECE_FAMILIES[family])
+    style, config = SENTENCEPIECE_FAMILIES[family]
+    downloaded(tf, family, tmp_path / "downloaded", sentencepiece=style, **config)
     run = minitf.train(sft_config(tmp_path, chats, "lora", "train.dtype=float32"), log=lambda *a: None)
     tuned, tok, _ = minitf.load_run(run)
     export_gguf(["--run", str(run), "--out", str(tmp_path / "m.gguf")])
