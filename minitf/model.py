@@ -25,8 +25,15 @@ from .tokenizer import check_ids
 
 def make_norm(cfg: ModelConfig) -> nn.Module:
     if cfg.norm == "rmsnorm":
-        return nn.RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+        return RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
     return nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=cfg.bias)
+
+
+class RMSNorm(nn.RMSNorm):
+    """model.norm=rmsnorm; a bfloat16 input beside float32 gains is normed in float32 as torch does, unwarned."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.to(self.weight.dtype)).to(x.dtype)  # (..., C): Gemma's after-norms under autocast
 
 
 class FeedForward(nn.Module):
@@ -50,13 +57,8 @@ class FeedForward(nn.Module):
 
 def activation(cfg: ModelConfig) -> nn.Module:
     """The feed-forward block's nonlinearity: model.ffn = gelu (model.gelu: exact or tanh), relu2 or swiglu."""
-    if cfg.ffn == "swiglu":
-        return SwiGLU()
-    if cfg.ffn == "geglu":
-        return GeGLU()
-    if cfg.ffn == "relu2":
-        return ReLU2()
-    return nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
+    other = {"swiglu": SwiGLU, "geglu": GeGLU, "relu2": ReLU2}.get(cfg.ffn)
+    return other() if other else nn.GELU(approximate="tanh" if cfg.gelu == "tanh" else "none")
 
 
 class ReLU2(nn.Module):
@@ -256,9 +258,8 @@ class Transformer(nn.Module):
         self.wte = (TiedEmbedding if cfg.tie_embeddings else nn.Embedding)(padded_vocab(cfg.vocab_size), cfg.n_embd)
         additive = {"learned": LearnedPositions, "sinusoidal": SinusoidalPositions}.get(cfg.positions)
         self.wpe = additive(cfg.block_size, cfg.n_embd) if additive else None  # None: rope rotates q, k instead
-        self.rope = (
-            Rotary(cfg.block_size, cfg.head_size, cfg.rope_base, rope_scaling(cfg)) if cfg.positions == "rope" else None
-        )
+        rotary = cfg.positions == "rope"
+        self.rope = Rotary(cfg.block_size, cfg.head_size, cfg.rope_base, rope_scaling(cfg)) if rotary else None
         self.rope_local = local_rope(cfg)  # None, or the sliding layers' own (Gemma 3)
         self.drop = nn.Dropout(cfg.dropout)
         block = SandwichBlock if cfg.sandwich_norm else Block

@@ -292,9 +292,9 @@ SENTENCEPIECE_FAMILIES = {
 @pytest.mark.parametrize("family", SENTENCEPIECE_FAMILIES)
 def test_a_fine_tuned_gemma_mistral_or_phi_goes_to_llama_cpp_with_its_own_tokenizer(tf, chats, tmp_path, family):
     """import -> LoRA fine-tune -> export-gguf -> llama.cpp for the families whose tokenizer is
-    SentencePiece's (llama.cpp's "llama" vocabulary: Gemma 3, Mistral, Phi-3.5): llama.cpp tokenizes the chat prompt as minitf
-    does, its f32 logits equal minitf's at every position (Gemma's with llama.cpp's float16 GELU
-    table in minitf's gate) and its greedy answer is the same."""
+    SentencePiece's (llama.cpp's "llama" vocabulary: Gemma 3, Mistral, Phi-3.5): llama.cpp tokenizes
+    the chat prompt as minitf does, its f32 logits equal minitf's at every position (Gemma's with
+    llama.cpp's float16 GELU table in minitf's gate) and its greedy answer is the same."""
     llama_cpp = pytest.importorskip(
         "llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[llamacpp]')"
     )

@@ -285,3 +285,27 @@ def test_the_default_block_calls_no_do_nothing_layer_and_gemmas_lists_its_norms_
         a = sandwich.attn(sandwich.ln_1(x))
         mid = x + sandwich.after_attn(a)
         assert torch.allclose(sandwich(x), mid + sandwich.after_mlp(sandwich.mlp(sandwich.ln_2(mid))))
+
+
+def test_gemmas_norm_after_a_bfloat16_sub_layer_computes_as_torch_does_without_its_warning():
+    # under a bfloat16 autocast a sub-layer's output is bfloat16 and the norm's gains float32: torch's
+    # RMSNorm computes that mix in float32 but warns (a line in every Gemma fine-tune); minitf's norm
+    # gives the same bits silently
+    import warnings
+
+    m = minitf.Transformer(tiny(norm="rmsnorm", sandwich_norm=True, positions="rope", bias=False))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.1)  # gains off one
+    norm = m.blocks[0].after_attn
+    x = torch.randn(2, 5, 32).to(torch.bfloat16)
+    torch_norm = torch.nn.RMSNorm(32, eps=norm.eps)
+    torch_norm.load_state_dict(norm.state_dict())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails
+        ours = norm(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            m(IDS[:, :8] % 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert ours.dtype == torch.bfloat16 and torch.equal(ours, torch_norm(x))
