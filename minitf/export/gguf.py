@@ -32,7 +32,7 @@ from ..positions import rope_scaling, rotary_angles
 from ..system.sizes import ffn_hidden
 from ..tokenizer import Tokenizer, check_vocab
 from .architecture import FORMAT_NAMES, export_format
-from .gguf_vocab import add_tokenizer, check_tokenizer, gguf_package
+from .gguf_vocab import add_tokenizer, checked_vocabulary, gguf_package
 from .weights import HEAD, TABLES, Weight, exported, minitf_name, minitf_tensors
 
 DTYPES = ("f32", "f16", "q8_0")
@@ -107,7 +107,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
             f"which llama.cpp's convert_hf_to_gguf.py turns into one"
         )
     check_vocab(tokenizer, cfg.vocab_size, "pass the tokenizer the model was trained with")
-    check_tokenizer(tokenizer)
+    vocabulary = checked_vocabulary(tokenizer)  # refused before anything is written
     gguf = gguf_package()
     arch = gguf.MODEL_ARCH[TABLES[fmt].gguf_arch]
     _check_rope_and_window(cfg, fmt)
@@ -125,7 +125,7 @@ def write_gguf(model: Transformer, tokenizer: Tokenizer, path, dtype: str = "f32
         if dtype != "f32":
             writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
         _add_hyperparameters(writer, model, fmt, ffn=ffn_hidden(cfg))
-        add_tokenizer(writer, tokenizer)
+        add_tokenizer(writer, tokenizer, vocabulary)
         for name, t in tensors.items():
             array, raw = _encode(t, dtype)
             writer.add_tensor(name, array, raw_dtype=raw)

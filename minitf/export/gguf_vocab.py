@@ -18,6 +18,7 @@ both against llama.cpp itself):
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from ..errors import MinitfError
 from ..tokenizer import Tokenizer
@@ -61,24 +62,36 @@ def gguf_package():
     return gguf
 
 
+class Vocabulary(NamedTuple):
+    """A tokenizer as checked for llama.cpp: its kind (the byte-level split's llama.cpp name, or
+    SENTENCEPIECE), its parsed tokenizer.json, and a SentencePiece-style one's first merge ranks."""
+
+    kind: str
+    spec: dict
+    first_ranks: dict[str, int] | None
+
+
 def check_tokenizer(tokenizer: Tokenizer) -> str:
     """How llama.cpp tokenizes exactly as `tokenizer` does: the name of its byte-level BPE split
     (GPT-2's; a downloaded Llama 3's or Qwen's, NAMED_SPLITS; SmolLM's digits, then GPT-2's split),
     or SENTENCEPIECE; MinitfError naming what differs otherwise. Qwen's NFC normalizer is taken too,
     as llama.cpp's own converter takes it: llama.cpp does not normalize, which changes nothing for
     text already in NFC."""
-    return _kind(json.loads(tokenizer.to_json()))
+    return checked_vocabulary(tokenizer).kind
 
 
-def _kind(spec: dict) -> str:
-    """check_tokenizer's answer for a parsed tokenizer.json."""
+def checked_vocabulary(tokenizer: Tokenizer) -> Vocabulary:
+    """check_tokenizer's check, keeping what add_tokenizer writes from (parsed and ranked once)."""
+    spec = json.loads(tokenizer.to_json())
     model = spec.get("model") or {}
     unsupported = ("dropout", "continuing_subword_prefix", "end_of_word_suffix")
     why = [f"BPE {key}={model[key]!r}" for key in unsupported if model.get(key)]
+    name, first = None, None
     if model.get("type") != "BPE":
-        name, why = None, [*why, f"a {model.get('type')} model"]
+        why.append(f"a {model.get('type')} model")
     elif model.get("byte_fallback"):
-        name, why = SENTENCEPIECE, why + _sentencepiece_differences(spec)
+        name, first = SENTENCEPIECE, _first_ranks(model)
+        why += _sentencepiece_differences(spec, first)
     else:
         name, more = _byte_level_differences(spec)
         why += more
@@ -90,7 +103,7 @@ def _kind(spec: dict) -> str:
             f"transformers writes Mistral's and Gemma's, so this run cannot be exported to GGUF; export it "
             f"with `minitf export` (Hugging Face) instead"
         )
-    return name
+    return Vocabulary(name, spec, first)
 
 
 def _byte_level_differences(spec: dict) -> tuple[str | None, list[str]]:
@@ -125,8 +138,9 @@ def _named_split(pre: dict) -> tuple[str | None, bool]:
     return NAMED_SPLITS.get(regex, (None, False)) if plain and bytes_only else (None, False)
 
 
-def _sentencepiece_differences(spec: dict) -> list[str]:
-    """What keeps llama.cpp's SentencePiece-style vocabulary from tokenizing as this byte-fallback BPE does."""
+def _sentencepiece_differences(spec: dict, first_ranks: dict[str, int] | None) -> list[str]:
+    """What keeps llama.cpp's SentencePiece-style vocabulary from tokenizing as this byte-fallback BPE
+    does (first_ranks: _first_ranks' answer)."""
     model, why = spec["model"], []
     if _space_prefix(spec) is None:
         shown = {k: spec.get(k) for k in ("normalizer", "pre_tokenizer")}
@@ -141,7 +155,7 @@ def _sentencepiece_differences(spec: dict) -> list[str]:
     missing = [f"<0x{b:02X}>" for b in range(256) if f"<0x{b:02X}>" not in vocab and not (b < 128 and chr(b) in vocab)]
     if missing:
         why.append(f"byte_fallback without the byte token {missing[0]}")
-    if _first_ranks(model) is None:
+    if first_ranks is None:
         why.append("byte_fallback with merges that are not one for each cut of a token in two")
     return why
 
@@ -162,9 +176,9 @@ def _first_ranks(model: dict) -> dict[str, int] | None:
     llama.cpp, like SentencePiece itself, takes the leftmost pair where minitf takes the earlier merge."""
     vocab, first, cuts = model.get("vocab", {}), {}, {}
     for rank, merge in enumerate(model.get("merges", [])):
-        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
-        first.setdefault(left + right, rank)
-        cuts[left + right] = cuts.get(left + right, 0) + 1
+        token = "".join(merge.split(" ", 1) if isinstance(merge, str) else merge)
+        first.setdefault(token, rank)
+        cuts[token] = cuts.get(token, 0) + 1
     for token in vocab:
         if cuts.get(token, 0) != sum(token[:k] in vocab and token[k:] in vocab for k in range(1, len(token))):
             return None
@@ -176,16 +190,14 @@ def _merges(spec: dict) -> list[str]:
     return [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
 
 
-def add_tokenizer(writer, tokenizer: Tokenizer) -> None:
-    """Write the tokenizer's vocabulary, its end-of-text (and chat) tokens and its template."""
-    spec = json.loads(tokenizer.to_json())
-    kind = _kind(spec)
+def add_tokenizer(writer, tokenizer: Tokenizer, vocabulary: Vocabulary) -> None:
+    """Write the tokenizer's vocabulary (checked_vocabulary's), its end-of-text (and chat) tokens and its template."""
+    kind, spec, first = vocabulary
     tokens, types = _tokens_and_types(tokenizer, spec, sentencepiece=kind == SENTENCEPIECE)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     if kind == SENTENCEPIECE:
         writer.add_tokenizer_model(SENTENCEPIECE)
-        first = _first_ranks(spec["model"])
         writer.add_token_scores([-float(first[t]) if t in first else 0.0 for t in tokens])
         writer.add_add_space_prefix(_space_prefix(spec))
         unk = tokenizer.backend.token_to_id(spec["model"].get("unk_token") or "")
