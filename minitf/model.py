@@ -23,17 +23,17 @@ from .system.sizes import check_fits_in_memory, ffn_hidden, padded_vocab
 from .tokenizer import check_ids
 
 
-def make_norm(cfg: ModelConfig) -> nn.Module:
+def make_norm(cfg: ModelConfig, after_sublayer: bool = False) -> nn.Module:
     if cfg.norm == "rmsnorm":
-        return RMSNorm(cfg.n_embd, eps=cfg.norm_eps)
+        return (AfterNorm if after_sublayer else nn.RMSNorm)(cfg.n_embd, eps=cfg.norm_eps)
     return nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps, bias=cfg.bias)
 
 
-class RMSNorm(nn.RMSNorm):
-    """model.norm=rmsnorm; a bfloat16 input beside float32 gains is normed in float32 as torch does, unwarned."""
+class AfterNorm(nn.RMSNorm):
+    """Gemma's RMS norm of a sub-layer's output: bfloat16 under autocast beside float32 gains, normed in float32."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(x.to(self.weight.dtype)).to(x.dtype)  # (..., C): Gemma's after-norms under autocast
+        return super().forward(x.to(self.weight.dtype)).to(x.dtype)  # (..., C): torch's bits, without its warning
 
 
 class FeedForward(nn.Module):
@@ -231,8 +231,8 @@ class SandwichBlock(Block):
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__(cfg, layer)
-        self.after_attn = make_norm(cfg)
-        self.after_mlp = make_norm(cfg)
+        self.after_attn = make_norm(cfg, after_sublayer=True)
+        self.after_mlp = make_norm(cfg, after_sublayer=True)
         # the layers in the order they compute: an optimizer's saved state lists parameters in it
         order = ("ln_1", "attn", "after_attn", "ln_2", "mlp", "after_mlp")
         self._modules = {name: self._modules[name] for name in order}
